@@ -1,0 +1,176 @@
+package kvhash
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+	"pgregory.net/rapid"
+)
+
+func TestPinnedVector(t *testing.T) {
+	if got := xxh3.HashSeed([]byte("test data"), Seed); got != 13226331709069118873 {
+		t.Fatalf("XXH3-64(\"test data\", 1337) = %d, want 13226331709069118873", got)
+	}
+}
+
+// TestWorkedExample checks the worked example of the Dynamo brief (§1.6),
+// computed there with the reference C xxHash.
+func TestWorkedExample(t *testing.T) {
+	tokens := []uint32{0, 1, 2, 3, 4, 5, 6, 7}
+	local, seq, err := Hashes(tokens, Options{BlockSize: 4}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{9143094415614847814, 12124091508212882195}
+	if !slices.Equal(local, want) {
+		t.Fatalf("local = %v, want %v", local, want)
+	}
+	if seq[0] != local[0] || seq[1] != 9510318385840434533 {
+		t.Fatalf("seq = %v, want [%d 9510318385840434533]", seq, local[0])
+	}
+
+	if s := SaltedSeed("adapter-a", ""); s != 8842669519798868182 {
+		t.Fatalf("LoRA seed = %d", s)
+	}
+	local, seq, _ = Hashes(tokens, Options{BlockSize: 4, LoRAName: "adapter-a"}, nil, nil)
+	if local[0] != 6665157333201000639 || local[1] != 11721812545976571723 || seq[1] != 13351519314849170528 {
+		t.Fatalf("LoRA local %v seq %v", local, seq)
+	}
+	if s := SaltedSeed("adapter-a", "tenant-a"); s != 10790858310771630931 {
+		t.Fatalf("LoRA+namespace seed = %d", s)
+	}
+	local, _, _ = Hashes(tokens, Options{BlockSize: 4, LoRAName: "adapter-a", Namespace: "tenant-a"}, nil, nil)
+	if local[0] != 8269515957840517240 {
+		t.Fatalf("LoRA+namespace local[0] = %d", local[0])
+	}
+	local, _, _ = Hashes(tokens, Options{BlockSize: 4, MM: [][]uint64{{42}}}, nil, nil)
+	if local[0] != 18280081842874931122 {
+		t.Fatalf("MM local[0] = %d", local[0])
+	}
+	if local[1] != 12124091508212882195 {
+		t.Fatalf("MM must not touch block 1: %d", local[1])
+	}
+}
+
+// naive recomputes the hashes the slow, obvious way: encode every block into
+// a fresh byte slice, hash it, then chain through a fresh 16-byte slice.
+func naive(tokens []uint32, bs int, lora, ns string, mm [][]uint64) (local, seq []uint64) {
+	seed := uint64(1337)
+	if lora != "" {
+		seed += xxh3.Hash([]byte(lora))
+	}
+	if ns != "" {
+		seed += xxh3.HashSeed([]byte(ns), 1)
+	}
+	for start := 0; start+bs <= len(tokens); start += bs {
+		var b []byte
+		for _, tok := range tokens[start : start+bs] {
+			b = append(b, byte(tok), byte(tok>>8), byte(tok>>16), byte(tok>>24))
+		}
+		i := start / bs
+		if i < len(mm) {
+			m := append([]uint64(nil), mm[i]...)
+			slices.Sort(m)
+			for _, h := range m {
+				b = binary.LittleEndian.AppendUint64(b, h)
+			}
+		}
+		local = append(local, xxh3.HashSeed(b, seed))
+	}
+	for i, l := range local {
+		if i == 0 {
+			seq = append(seq, l)
+			continue
+		}
+		b := binary.LittleEndian.AppendUint64(nil, seq[i-1])
+		b = binary.LittleEndian.AppendUint64(b, l)
+		seq = append(seq, xxh3.HashSeed(b, 1337))
+	}
+	return local, seq
+}
+
+func TestHashesMatchNaive(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tokens := rapid.SliceOfN(rapid.Uint32(), 0, 300).Draw(t, "tokens")
+		bs := rapid.IntRange(1, 70).Draw(t, "bs")
+		lora := rapid.SampledFrom([]string{"", "a", "adapter-x"}).Draw(t, "lora")
+		ns := rapid.SampledFrom([]string{"", "tenant"}).Draw(t, "ns")
+		var mm [][]uint64
+		if rapid.Bool().Draw(t, "mm") {
+			mm = rapid.SliceOfN(rapid.SliceOfN(rapid.Uint64(), 0, 3), 0, 5).Draw(t, "mmhashes")
+		}
+		wl, ws := naive(tokens, bs, lora, ns, mm)
+		gl, gs, err := Hashes(tokens, Options{BlockSize: bs, LoRAName: lora, Namespace: ns, MM: mm}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gl) != len(tokens)/bs {
+			t.Fatalf("%d blocks for %d tokens of %d", len(gl), len(tokens), bs)
+		}
+		if !slices.Equal(gl, wl) && !(len(gl) == 0 && len(wl) == 0) {
+			t.Fatalf("local %v != naive %v", gl, wl)
+		}
+		if !slices.Equal(gs, ws) && !(len(gs) == 0 && len(ws) == 0) {
+			t.Fatalf("seq %v != naive %v", gs, ws)
+		}
+	})
+}
+
+func TestPrefixProperty(t *testing.T) {
+	// Equal sequence hashes ⇔ equal prefixes: the chain of a prompt is a
+	// prefix of the chain of any extension of it.
+	a := make([]uint32, 64)
+	for i := range a {
+		a[i] = uint32(i * 7)
+	}
+	b := append(slices.Clone(a), 1, 2, 3, 4, 5, 6, 7, 8)
+	_, sa, _ := Hashes(a, Options{BlockSize: 8}, nil, nil)
+	_, sb, _ := Hashes(b, Options{BlockSize: 8}, nil, nil)
+	if !slices.Equal(sa, sb[:len(sa)]) {
+		t.Fatal("extension changed the prefix chain")
+	}
+	c := slices.Clone(a)
+	c[0] = 99
+	_, sc, _ := Hashes(c, Options{BlockSize: 8}, nil, nil)
+	for i := range sc {
+		if sc[i] == sa[i] {
+			t.Fatalf("block %d: different first block, same sequence hash", i)
+		}
+	}
+}
+
+func TestBadBlockSize(t *testing.T) {
+	if _, _, err := Hashes([]uint32{1, 2}, Options{}, nil, nil); !errors.Is(err, ErrBlockSize) {
+		t.Fatalf("err = %v, want ErrBlockSize", err)
+	}
+}
+
+func TestReuseAllocatesNothing(t *testing.T) {
+	tokens := make([]uint32, 16384)
+	local, seq, _ := Hashes(tokens, Options{BlockSize: 16}, nil, nil)
+	allocs := testing.AllocsPerRun(10, func() {
+		local, seq, _ = Hashes(tokens, Options{BlockSize: 16}, local, seq)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per call with reused slices", allocs)
+	}
+}
+
+func benchHashes(b *testing.B, bs int) {
+	tokens := make([]uint32, 16384)
+	for i := range tokens {
+		tokens[i] = uint32(i * 2654435761)
+	}
+	var local, seq []uint64
+	b.SetBytes(int64(4 * len(tokens)))
+	b.ReportAllocs()
+	for b.Loop() {
+		local, seq, _ = Hashes(tokens, Options{BlockSize: bs}, local, seq)
+	}
+}
+
+func BenchmarkHashes16k_BS16(b *testing.B) { benchHashes(b, 16) }
+func BenchmarkHashes16k_BS64(b *testing.B) { benchHashes(b, 64) }
