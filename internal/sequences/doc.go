@@ -1,0 +1,39 @@
+// Package sequences tracks what the router has already sent to each worker
+// rank: the running requests, the prompt tokens they still have to prefill
+// and the KV blocks they hold. It is the "slot manager" of the router core.
+//
+// Why it exists: the index only knows what a worker has cached, not what it
+// is busy with. Without a record of in-flight work every request with the
+// same system prompt would land on the one worker that holds it. The tracker
+// gives the scheduler the load term that spreads such requests.
+//
+// Counting rules:
+//
+//   - Blocks are identified by the router's sequence hashes. A block shared
+//     by several running requests on one worker rank counts once (reference
+//     counted by hash). With AssumeKVReuse off a request's blocks are private
+//     and never shared.
+//   - A request's prefill tokens (input tokens minus the cached prefix) count
+//     until MarkPrefillCompleted or Free; its blocks count until Free.
+//   - Because a sequence hash identifies a whole prefix, the blocks active on
+//     a worker are prefix-closed for every request: if block i of a prompt is
+//     active, so are blocks 0..i-1. The new blocks a candidate request would
+//     add on a worker are therefore all blocks from the worker's first missing
+//     block on (DESIGN §2, prefix semantics); the tracker finds that boundary
+//     for every worker at once by binary search over a shared hash → holders
+//     bitmap, so the cost grows with log(blocks), not blocks × workers.
+//   - With ActiveSequenceStride N only every N-th block hash (positions N-1,
+//     2N-1, ...) is tracked and counts for N blocks; the last incomplete group
+//     is left out, as in Dynamo.
+//   - With TrackOutputBlocks the caller reports generated-token counts; every
+//     BlockSize generated tokens add one private decode block, and a request
+//     with expected output tokens has its single-reference blocks counted at
+//     the fraction 1 − generated/expected, so requests near their end weigh
+//     less. Active block counts are therefore float64, not rounded.
+//   - Requests older than Expiry are freed by a lazy sweep (driven by the
+//     `now` passed to AddRequest or Expire) and counted, so a lost Free cannot
+//     leak load forever. Unknown request ids are counted, never fatal.
+//
+// The package is pure: no I/O, no goroutines, no clock (time is passed in),
+// and it is not safe for concurrent use; the router serialises access.
+package sequences

@@ -1,0 +1,218 @@
+package sequences
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"pgregory.net/rapid"
+)
+
+// naiveReq is the model's record of a live request.
+type naiveReq struct {
+	w           kvevent.Worker
+	tracked     []uint64
+	private     int
+	prefill     int
+	prefillDone bool
+	output      int
+	frac        float64
+}
+
+// naive recomputes every figure from the list of live requests.
+type naive struct {
+	cfg  Config
+	reqs map[string]*naiveReq
+}
+
+func (m *naive) refs(w kvevent.Worker) map[uint64]int {
+	refs := map[uint64]int{}
+	for _, r := range m.reqs {
+		if r.w == w {
+			for _, h := range r.tracked {
+				refs[h]++
+			}
+		}
+	}
+	return refs
+}
+
+func (m *naive) load(w kvevent.Worker) Load {
+	l := Load{Worker: w}
+	refs := m.refs(w)
+	s := m.cfg.ActiveSequenceStride
+	l.ActiveBlocks = float64(s * len(refs))
+	for _, r := range m.reqs {
+		if r.w != w {
+			continue
+		}
+		l.ActiveRequests++
+		if !r.prefillDone {
+			l.ActivePrefillTokens += r.prefill
+		}
+		l.ActiveBlocks += float64(r.private + r.output)
+		if r.frac < 1 {
+			single := r.private + r.output
+			for _, h := range r.tracked {
+				if refs[h] == 1 {
+					single += s
+				}
+			}
+			l.ActiveBlocks += (r.frac - 1) * float64(single)
+		}
+	}
+	return l
+}
+
+func (m *naive) newBlocks(w kvevent.Worker, hashes []uint64, reuse bool) int {
+	s := m.cfg.ActiveSequenceStride
+	n := len(hashes) / s
+	if !m.cfg.TrackActiveBlocks {
+		return 0
+	}
+	if !reuse {
+		return n * s
+	}
+	refs := m.refs(w)
+	k := 0
+	for k < n && refs[hashes[(k+1)*s-1]] > 0 {
+		k++
+	}
+	return (n - k) * s
+}
+
+func TestTrackerMatchesNaiveModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.BlockSize = 4
+		cfg.ActiveSequenceStride = rapid.IntRange(1, 3).Draw(rt, "stride")
+		cfg.AssumeKVReuse = rapid.Bool().Draw(rt, "reuse")
+		cfg.TrackOutputBlocks = rapid.Bool().Draw(rt, "trackOutput")
+		cfg.Expiry = 0
+		tr, err := New(cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}}
+		nw := rapid.SampledFrom([]int{1, 3, 66}).Draw(rt, "workers")
+		var workers []kvevent.Worker
+		for i := range nw {
+			w := kvevent.Worker{ID: kvevent.WorkerID(i % 40), Rank: kvevent.DPRank(i / 40)}
+			workers = append(workers, w)
+			tr.AddWorker(w)
+		}
+		// Prompts are prefixes of a few base prompts that may diverge, so
+		// hashes behave like real ones (equal hash = equal prefix).
+		prompt := func(label string) []uint64 {
+			base := uint64(rapid.IntRange(0, 2).Draw(rt, label+"base"))
+			n := rapid.IntRange(0, 10).Draw(rt, label+"len")
+			div := rapid.IntRange(0, 10).Draw(rt, label+"diverge")
+			alt := uint64(rapid.IntRange(1, 2).Draw(rt, label+"alt"))
+			locals := make([]uint64, n)
+			for i := range locals {
+				locals[i] = base*100 + uint64(i)
+				if i >= div {
+					locals[i] += alt * 1000
+				}
+			}
+			return kvhash.SequenceHashes(locals, nil)
+		}
+		nextID := 0
+		ids := func() []string {
+			var out []string
+			for i := range nextID + 1 {
+				out = append(out, fmt.Sprint(i))
+			}
+			return out
+		}
+		rt.Repeat(map[string]func(*rapid.T){
+			"add": func(rt *rapid.T) {
+				w := rapid.SampledFrom(workers).Draw(rt, "w")
+				h := prompt("add")
+				reuse := rapid.SampledFrom([]Reuse{ReuseDefault, ReuseOn, ReuseOff}).Draw(rt, "override")
+				pf := rapid.IntRange(0, 100).Draw(rt, "prefill")
+				exp := rapid.IntRange(0, 40).Draw(rt, "expected")
+				id := fmt.Sprint(nextID)
+				nextID++
+				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, t0); err != nil {
+					rt.Fatal(err)
+				}
+				r := &naiveReq{w: w, prefill: pf, frac: 1}
+				s := cfg.ActiveSequenceStride
+				if tr.reuse(reuse) {
+					for i := range len(h) / s {
+						r.tracked = append(r.tracked, h[(i+1)*s-1])
+					}
+				} else {
+					r.private = len(h) / s * s
+				}
+				m.reqs[id] = r
+			},
+			"mark": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids()).Draw(rt, "id")
+				_, live := m.reqs[id]
+				if tr.MarkPrefillCompleted(id) != live {
+					rt.Fatalf("mark %s: live=%v disagrees", id, live)
+				}
+				if live {
+					m.reqs[id].prefillDone = true
+				}
+			},
+			"free": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids()).Draw(rt, "id")
+				_, live := m.reqs[id]
+				if tr.Free(id) != live {
+					rt.Fatalf("free %s: live=%v disagrees", id, live)
+				}
+				delete(m.reqs, id)
+			},
+			"generate": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids()).Draw(rt, "id")
+				n := rapid.IntRange(0, 50).Draw(rt, "tokens")
+				r, live := m.reqs[id]
+				if tr.SetGenerated(id, n) != live {
+					rt.Fatalf("generate %s: live=%v disagrees", id, live)
+				}
+				if live && cfg.TrackOutputBlocks {
+					r.output = n / cfg.BlockSize
+					if e := tr.reqs[id].expected; e > 0 {
+						r.frac = math.Max(0, 1-float64(n)/float64(e))
+					}
+				}
+			},
+			"": func(rt *rapid.T) {
+				cand := prompt("cand")
+				reuse := rapid.SampledFrom([]Reuse{ReuseDefault, ReuseOff}).Draw(rt, "candReuse")
+				got := tr.Potential(cand, reuse, nil)
+				if len(got) != len(workers) {
+					rt.Fatalf("potential has %d workers, want %d", len(got), len(workers))
+				}
+				for _, g := range got {
+					want := m.load(g.Worker)
+					want.NewBlocks = m.newBlocks(g.Worker, cand, tr.reuse(reuse))
+					if math.Abs(g.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
+						rt.Fatalf("%v active blocks %v, model %v", g.Worker, g.ActiveBlocks, want.ActiveBlocks)
+					}
+					g.ActiveBlocks = want.ActiveBlocks
+					if g != want {
+						rt.Fatalf("%v: tracker %+v, model %+v", g.Worker, g, want)
+					}
+				}
+			},
+		})
+		// Free everything: all load must be exactly zero again.
+		for id := range m.reqs {
+			tr.Free(id)
+		}
+		for _, w := range workers {
+			if l, _ := tr.Load(w); l != (Load{Worker: w}) {
+				rt.Fatalf("%v not idle after freeing all: %+v", w, l)
+			}
+		}
+		if len(tr.hold.idx) != 0 {
+			rt.Fatalf("holders map keeps %d hashes after freeing all", len(tr.hold.idx))
+		}
+	})
+}

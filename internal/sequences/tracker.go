@@ -1,0 +1,351 @@
+package sequences
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// Sentinel errors of AddRequest.
+var (
+	// ErrUnknownWorker means the request names a worker rank that was never
+	// added (or was removed).
+	ErrUnknownWorker = errors.New("unknown worker")
+	// ErrDuplicateRequest means a request with the same id is running.
+	ErrDuplicateRequest = errors.New("duplicate request id")
+)
+
+// Reuse is a per-request override of Config.AssumeKVReuse.
+type Reuse uint8
+
+// Reuse values.
+const (
+	// ReuseDefault follows Config.AssumeKVReuse.
+	ReuseDefault Reuse = iota
+	// ReuseOn shares the request's blocks with other running requests.
+	ReuseOn
+	// ReuseOff makes the request's blocks private.
+	ReuseOff
+)
+
+// Request is one routed request being booked on a worker rank.
+type Request struct {
+	// ID identifies the request; unique among running requests.
+	ID string
+	// Worker is the worker rank the request runs on.
+	Worker kvevent.Worker
+	// BlockHashes are the sequence hashes of the prompt's full blocks. The
+	// tracker copies what it keeps.
+	BlockHashes []uint64
+	// PrefillTokens is the number of prompt tokens the worker still has to
+	// compute: input tokens minus cached overlap blocks × block size.
+	PrefillTokens int
+	// ExpectedOutputTokens is the expected output length; 0 means unknown.
+	ExpectedOutputTokens int
+	// Reuse overrides Config.AssumeKVReuse for this request.
+	Reuse Reuse
+}
+
+// Stats counts the tracker's unusual events since it was created.
+type Stats struct {
+	// UnknownIDs counts MarkPrefillCompleted, Free and SetGenerated calls for
+	// request ids that are not running.
+	UnknownIDs uint64
+	// Expired counts requests freed by the expiry sweep.
+	Expired uint64
+}
+
+type request struct {
+	id          string
+	slot        int
+	tracked     []uint64 // shared tracking hashes (nil when private)
+	private     int      // private prompt blocks (reuse off)
+	output      int      // output blocks (TrackOutputBlocks)
+	prefill     int
+	prefillDone bool
+	expected    int
+	frac        float64 // weight of single-reference blocks, 1 = full
+	started     time.Time
+}
+
+type worker struct {
+	id       kvevent.Worker
+	refs     map[uint64]int32 // tracking hash -> running requests holding it
+	requests int
+	prefill  int
+	private  int // private + output blocks of its requests
+	fracReqs map[*request]struct{}
+}
+
+// Tracker holds the running requests of every worker rank. The zero value
+// is not usable; call New.
+type Tracker struct {
+	cfg       Config
+	slots     []*worker // index = slot; nil = free
+	bySlot    map[kvevent.Worker]int
+	order     []int // live slots, sorted by worker
+	hold      *holders
+	reqs      map[string]*request
+	nextSweep time.Time
+	stats     Stats
+
+	arena []uint64 // scratch for Potential
+	ks    []int32  // scratch: leading held positions per slot
+}
+
+// New returns an empty tracker.
+func New(cfg Config) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tracker{
+		cfg:    cfg,
+		bySlot: make(map[kvevent.Worker]int),
+		hold:   newHolders(),
+		reqs:   make(map[string]*request),
+	}, nil
+}
+
+// Config returns the tracker's configuration.
+func (t *Tracker) Config() Config { return t.cfg }
+
+// Stats returns the counters.
+func (t *Tracker) Stats() Stats { return t.stats }
+
+// AddWorker makes a worker rank known; adding a known one does nothing.
+func (t *Tracker) AddWorker(w kvevent.Worker) {
+	if _, ok := t.bySlot[w]; ok {
+		return
+	}
+	slot := slices.Index(t.slots, nil)
+	if slot < 0 {
+		slot = len(t.slots)
+		t.slots = append(t.slots, nil)
+	}
+	t.slots[slot] = &worker{id: w, refs: make(map[uint64]int32)}
+	t.bySlot[w] = slot
+	t.hold.ensure(slot)
+	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.Worker) int { return compareWorker(t.slots[s].id, w) })
+	t.order = slices.Insert(t.order, i, slot)
+}
+
+// RemoveWorker frees every request of the worker rank and forgets it. It
+// returns the ids of the requests it freed, sorted.
+func (t *Tracker) RemoveWorker(w kvevent.Worker) []string {
+	slot, ok := t.bySlot[w]
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for id, r := range t.reqs {
+		if r.slot == slot {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t.free(t.reqs[id])
+	}
+	t.slots[slot] = nil
+	delete(t.bySlot, w)
+	t.order = slices.DeleteFunc(t.order, func(s int) bool { return s == slot })
+	return ids
+}
+
+// Workers returns the known worker ranks, sorted; Potential reports them in
+// this order.
+func (t *Tracker) Workers() []kvevent.Worker {
+	out := make([]kvevent.Worker, len(t.order))
+	for i, s := range t.order {
+		out[i] = t.slots[s].id
+	}
+	return out
+}
+
+// Has reports whether the request is running.
+func (t *Tracker) Has(id string) bool { _, ok := t.reqs[id]; return ok }
+
+// WorkerOf returns the worker rank a running request is booked on.
+func (t *Tracker) WorkerOf(id string) (kvevent.Worker, bool) {
+	r, ok := t.reqs[id]
+	if !ok {
+		return kvevent.Worker{}, false
+	}
+	return t.slots[r.slot].id, true
+}
+
+// Len returns the number of running requests.
+func (t *Tracker) Len() int { return len(t.reqs) }
+
+func (t *Tracker) reuse(o Reuse) bool {
+	switch o {
+	case ReuseOn:
+		return true
+	case ReuseOff:
+		return false
+	}
+	return t.cfg.AssumeKVReuse
+}
+
+// AddRequest books a request on its worker rank at time now. It first runs
+// the lazy expiry sweep. Errors: ErrUnknownWorker, ErrDuplicateRequest.
+func (t *Tracker) AddRequest(req Request, now time.Time) error {
+	t.Expire(now)
+	slot, ok := t.bySlot[req.Worker]
+	if !ok {
+		return fmt.Errorf("adding request %q on %v: %w", req.ID, req.Worker, ErrUnknownWorker)
+	}
+	if _, dup := t.reqs[req.ID]; dup {
+		return fmt.Errorf("adding request %q: %w", req.ID, ErrDuplicateRequest)
+	}
+	w := t.slots[slot]
+	r := &request{id: req.ID, slot: slot, expected: max(req.ExpectedOutputTokens, 0), frac: 1, started: now}
+	if t.cfg.TrackPrefillTokens {
+		r.prefill = max(req.PrefillTokens, 0)
+	}
+	if t.cfg.TrackActiveBlocks {
+		stride := t.cfg.ActiveSequenceStride
+		n := len(req.BlockHashes) / stride
+		if t.reuse(req.Reuse) {
+			r.tracked = make([]uint64, n)
+			for i := range n {
+				h := req.BlockHashes[(i+1)*stride-1]
+				r.tracked[i] = h
+				if w.refs[h]++; w.refs[h] == 1 {
+					t.hold.add(h, slot)
+				}
+			}
+		} else {
+			r.private = n * stride
+			w.private += r.private
+		}
+	}
+	w.requests++
+	w.prefill += r.prefill
+	t.reqs[req.ID] = r
+	return nil
+}
+
+// MarkPrefillCompleted removes the request's prefill tokens from its
+// worker's load (its blocks stay). It returns false, and counts, when the id
+// is not running; marking twice is harmless.
+func (t *Tracker) MarkPrefillCompleted(id string) bool {
+	r, ok := t.reqs[id]
+	if !ok {
+		t.stats.UnknownIDs++
+		return false
+	}
+	t.completePrefill(r)
+	return true
+}
+
+func (t *Tracker) completePrefill(r *request) {
+	if r.prefillDone {
+		return
+	}
+	r.prefillDone = true
+	t.slots[r.slot].prefill -= r.prefill
+}
+
+// Free ends a request: its prefill (if still pending) and its blocks leave
+// the load. It returns false, and counts, when the id is not running, so a
+// second Free is harmless.
+func (t *Tracker) Free(id string) bool {
+	r, ok := t.reqs[id]
+	if !ok {
+		t.stats.UnknownIDs++
+		return false
+	}
+	t.free(r)
+	return true
+}
+
+func (t *Tracker) free(r *request) {
+	t.completePrefill(r)
+	w := t.slots[r.slot]
+	for _, h := range r.tracked {
+		if w.refs[h]--; w.refs[h] <= 0 {
+			delete(w.refs, h)
+			t.hold.remove(h, r.slot)
+		}
+	}
+	w.private -= r.private + r.output
+	w.requests--
+	delete(w.fracReqs, r)
+	delete(t.reqs, r.id)
+}
+
+// SetGenerated reports that the request has generated tokens output tokens
+// so far. With TrackOutputBlocks, every BlockSize tokens add one private
+// decode block, and with expected output tokens the request's
+// single-reference blocks count at 1 − generated/expected (at least 0).
+// Without TrackOutputBlocks it only checks the id. It returns false, and
+// counts, when the id is not running.
+func (t *Tracker) SetGenerated(id string, tokens int) bool {
+	r, ok := t.reqs[id]
+	if !ok {
+		t.stats.UnknownIDs++
+		return false
+	}
+	if !t.cfg.TrackOutputBlocks || !t.cfg.TrackActiveBlocks {
+		return true
+	}
+	tokens = max(tokens, 0)
+	w := t.slots[r.slot]
+	out := tokens / t.cfg.BlockSize
+	w.private += out - r.output
+	r.output = out
+	if r.expected > 0 {
+		r.frac = max(0, 1-float64(tokens)/float64(r.expected))
+		if r.frac < 1 {
+			if w.fracReqs == nil {
+				w.fracReqs = make(map[*request]struct{})
+			}
+			w.fracReqs[r] = struct{}{}
+		} else {
+			delete(w.fracReqs, r)
+		}
+	}
+	return true
+}
+
+// Expire frees every request started at least Expiry before now, if the
+// lazy sweep is due (at most every Expiry/10), and returns their ids,
+// sorted. With Expiry 0 it does nothing.
+func (t *Tracker) Expire(now time.Time) []string {
+	if t.cfg.Expiry <= 0 || now.Before(t.nextSweep) {
+		return nil
+	}
+	t.nextSweep = now.Add(t.cfg.Expiry / 10)
+	var ids []string
+	for id, r := range t.reqs {
+		if !now.Before(r.started.Add(t.cfg.Expiry)) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t.free(t.reqs[id])
+		t.stats.Expired++
+	}
+	return ids
+}
+
+func compareWorker(a, b kvevent.Worker) int {
+	if a.ID != b.ID {
+		if a.ID < b.ID {
+			return -1
+		}
+		return 1
+	}
+	if a.Rank != b.Rank {
+		if a.Rank < b.Rank {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,279 @@
+package sequences
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvhash"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// chain returns sequence hashes for the given local hashes.
+func chain(locals ...uint64) []uint64 { return kvhash.SequenceHashes(locals, nil) }
+
+func newTracker(t *testing.T, cfg Config, workers ...kvevent.Worker) *Tracker {
+	t.Helper()
+	tr, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workers {
+		tr.AddWorker(w)
+	}
+	return tr
+}
+
+func mustLoad(t *testing.T, tr *Tracker, w kvevent.Worker) Load {
+	t.Helper()
+	l, ok := tr.Load(w)
+	if !ok {
+		t.Fatalf("worker %v unknown", w)
+	}
+	return l
+}
+
+var (
+	wA = kvevent.Worker{ID: 1}
+	wB = kvevent.Worker{ID: 2}
+)
+
+func TestSharedBlocksCountOncePerWorker(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA, wB)
+	p := chain(1, 2, 3, 4)
+	q := chain(1, 2, 9) // shares two blocks with p
+	must(t, tr.AddRequest(Request{ID: "p", Worker: wA, BlockHashes: p, PrefillTokens: 64}, t0))
+	must(t, tr.AddRequest(Request{ID: "q", Worker: wA, BlockHashes: q, PrefillTokens: 10}, t0))
+	must(t, tr.AddRequest(Request{ID: "r", Worker: wB, BlockHashes: p, PrefillTokens: 5}, t0))
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 5 || l.ActivePrefillTokens != 74 || l.ActiveRequests != 2 {
+		t.Fatalf("worker A load = %+v, want 5 blocks (4 + 1 new), 74 tokens, 2 requests", l)
+	}
+	if l := mustLoad(t, tr, wB); l.ActiveBlocks != 4 {
+		t.Fatalf("worker B blocks = %v, want 4", l.ActiveBlocks)
+	}
+	if !tr.MarkPrefillCompleted("p") {
+		t.Fatal("mark p: unknown")
+	}
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 5 || l.ActivePrefillTokens != 10 {
+		t.Fatalf("after prefill of p: %+v, want blocks 5, tokens 10", l)
+	}
+	if !tr.Free("q") || tr.Free("q") {
+		t.Fatal("first Free must succeed, second must report unknown")
+	}
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 4 || l.ActivePrefillTokens != 0 || l.ActiveRequests != 1 {
+		t.Fatalf("after free q: %+v, want 4 blocks, 0 tokens, 1 request", l)
+	}
+	tr.Free("p")
+	tr.Free("r")
+	tr.MarkPrefillCompleted("nope")
+	for _, w := range []kvevent.Worker{wA, wB} {
+		if l := mustLoad(t, tr, w); l != (Load{Worker: w}) {
+			t.Fatalf("worker %v not idle: %+v", w, l)
+		}
+	}
+	if got := tr.Stats().UnknownIDs; got != 2 {
+		t.Fatalf("unknown ids = %d, want 2 (second Free of q, mark of nope)", got)
+	}
+}
+
+func TestFreeCompletesPrefill(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA)
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, PrefillTokens: 100}, t0))
+	tr.Free("a")
+	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 0 {
+		t.Fatalf("prefill tokens after Free = %d", l.ActivePrefillTokens)
+	}
+}
+
+func TestAddRequestErrors(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA)
+	if err := tr.AddRequest(Request{ID: "x", Worker: wB}, t0); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("unknown worker: err = %v", err)
+	}
+	must(t, tr.AddRequest(Request{ID: "x", Worker: wA}, t0))
+	if err := tr.AddRequest(Request{ID: "x", Worker: wA}, t0); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("duplicate: err = %v", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero config: err = %v", err)
+	}
+}
+
+func TestPotentialPrefixSemantics(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA, wB, kvevent.Worker{ID: 3})
+	// A holds blocks 0..3 of the prompt; B holds 0,1 and a different block 2.
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3, 4)}, t0))
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, BlockHashes: chain(1, 2, 7, 8, 9)}, t0))
+	cand := chain(1, 2, 3, 4, 5, 6)
+	got := tr.Potential(cand, ReuseDefault, nil)
+	want := []struct {
+		active float64
+		newB   int
+	}{{4, 2}, {5, 4}, {0, 6}}
+	for i, w := range want {
+		if got[i].ActiveBlocks != w.active || got[i].NewBlocks != w.newB {
+			t.Errorf("worker %d: %+v, want active %v new %d", i, got[i], w.active, w.newB)
+		}
+	}
+	if got[0].PotentialDecodeBlocks() != 6 {
+		t.Errorf("potential decode blocks = %v, want 6", got[0].PotentialDecodeBlocks())
+	}
+	if pt := got[1].PotentialPrefillTokens(100, 2, 16); pt != 68 {
+		t.Errorf("potential prefill tokens = %d, want 100-32 = 68", pt)
+	}
+	off := tr.Potential(cand, ReuseOff, nil)
+	if off[0].NewBlocks != 6 {
+		t.Errorf("reuse off: new blocks = %d, want all 6", off[0].NewBlocks)
+	}
+}
+
+func TestAssumeKVReuseOff(t *testing.T) {
+	for _, reuse := range []bool{true, false} {
+		cfg := DefaultConfig()
+		cfg.AssumeKVReuse = reuse
+		tr := newTracker(t, cfg, wA)
+		must(t, tr.AddRequest(Request{ID: "1", Worker: wA, BlockHashes: chain(1, 2, 3)}, t0))
+		must(t, tr.AddRequest(Request{ID: "2", Worker: wA, BlockHashes: chain(1, 2, 3)}, t0))
+		want := 3.0
+		if !reuse {
+			want = 6
+		}
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want {
+			t.Errorf("reuse=%v: blocks %v, want %v", reuse, l.ActiveBlocks, want)
+		}
+		// The per-request override wins over the config.
+		must(t, tr.AddRequest(Request{ID: "3", Worker: wA, BlockHashes: chain(1, 2, 3), Reuse: ReuseOff}, t0))
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want+3 {
+			t.Errorf("reuse=%v + private request: blocks %v, want %v", reuse, l.ActiveBlocks, want+3)
+		}
+	}
+}
+
+func TestStride(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ActiveSequenceStride = 4
+	tr := newTracker(t, cfg, wA)
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)}, t0))
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 8 {
+		t.Fatalf("stride 4, 10 blocks: active %v, want 8 (last incomplete group left out)", l.ActiveBlocks)
+	}
+	p := tr.Potential(chain(1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14), ReuseDefault, nil)
+	if p[0].NewBlocks != 4 {
+		t.Fatalf("stride 4: new blocks %d, want 4 (third group differs)", p[0].NewBlocks)
+	}
+}
+
+func TestTrackingOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TrackActiveBlocks = false
+	cfg.TrackPrefillTokens = false
+	tr := newTracker(t, cfg, wA)
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2), PrefillTokens: 32}, t0))
+	l := tr.Potential(chain(1, 2, 3), ReuseDefault, nil)[0]
+	if l.ActiveBlocks != 0 || l.ActivePrefillTokens != 0 || l.NewBlocks != 0 || l.ActiveRequests != 1 {
+		t.Fatalf("tracking off: %+v, want only the request count", l)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA)
+	must(t, tr.AddRequest(Request{ID: "old", Worker: wA, BlockHashes: chain(1), PrefillTokens: 16}, t0))
+	must(t, tr.AddRequest(Request{ID: "new", Worker: wA, BlockHashes: chain(2)}, t0.Add(200*time.Second)))
+	if ids := tr.Expire(t0.Add(299 * time.Second)); len(ids) != 0 {
+		t.Fatalf("expired too early: %v", ids)
+	}
+	// The sweep is lazy: the next one is due 30 s after the last.
+	if ids := tr.Expire(t0.Add(310 * time.Second)); len(ids) != 0 {
+		t.Fatalf("sweep ran before it was due: %v", ids)
+	}
+	must(t, tr.AddRequest(Request{ID: "x", Worker: wA}, t0.Add(330*time.Second)))
+	if tr.Has("old") || !tr.Has("new") {
+		t.Fatal("AddRequest's lazy sweep must free old and keep new")
+	}
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 1 || l.ActivePrefillTokens != 0 || l.ActiveRequests != 2 {
+		t.Fatalf("after expiry: %+v", l)
+	}
+	if tr.Stats().Expired != 1 {
+		t.Fatalf("expired count = %d, want 1", tr.Stats().Expired)
+	}
+	if tr.Free("old") {
+		t.Fatal("Free of an expired request must report unknown")
+	}
+}
+
+func TestOutputBlocks(t *testing.T) {
+	for _, track := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.TrackOutputBlocks = track
+		tr := newTracker(t, cfg, wA)
+		must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2)}, t0))
+		tr.SetGenerated("a", 15)
+		want := 2.0
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want {
+			t.Errorf("track=%v, 15 tokens: %v blocks, want %v", track, l.ActiveBlocks, want)
+		}
+		tr.SetGenerated("a", 33) // crosses two boundaries
+		if track {
+			want = 4
+		}
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want {
+			t.Errorf("track=%v, 33 tokens: %v blocks, want %v", track, l.ActiveBlocks, want)
+		}
+		tr.Free("a")
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != 0 {
+			t.Errorf("track=%v: blocks after free %v", track, l.ActiveBlocks)
+		}
+	}
+}
+
+func TestExpectedOutputDecay(t *testing.T) {
+	for _, track := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.TrackOutputBlocks = track
+		tr := newTracker(t, cfg, wA)
+		// a and b share block 0; a has blocks 1,2 alone and expects 64 tokens.
+		must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3), ExpectedOutputTokens: 64}, t0))
+		must(t, tr.AddRequest(Request{ID: "b", Worker: wA, BlockHashes: chain(1)}, t0))
+		tr.SetGenerated("a", 48) // 3 output blocks, fraction 1-48/64 = 0.25
+		want := 3.0
+		if track {
+			// shared block 1 + single-ref (2 prompt + 3 output) × 0.25
+			want = 1 + 5*0.25
+		}
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want {
+			t.Errorf("track=%v: %v blocks, want %v", track, l.ActiveBlocks, want)
+		}
+		tr.SetGenerated("a", 100) // past the end: fraction 0
+		if track {
+			want = 1
+		}
+		if l := mustLoad(t, tr, wA); l.ActiveBlocks != want {
+			t.Errorf("track=%v, past end: %v blocks, want %v", track, l.ActiveBlocks, want)
+		}
+	}
+}
+
+func TestRemoveWorker(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA, wB)
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1)}, t0))
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, BlockHashes: chain(1)}, t0))
+	if ids := tr.RemoveWorker(wA); len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("removed ids = %v", ids)
+	}
+	if tr.Has("a") || len(tr.Workers()) != 1 {
+		t.Fatal("worker A's request or slot survived")
+	}
+	tr.AddWorker(wA) // reuses the slot: must start empty
+	if p := tr.Potential(chain(1), ReuseDefault, nil); p[0].NewBlocks != 1 || p[1].NewBlocks != 0 {
+		t.Fatalf("after re-add: %+v", p)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
