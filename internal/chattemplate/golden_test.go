@@ -1,0 +1,95 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
+)
+
+// goldenCase is one rendering produced by the reference engine
+// (@huggingface/jinja@0.5.11, see tools/tmplgold/gen.mjs).
+type goldenCase struct {
+	Name                string  `json:"name"`
+	Messages            string  `json:"messages"`
+	Tools               string  `json:"tools"`
+	Kwargs              string  `json:"kwargs"`
+	AddGenerationPrompt bool    `json:"add_generation_prompt"`
+	EnableThinking      *bool   `json:"enable_thinking"`
+	Preprocess          string  `json:"preprocess"`
+	Expected            *string `json:"expected"`
+	Error               string  `json:"error"`
+}
+
+func loadGolden(t testing.TB) []goldenCase {
+	t.Helper()
+	b, err := os.ReadFile("testdata/qwen3_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cases []goldenCase `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) < 12 {
+		t.Fatalf("only %d golden cases", len(doc.Cases))
+	}
+	return doc.Cases
+}
+
+func qwen3(t testing.TB) *Template {
+	t.Helper()
+	tmpl, err := Load(modelfiles.Qwen3TokenizerConfig(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+func (c goldenCase) options() Options {
+	o := Options{AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking}
+	if c.Kwargs != "" {
+		o.Kwargs = json.RawMessage(c.Kwargs)
+	}
+	if c.Preprocess == "vllm" {
+		o.Preprocess = PreprocessVLLM
+	}
+	return o
+}
+
+func raw(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+// TestGoldenQwen3 renders every reference case and compares byte for byte;
+// cases where the reference engine fails must fail here too.
+func TestGoldenQwen3(t *testing.T) {
+	tmpl := qwen3(t)
+	for _, c := range loadGolden(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			got, err := tmpl.Render(raw(c.Messages), raw(c.Tools), c.options())
+			if c.Expected == nil {
+				if err == nil {
+					t.Fatalf("reference failed (%s) but Render succeeded:\n%q", c.Error, got)
+				}
+				if !errors.Is(err, ErrRender) && !errors.Is(err, ErrRaised) {
+					t.Fatalf("error %v is neither ErrRender nor ErrRaised", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			if got != *c.Expected {
+				t.Fatalf("mismatch\n got: %q\nwant: %q", got, *c.Expected)
+			}
+		})
+	}
+}
