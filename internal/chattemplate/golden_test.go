@@ -18,6 +18,7 @@ type goldenCase struct {
 	Kwargs              string  `json:"kwargs"`
 	AddGenerationPrompt bool    `json:"add_generation_prompt"`
 	EnableThinking      *bool   `json:"enable_thinking"`
+	ContinueFinal       bool    `json:"continue_final_message"`
 	Preprocess          string  `json:"preprocess"`
 	Expected            *string `json:"expected"`
 	Error               string  `json:"error"`
@@ -51,7 +52,7 @@ func qwen3(t testing.TB) *Template {
 }
 
 func (c goldenCase) options() Options {
-	o := Options{AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking}
+	o := Options{AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking, ContinueFinalMessage: c.ContinueFinal}
 	if c.Kwargs != "" {
 		o.Kwargs = json.RawMessage(c.Kwargs)
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -57,6 +59,12 @@ type Options struct {
 	// Preprocess selects the message preprocessing; default PreprocessNone.
 	Preprocess Preprocess
 
+	// ContinueFinalMessage ends the prompt right after the final message's
+	// text, without its end-of-turn marker, so the model continues that
+	// message (transformers' continue_final_message). It requires
+	// AddGenerationPrompt false.
+	ContinueFinalMessage bool
+
 	// Now is the time strftime_now formats; the zero value means the
 	// wall clock at render time.
 	Now time.Time
@@ -68,6 +76,9 @@ type Options struct {
 // `tool | tojson` prints tool schemas exactly as the client sent them, with
 // Python's ", " and ": " separators, as HuggingFace does.
 func (t *Template) Render(messages, tools json.RawMessage, opts Options) (out string, err error) {
+	if opts.ContinueFinalMessage && opts.AddGenerationPrompt {
+		return "", fmt.Errorf("continue_final_message and add_generation_prompt cannot both be set: %w", ErrInvalidInput)
+	}
 	tmpl, vars, standIns, err := t.prepare(messages, tools, opts)
 	if err != nil {
 		return "", err
@@ -87,6 +98,17 @@ func (t *Template) Render(messages, tools json.RawMessage, opts Options) (out st
 	}
 	if standIns {
 		out = fromStandIns.Replace(out)
+	}
+	if opts.ContinueFinalMessage {
+		msgs := vars["messages"].AsList().Items
+		if len(msgs) == 0 {
+			return "", fmt.Errorf("continue_final_message with no messages: %w", ErrInvalidInput)
+		}
+		c, _ := msgs[len(msgs)-1].AsDict().Get("content")
+		if standIns {
+			c = jinja.NewString(fromStandIns.Replace(printable(c)))
+		}
+		return cutAfterFinal(out, c)
 	}
 	return out, nil
 }
@@ -166,6 +188,52 @@ func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinj
 		return jinja.Undefined(), &raisedError{msg: msg}
 	})
 	return tmpl, vars, standIns, nil
+}
+
+// cutAfterFinal cuts the rendered prompt right after the final message's
+// text, as transformers does for continue_final_message: the text is the
+// content string, or the last part with a "text" key; the cut keeps the
+// message's leading-space-trimmed text when the template preserved it,
+// otherwise the fully trimmed text.
+func cutAfterFinal(out string, content jinja.Value) (string, error) {
+	final := ""
+	switch {
+	case content.IsString():
+		final = content.AsString()
+	case content.IsList():
+		found := false
+		items := content.AsList().Items
+		for i := len(items) - 1; i >= 0; i-- {
+			if items[i].IsDict() {
+				if txt, ok := items[i].AsDict().Get("text"); ok {
+					final, found = printable(txt), true
+					break
+				}
+			}
+		}
+		if !found {
+			return "", fmt.Errorf("continue_final_message: the final message has no text part: %w", ErrInvalidInput)
+		}
+	default:
+		return "", fmt.Errorf("continue_final_message: the final message has no content: %w", ErrInvalidInput)
+	}
+	stripped := strings.TrimFunc(final, pyIsSpace)
+	loc := strings.LastIndex(out, stripped)
+	if loc < 0 {
+		return "", fmt.Errorf("continue_final_message: the final message does not appear in the rendered prompt: %w", ErrRender)
+	}
+	// transformers compares out[loc:loc+len(lstrip(final))] with final,
+	// which can only match when final has no leading white space.
+	if strings.TrimLeftFunc(final, pyIsSpace) == final && strings.HasPrefix(out[loc:], final) {
+		return out[:loc+len(final)], nil
+	}
+	return out[:loc+len(stripped)], nil
+}
+
+// pyIsSpace is Python's str.isspace for one character: Unicode white
+// space plus the information separators U+001C..U+001F.
+func pyIsSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 }
 
 // decodeInputs decodes and shape-checks the three request documents.

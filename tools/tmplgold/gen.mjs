@@ -124,9 +124,34 @@ const cases = [
       {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "sunny"}, {"type": "text", "text": "warm"}]}]`, tools: `[${weatherTool}]`, add_generation_prompt: true },
   { name: "vllm_reasoning_field", preprocess: "vllm", messages: `[{"role": "user", "content": "Q"},
       {"role": "assistant", "content": "A", "reasoning": "thought about it"}]`, add_generation_prompt: false },
+  { name: "continue_final_message", messages: `[{"role": "user", "content": "Write a poem"}, {"role": "assistant", "content": "Roses are red,"}]`, add_generation_prompt: false, continue_final_message: true },
+  { name: "continue_final_message_trailing_space", messages: `[{"role": "user", "content": "Story?"}, {"role": "assistant", "content": "Once upon a time "}]`, add_generation_prompt: false, continue_final_message: true },
+  { name: "continue_final_message_leading_newline", messages: `[{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "\\nA1"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "\\n\\nPartial answer\\n"}]`, add_generation_prompt: false, continue_final_message: true },
   { name: "unknown_role_ignored", messages: `[{"role": "user", "content": "Hi"}, {"role": "narrator", "content": "ignored by Qwen3"}]`, add_generation_prompt: true },
   { name: "empty_messages", messages: `[]`, add_generation_prompt: true },
 ];
+
+// pyStrip* mirror Python's str.strip/lstrip (str.isspace characters).
+const PY_WS = "[\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+const pyLstrip = (s) => s.replace(new RegExp(`^${PY_WS}+`), "");
+const pyStrip = (s) => pyLstrip(s).replace(new RegExp(`${PY_WS}+$`), "");
+
+// continueFinal mirrors transformers' continue_final_message handling in
+// apply_chat_template (cut the prompt right after the final message).
+function continueFinal(rendered, messages) {
+  let final = messages[messages.length - 1].content;
+  if (Array.isArray(final)) {
+    const part = [...final].reverse().find((p) => p && typeof p === "object" && "text" in p);
+    if (!part) throw new Error("no text to continue in the final message");
+    final = part.text;
+  }
+  const stripped = pyStrip(final);
+  const loc = rendered.lastIndexOf(stripped);
+  if (loc < 0) throw new Error("final message does not appear in the rendered chat");
+  const lead = pyLstrip(final);
+  if (rendered.slice(loc, loc + lead.length) === final) return rendered.slice(0, loc + lead.length);
+  return rendered.slice(0, loc + stripped.length);
+}
 
 function render(c) {
   let messages = JSON.parse(c.messages);
@@ -139,7 +164,8 @@ function render(c) {
     add_generation_prompt: c.add_generation_prompt,
   };
   if (c.enable_thinking !== undefined) ctx.enable_thinking = c.enable_thinking;
-  return template.render(ctx);
+  const out = template.render(ctx);
+  return c.continue_final_message ? continueFinal(out, messages) : out;
 }
 
 const out = [];
@@ -149,6 +175,7 @@ for (const c of cases) {
   if (c.kwargs !== undefined) rec.kwargs = c.kwargs;
   rec.add_generation_prompt = c.add_generation_prompt;
   if (c.enable_thinking !== undefined) rec.enable_thinking = c.enable_thinking;
+  if (c.continue_final_message) rec.continue_final_message = true;
   rec.preprocess = c.preprocess ?? "none";
   try {
     rec.expected = render(c);
