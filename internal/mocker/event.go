@@ -37,12 +37,12 @@ type eventLog struct {
 }
 
 type eventRec struct {
-	kind       kvevent.Kind
-	tier       kvevent.Tier
-	hasParent  bool
-	parent     uint64
-	h0, h1     int // hashes[h0:h1]
-	t0, t1     int // tokens[t0:t1]
+	kind      kvevent.Kind
+	tier      kvevent.Tier
+	hasParent bool
+	parent    uint64
+	h0, h1    int // hashes[h0:h1]
+	t0, t1    int // tokens[t0:t1]
 }
 
 func (l *eventLog) reset() {
