@@ -1,0 +1,31 @@
+// Package scheduler picks the worker rank for a request from per-candidate
+// facts (cache overlap per tier, load) and explains the choice.
+//
+// Why a separate package: the cost model is the heart of the router and has
+// many knobs. Keeping it a pure function of its inputs (no index, no
+// tracker, no clock; randomness from a *rand.Rand the caller seeds) lets the
+// simulator compare policies and lets tests check the arithmetic exactly.
+//
+// The kv cost, per eligible candidate w (DESIGN §1, Dynamo's E3 form):
+//
+//	raw_prefill_blocks = (active_prefill_tokens[w] + input_tokens) / block_size   (0 with prefill tracking off)
+//	decay              = 1 / (1 + overlap_score_credit_decay · excess[w])
+//	excess[w]          = ((active_prefill_tokens[w] − min over candidates) / block_size) / ceil(input_tokens / block_size)
+//	overlap_credit     = overlap_score_credit · decay · device_blocks
+//	                   + host_cache_hit_weight · host_blocks + disk_cache_hit_weight · disk_blocks
+//	                   + shared_cache_multiplier · shared_blocks
+//	adjusted_prefill   = max(raw_prefill_blocks − overlap_credit, 0)
+//	cost               = prefill_load_scale · adjusted_prefill + decode_blocks + decode_active_request_weight · active_requests
+//
+// Host, disk and shared blocks are those held beyond the device prefix. At
+// temperature 0 the lowest cost wins, exact ties broken uniformly at random;
+// at T > 0 candidate i is drawn with p_i ∝ exp(−(c_i − min)/((max − min)·T)),
+// uniform when all costs are equal.
+//
+// Selection runs in three steps: eligibility (allow-list, pinned worker, dp
+// rank range, DOWN), opt-in busy thresholds (decode blocks as a fraction of KV
+// capacity, prefill tokens absolute and as a fraction of max batched tokens)
+// and the Policy (kv, round-robin, random, least-loaded). Every candidate gets
+// an Explanation row, excluded ones with the reason, so /v1/route and the
+// status page can show why a worker was or was not chosen.
+package scheduler

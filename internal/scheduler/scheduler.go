@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Sentinel errors of Select.
+var (
+	// ErrNoCandidates means no worker rank is eligible for the request
+	// (none known, all DOWN, or excluded by allow-list, pin or dp range).
+	ErrNoCandidates = errors.New("no eligible worker")
+	// ErrAllBusy means eligible worker ranks exist but every one is over a
+	// busy threshold; the front answers 503 with Retry-After.
+	ErrAllBusy = errors.New("all eligible workers are overloaded")
+	// ErrBlockSize means the request's block size is not positive.
+	ErrBlockSize = errors.New("block size must be positive")
+)
+
+// Scheduler applies eligibility, busy thresholds and a Policy. It is not
+// safe for concurrent use (policies such as round-robin keep state).
+type Scheduler struct {
+	cfg    Config
+	policy Policy
+	elig   []Explanation
+	idx    []int
+}
+
+// New returns a scheduler with a validated config and a policy.
+func New(cfg Config, p Policy) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if p == nil {
+		p = KV{}
+	}
+	return &Scheduler{cfg: cfg, policy: p}, nil
+}
+
+// Config returns the scheduler's configuration.
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// Policy returns the scheduler's policy.
+func (s *Scheduler) Policy() Policy { return s.policy }
+
+// Select chooses a candidate for the request. rng drives tie-breaks and
+// sampling; seed it for reproducible decisions. Errors: ErrBlockSize,
+// ErrNoCandidates, ErrAllBusy.
+func (s *Scheduler) Select(req Request, cands []Candidate, rng *rand.Rand) (Decision, error) {
+	if req.BlockSize <= 0 {
+		return Decision{}, ErrBlockSize
+	}
+	temp := s.cfg.Temperature
+	if o := req.Overrides.Temperature; o != nil && validKnob(*o) {
+		temp = *o
+	}
+	d := Decision{Policy: s.policy.Name(), Temperature: temp, Chosen: -1, Candidates: make([]Explanation, len(cands))}
+	eligible, busy := 0, 0
+	minPrefill := math.MaxInt
+	for i, c := range cands {
+		row := &d.Candidates[i]
+		*row = Explanation{
+			Worker:              c.Worker,
+			Overlap:             c.Overlap,
+			DecodeBlocks:        c.DecodeBlocks,
+			ActiveBlocks:        c.ActiveBlocks,
+			ActivePrefillTokens: c.ActivePrefillTokens,
+			ActiveRequests:      c.ActiveRequests,
+		}
+		row.Excluded = eligibility(req, c)
+		if row.Excluded != Eligible {
+			continue
+		}
+		eligible++
+		row.Excluded = s.busy(c)
+		if row.Excluded != Eligible {
+			busy++
+			continue
+		}
+		minPrefill = min(minPrefill, c.ActivePrefillTokens)
+	}
+	switch {
+	case eligible == 0:
+		return d, fmt.Errorf("selecting among %d workers: %w", len(cands), ErrNoCandidates)
+	case eligible == busy:
+		return d, fmt.Errorf("selecting among %d eligible workers: %w", eligible, ErrAllBusy)
+	}
+	s.elig, s.idx = s.elig[:0], s.idx[:0]
+	for i := range d.Candidates {
+		row := &d.Candidates[i]
+		if row.Excluded != Eligible {
+			continue
+		}
+		s.cost(req, row, minPrefill)
+		s.elig = append(s.elig, *row)
+		s.idx = append(s.idx, i)
+	}
+	k := s.policy.Choose(s.elig, temp, rng)
+	if k < 0 || k >= len(s.elig) {
+		k = 0 // a broken policy must not panic the router
+	}
+	for j, i := range s.idx {
+		d.Candidates[i].Probability = s.elig[j].Probability
+	}
+	d.Chosen = s.idx[k]
+	d.Worker = d.Candidates[d.Chosen].Worker
+	return d, nil
+}
+
+func eligibility(req Request, c Candidate) Exclusion {
+	switch {
+	case c.Down:
+		return ExcludedDown
+	case req.HasPinned && c.Worker.ID != req.PinnedWorker:
+		return ExcludedNotPinned
+	case len(req.AllowedWorkers) > 0 && !slices.Contains(req.AllowedWorkers, c.Worker.ID):
+		return ExcludedNotAllow
+	case req.DPRankSize > 0 && (int(c.Worker.Rank) < req.DPRankStart || int(c.Worker.Rank) >= req.DPRankStart+req.DPRankSize):
+		return ExcludedDPRank
+	}
+	return Eligible
+}
+
+func (s *Scheduler) busy(c Candidate) Exclusion {
+	switch {
+	case s.cfg.ActiveDecodeBlocksThreshold > 0 && c.KVCapacityBlocks > 0 &&
+		c.ActiveBlocks > s.cfg.ActiveDecodeBlocksThreshold*float64(c.KVCapacityBlocks):
+		return BusyDecodeBlocks
+	case s.cfg.ActivePrefillTokensThreshold > 0 && c.ActivePrefillTokens > s.cfg.ActivePrefillTokensThreshold:
+		return BusyPrefillTokens
+	case s.cfg.ActivePrefillTokensThresholdFrac > 0 && c.MaxBatchedTokens > 0 &&
+		float64(c.ActivePrefillTokens) > s.cfg.ActivePrefillTokensThresholdFrac*float64(c.MaxBatchedTokens):
+		return BusyPrefillFrac
+	}
+	return Eligible
+}
+
+// cost fills the kv cost columns of an eligible row.
+func (s *Scheduler) cost(req Request, row *Explanation, minPrefill int) {
+	credit, scale := s.cfg.OverlapScoreCredit, s.cfg.PrefillLoadScale
+	if o := req.Overrides.OverlapScoreCredit; o != nil && validKnob(*o) {
+		credit = *o
+	}
+	if o := req.Overrides.PrefillLoadScale; o != nil && validKnob(*o) {
+		scale = *o
+	}
+	b := float64(req.BlockSize)
+	isl := max(req.InputTokens, 0)
+	decay := 1.0
+	if s.cfg.TrackPrefillTokens {
+		row.RawPrefillBlocks = float64(row.ActivePrefillTokens+isl) / b
+		reqBlocks := (isl + req.BlockSize - 1) / req.BlockSize
+		if s.cfg.OverlapScoreCreditDecay > 0 && reqBlocks > 0 {
+			excess := (float64(row.ActivePrefillTokens-minPrefill) / b) / float64(reqBlocks)
+			decay = 1 / (1 + s.cfg.OverlapScoreCreditDecay*excess)
+		}
+	}
+	o := row.Overlap
+	row.CreditBlocks = credit*decay*float64(o.Device) +
+		s.cfg.HostCacheHitWeight*float64(o.Host) +
+		s.cfg.DiskCacheHitWeight*float64(o.Disk) +
+		s.cfg.SharedCacheMultiplier*float64(o.Shared)
+	row.AdjustedPrefillBlocks = max(row.RawPrefillBlocks-row.CreditBlocks, 0)
+	row.Cost = scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
+}

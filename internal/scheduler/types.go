@@ -1,0 +1,137 @@
+package scheduler
+
+import "github.com/kvrouter/kvrouter/internal/kvevent"
+
+// Overlap is how many of the request's leading blocks a worker rank holds,
+// per storage tier.
+type Overlap struct {
+	// Device is the number of leading blocks in accelerator memory.
+	Device int
+	// Host is the number of further blocks, past the device prefix, in host
+	// memory.
+	Host int
+	// Disk is the number of further blocks, past the device and host
+	// prefixes, on disk or external storage.
+	Disk int
+	// Shared is the number of further blocks, past the device prefix, in a
+	// shared cache pool.
+	Shared int
+}
+
+// Candidate is what the scheduler knows about one worker rank for one
+// request.
+type Candidate struct {
+	// Worker is the worker rank.
+	Worker kvevent.Worker
+	// Down excludes the worker rank (state DOWN).
+	Down bool
+	// Overlap is the request's cached prefix on the worker rank per tier.
+	Overlap Overlap
+	// ActivePrefillTokens is the prompt load already booked on it.
+	ActivePrefillTokens int
+	// ActiveBlocks is the KV blocks held by its running requests (busy check).
+	ActiveBlocks float64
+	// DecodeBlocks is ActiveBlocks plus the blocks the request would add
+	// (the tracker's potential decode blocks).
+	DecodeBlocks float64
+	// ActiveRequests is the number of running requests.
+	ActiveRequests int
+	// KVCapacityBlocks is the worker rank's KV cache size in blocks; 0 means
+	// unknown (the decode busy threshold is then not checked).
+	KVCapacityBlocks int
+	// MaxBatchedTokens is the engine's max batched tokens; 0 means unknown.
+	MaxBatchedTokens int
+}
+
+// Overrides are per-request replacements of Config knobs; nil keeps the
+// configured value.
+type Overrides struct {
+	// OverlapScoreCredit replaces Config.OverlapScoreCredit.
+	OverlapScoreCredit *float64
+	// PrefillLoadScale replaces Config.PrefillLoadScale.
+	PrefillLoadScale *float64
+	// Temperature replaces Config.Temperature.
+	Temperature *float64
+}
+
+// Request is what the scheduler needs to know about the request itself.
+type Request struct {
+	// InputTokens is the prompt length in tokens.
+	InputTokens int
+	// BlockSize is the KV block size in tokens; must be positive.
+	BlockSize int
+	// Overrides replaces knobs for this request.
+	Overrides Overrides
+	// AllowedWorkers, when non-empty, restricts candidates to these workers.
+	AllowedWorkers []kvevent.WorkerID
+	// PinnedWorker, when HasPinned, restricts candidates to this worker.
+	PinnedWorker kvevent.WorkerID
+	// HasPinned says whether PinnedWorker is set.
+	HasPinned bool
+	// DPRankStart and DPRankSize restrict dp ranks to
+	// [DPRankStart, DPRankStart+DPRankSize); size 0 means every rank.
+	DPRankStart, DPRankSize int
+}
+
+// Exclusion says why a candidate was not eligible; the empty value means it
+// was.
+type Exclusion string
+
+// Exclusion reasons.
+const (
+	Eligible          Exclusion = ""
+	ExcludedDown      Exclusion = "down"
+	ExcludedNotAllow  Exclusion = "not in allow-list"
+	ExcludedNotPinned Exclusion = "not the pinned worker"
+	ExcludedDPRank    Exclusion = "dp rank out of range"
+	BusyDecodeBlocks  Exclusion = "busy: active decode blocks over threshold"
+	BusyPrefillTokens Exclusion = "busy: active prefill tokens over threshold"
+	BusyPrefillFrac   Exclusion = "busy: active prefill tokens over fraction of max batched tokens"
+)
+
+// Explanation is one candidate's row in a decision.
+type Explanation struct {
+	// Worker is the worker rank.
+	Worker kvevent.Worker
+	// Excluded is why the candidate was not eligible (empty if it was).
+	Excluded Exclusion
+	// Overlap is the cached prefix per tier.
+	Overlap Overlap
+	// RawPrefillBlocks is (active prefill tokens + input tokens) / block size.
+	RawPrefillBlocks float64
+	// CreditBlocks is the overlap credit subtracted from RawPrefillBlocks.
+	CreditBlocks float64
+	// AdjustedPrefillBlocks is max(RawPrefillBlocks − CreditBlocks, 0).
+	AdjustedPrefillBlocks float64
+	// DecodeBlocks is the potential decode blocks.
+	DecodeBlocks float64
+	// ActiveBlocks is the blocks held by running requests, before this one.
+	ActiveBlocks float64
+	// ActivePrefillTokens is the prompt load already booked.
+	ActivePrefillTokens int
+	// ActiveRequests is the number of running requests.
+	ActiveRequests int
+	// Cost is the kv cost (computed for every eligible row, whatever the
+	// policy).
+	Cost float64
+	// Probability is the chance the row had of being chosen when sampling
+	// (temperature > 0, random policy); 0 otherwise.
+	Probability float64
+}
+
+// Decision is the scheduler's answer.
+type Decision struct {
+	// Worker is the chosen worker rank.
+	Worker kvevent.Worker
+	// Chosen is the index of the chosen row in Candidates.
+	Chosen int
+	// Policy names the policy that chose.
+	Policy string
+	// Temperature is the temperature the kv policy used.
+	Temperature float64
+	// Candidates explains every candidate, in input order.
+	Candidates []Explanation
+}
+
+// ChosenRow returns the chosen candidate's row.
+func (d Decision) ChosenRow() Explanation { return d.Candidates[d.Chosen] }
