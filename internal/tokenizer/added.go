@@ -1,0 +1,137 @@
+package tokenizer
+
+import (
+	"sort"
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is one entry of tokenizer.json's added_tokens.
+type addedToken struct {
+	ID         uint32 `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// addedMatcher finds added tokens in text, leftmost-longest, the way
+// HuggingFace's AddedVocabulary does with its Aho-Corasick automaton.
+type addedMatcher struct {
+	tokens []addedToken
+	// byFirst lists, for each first byte, indexes into tokens, longest first.
+	byFirst [256][]int
+}
+
+func newAddedMatcher(tokens []addedToken) *addedMatcher {
+	m := &addedMatcher{}
+	for _, t := range tokens {
+		if t.Content == "" {
+			continue
+		}
+		m.tokens = append(m.tokens, t)
+	}
+	for i, t := range m.tokens {
+		c := t.Content[0]
+		m.byFirst[c] = append(m.byFirst[c], i)
+	}
+	for c := range m.byFirst {
+		l := m.byFirst[c]
+		sort.SliceStable(l, func(a, b int) bool { return len(m.tokens[l[a]].Content) > len(m.tokens[l[b]].Content) })
+	}
+	return m
+}
+
+func (m *addedMatcher) empty() bool { return m == nil || len(m.tokens) == 0 }
+
+// split cuts s into text segments and added tokens, calling text for each
+// non-empty stretch of ordinary text and token for each added token, in
+// order. lstrip/rstrip tokens absorb the white space beside them;
+// single_word tokens only match between non-word characters.
+func (m *addedMatcher) split(s string, text func(seg string), token func(id uint32)) {
+	if m.empty() {
+		if s != "" {
+			text(s)
+		}
+		return
+	}
+	emitted := 0 // s[:emitted] has been handed out
+	for i := 0; i < len(s); {
+		cands := m.byFirst[s[i]]
+		hit := -1
+		for _, k := range cands {
+			c := m.tokens[k].Content
+			if len(c) <= len(s)-i && s[i:i+len(c)] == c {
+				hit = k
+				break
+			}
+		}
+		if hit < 0 {
+			i++
+			continue
+		}
+		t := &m.tokens[hit]
+		start, stop := i, i+len(t.Content)
+		if t.SingleWord && (endsWithWord(s[:start]) || startsWithWord(s[stop:])) {
+			i = stop
+			continue
+		}
+		if t.LStrip {
+			start = max(trimRightSpaceLen(s[:start]), emitted)
+		}
+		if t.RStrip {
+			stop += leadingSpaceLen(s[stop:])
+		}
+		if start > emitted {
+			text(s[emitted:start])
+		}
+		token(t.ID)
+		emitted = stop
+		i = stop
+	}
+	if emitted < len(s) {
+		text(s[emitted:])
+	}
+}
+
+// isWordRune reports whether r is matched by a Unicode \w.
+func isWordRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.Is(unicode.M, r) || unicode.Is(unicode.Pc, r)
+}
+
+func endsWithWord(s string) bool {
+	r, n := utf8.DecodeLastRuneInString(s)
+	return n > 0 && isWordRune(r)
+}
+
+func startsWithWord(s string) bool {
+	r, n := utf8.DecodeRuneInString(s)
+	return n > 0 && isWordRune(r)
+}
+
+// trimRightSpaceLen returns the length of s without its trailing white space.
+func trimRightSpaceLen(s string) int {
+	for len(s) > 0 {
+		r, n := utf8.DecodeLastRuneInString(s)
+		if !unicode.IsSpace(r) {
+			break
+		}
+		s = s[:len(s)-n]
+	}
+	return len(s)
+}
+
+// leadingSpaceLen returns the length of s's leading white space.
+func leadingSpaceLen(s string) int {
+	n := 0
+	for n < len(s) {
+		r, sz := utf8.DecodeRuneInString(s[n:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		n += sz
+	}
+	return n
+}

@@ -1,0 +1,39 @@
+// Package tokenizer encodes text into the token ids of a HuggingFace
+// byte-level BPE model (Qwen2/2.5/3, Llama 3, DeepSeek, GPT-style models)
+// from the model's tokenizer.json, in pure Go, with ids identical to
+// HuggingFace's tokenizers.
+//
+// The router hashes blocks of token ids, so a single id that differs from
+// what the engine computes shifts every block hash after it and the router
+// silently loses its cache hits. Identity with the reference is therefore the
+// one property that matters; speed comes second. The package reproduces the
+// reference pipeline step by step:
+//
+//  1. added and special tokens (<|im_start|> …) are split out first, leftmost
+//     longest match, honouring lstrip, rstrip, single_word and normalized;
+//  2. the remaining text is normalised (NFC, NFD, NFKC or NFKD) only when the
+//     file configures a normalizer;
+//  3. the pre-tokenizer cuts it into words: a Split with the model's regex
+//     (look-ahead included, compiled by github.com/dlclark/regexp2, behaviour
+//     Isolated) and ByteLevel (optionally with its own GPT-2 regex and a
+//     prefix space). For the split patterns of Qwen2/2.5/3 and Llama 3 a
+//     hand-written matcher replaces regexp2; it is fuzzed against regexp2;
+//  4. each word's bytes are merged by BPE rank (lowest rank first, leftmost
+//     on ties; with ignore_merges, a word found whole in the vocabulary is
+//     taken as is), with a bounded per-tokenizer cache of word → ids;
+//  5. a TemplateProcessing post-processor adds BOS/EOS ids when asked.
+//
+// Anything else — WordPiece, Unigram, WordLevel models, unknown normalizers,
+// pre-tokenizers or post-processors, BPE dropout — is refused at load time
+// with ErrUnsupported rather than tokenized approximately.
+//
+// Golden ids for the embedded Qwen3 tokenizer come from the pinned reference
+// implementation (tools/tokgold); see testdata/qwen3_golden.jsonl.
+//
+// Input that is not valid UTF-8 is first repaired the way HuggingFace's own
+// decoders do (String::from_utf8_lossy: each maximal invalid subsequence
+// becomes U+FFFD), because the reference only accepts valid strings.
+//
+// A *Tokenizer is immutable after Load except for its word cache, which is
+// safe for concurrent use: one tokenizer serves all requests.
+package tokenizer

@@ -1,0 +1,287 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The vocabulary and merges are 99 % of an 11 MB tokenizer.json. Decoding
+// them with encoding/json into interface values or RawMessages costs
+// hundreds of milliseconds at start-up, so this file scans exactly the two
+// shapes they have — an object of string → integer and an array of merges —
+// by hand. It trusts nothing: every length is checked and malformed input
+// yields an error, never a panic.
+
+var errJSON = errors.New("malformed JSON")
+
+// scanner reads JSON values from a byte slice.
+type scanner struct {
+	b   []byte
+	i   int
+	buf []byte
+}
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w at byte %d: %s", errJSON, s.i, fmt.Sprintf(format, args...))
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte without consuming it (0 at the end).
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.i >= len(s.b) {
+		return 0
+	}
+	return s.b[s.i]
+}
+
+func (s *scanner) expect(c byte) error {
+	if s.peek() != c {
+		return s.errorf("expected %q", c)
+	}
+	s.i++
+	return nil
+}
+
+// str reads a JSON string and returns its decoded value.
+func (s *scanner) str() (string, error) {
+	if err := s.expect('"'); err != nil {
+		return "", err
+	}
+	start := s.i
+	// Fast path: no escapes.
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			v := string(s.b[start:s.i])
+			s.i++
+			if !utf8.ValidString(v) {
+				v = validUTF8(v)
+			}
+			return v, nil
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return "", s.errorf("control character in string")
+		}
+		s.i++
+	}
+	s.buf = append(s.buf[:0], s.b[start:s.i]...)
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return validUTF8(string(s.buf)), nil
+		case c < 0x20:
+			return "", s.errorf("control character in string")
+		case c != '\\':
+			s.buf = append(s.buf, c)
+			s.i++
+			continue
+		}
+		if s.i+1 >= len(s.b) {
+			return "", s.errorf("truncated escape")
+		}
+		e := s.b[s.i+1]
+		s.i += 2
+		switch e {
+		case '"', '\\', '/':
+			s.buf = append(s.buf, e)
+		case 'b':
+			s.buf = append(s.buf, '\b')
+		case 'f':
+			s.buf = append(s.buf, '\f')
+		case 'n':
+			s.buf = append(s.buf, '\n')
+		case 'r':
+			s.buf = append(s.buf, '\r')
+		case 't':
+			s.buf = append(s.buf, '\t')
+		case 'u':
+			r, ok := s.hex4()
+			if !ok {
+				return "", s.errorf("bad \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				// A valid pair becomes one rune; a lone surrogate becomes
+				// U+FFFD, as encoding/json does.
+				pair := utf8.RuneError
+				if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+					save := s.i
+					s.i += 2
+					if r2, ok2 := s.hex4(); ok2 {
+						pair = utf16.DecodeRune(r, r2)
+					}
+					if pair == utf8.RuneError {
+						s.i = save
+					}
+				}
+				r = pair
+			}
+			s.buf = utf8.AppendRune(s.buf, r)
+		default:
+			return "", s.errorf("bad escape \\%c", e)
+		}
+	}
+	return "", s.errorf("unterminated string")
+}
+
+func (s *scanner) hex4() (rune, bool) {
+	if s.i+4 > len(s.b) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(s.b[s.i:s.i+4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	s.i += 4
+	return rune(v), true
+}
+
+// uint32 reads a non-negative integer that fits in 32 bits.
+func (s *scanner) uint32() (uint32, error) {
+	s.ws()
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		v = v*10 + uint64(s.b[s.i]-'0')
+		if v > 1<<32-1 {
+			return 0, s.errorf("id out of range")
+		}
+		s.i++
+	}
+	if s.i == start {
+		return 0, s.errorf("expected a non-negative integer")
+	}
+	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		return 0, s.errorf("expected an integer")
+	}
+	return uint32(v), nil
+}
+
+// end reports an error when anything but white space is left.
+func (s *scanner) end() error {
+	if s.peek() != 0 {
+		return s.errorf("trailing data")
+	}
+	return nil
+}
+
+// parseVocab reads {"token": id, ...}. A token listed twice keeps its last id.
+func parseVocab(b []byte) (map[string]uint32, error) {
+	s := &scanner{b: b}
+	if err := s.expect('{'); err != nil {
+		return nil, err
+	}
+	vocab := make(map[string]uint32, len(b)/16)
+	if s.peek() == '}' {
+		s.i++
+		return vocab, s.end()
+	}
+	for {
+		k, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.expect(':'); err != nil {
+			return nil, err
+		}
+		id, err := s.uint32()
+		if err != nil {
+			return nil, err
+		}
+		vocab[k] = id
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return vocab, s.end()
+		default:
+			return nil, s.errorf("expected ',' or '}' in vocab")
+		}
+	}
+}
+
+// parseMerges reads the merges list in either form: ["a b", ...] (the
+// older form, split at its single space) or [["a", "b"], ...].
+func parseMerges(b []byte) ([][2]string, error) {
+	s := &scanner{b: b}
+	if err := s.expect('['); err != nil {
+		return nil, err
+	}
+	merges := make([][2]string, 0, len(b)/24)
+	if s.peek() == ']' {
+		s.i++
+		return merges, s.end()
+	}
+	for {
+		var m [2]string
+		switch s.peek() {
+		case '"':
+			line, err := s.str()
+			if err != nil {
+				return nil, err
+			}
+			sp := -1
+			for j := 0; j < len(line); j++ {
+				if line[j] == ' ' {
+					if sp >= 0 {
+						sp = -2
+						break
+					}
+					sp = j
+				}
+			}
+			if sp < 0 {
+				return nil, fmt.Errorf("merge %d %q: want two tokens separated by one space", len(merges)+1, line)
+			}
+			m = [2]string{line[:sp], line[sp+1:]}
+		case '[':
+			s.i++
+			a, err := s.str()
+			if err != nil {
+				return nil, err
+			}
+			if err := s.expect(','); err != nil {
+				return nil, err
+			}
+			bb, err := s.str()
+			if err != nil {
+				return nil, err
+			}
+			if err := s.expect(']'); err != nil {
+				return nil, err
+			}
+			m = [2]string{a, bb}
+		default:
+			return nil, s.errorf("expected a merge")
+		}
+		merges = append(merges, m)
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return merges, s.end()
+		default:
+			return nil, s.errorf("expected ',' or ']' in merges")
+		}
+	}
+}

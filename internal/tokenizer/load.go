@@ -1,0 +1,458 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/dlclark/regexp2"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// ErrUnsupported is returned by Load for a tokenizer.json that this package
+// cannot reproduce exactly (a WordPiece, Unigram or WordLevel model, an
+// unknown normalizer, pre-tokenizer, post-processor or decoder, BPE dropout,
+// …). It is refused rather than tokenized approximately.
+var ErrUnsupported = errors.New("unsupported tokenizer")
+
+// ErrInvalid is returned by Load for a tokenizer.json that is malformed or
+// inconsistent (bad JSON, a merge naming a token missing from the vocabulary,
+// a byte missing from the byte-level alphabet, …).
+var ErrInvalid = errors.New("invalid tokenizer.json")
+
+// Config tunes a loaded tokenizer; it does not change which ids come out.
+type Config struct {
+	// CacheWords is roughly how many distinct words (pre-tokenized pieces of
+	// at most 64 bytes) keep their ids in memory. 0 disables the cache.
+	// Default 65536 (a few MB).
+	CacheWords int
+}
+
+// DefaultConfig returns the configuration Load and LoadJSON use.
+func DefaultConfig() Config { return Config{CacheWords: 1 << 16} }
+
+// Validate reports a configuration that cannot be used.
+func (c Config) Validate() error {
+	if c.CacheWords < 0 {
+		return fmt.Errorf("tokenizer: CacheWords must be >= 0, got %d", c.CacheWords)
+	}
+	return nil
+}
+
+// maxFileSize bounds what Load reads: the largest real tokenizer.json files
+// are around 30 MB.
+const maxFileSize = 256 << 20
+
+// Load reads a HuggingFace tokenizer.json from r (at most 256 MB) and builds
+// its tokenizer with DefaultConfig.
+func Load(r io.Reader) (*Tokenizer, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading tokenizer.json: %w", err)
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, maxFileSize)
+	}
+	return LoadJSON(b)
+}
+
+// LoadJSON builds a tokenizer from the bytes of a tokenizer.json with
+// DefaultConfig.
+func LoadJSON(b []byte) (*Tokenizer, error) { return LoadJSONConfig(b, DefaultConfig()) }
+
+// fileJSON is the part of tokenizer.json's schema this package reads.
+type fileJSON struct {
+	AddedTokens   []addedToken    `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         struct {
+		Type                    string          `json:"type"`
+		Dropout                 *float64        `json:"dropout"`
+		UnkToken                *string         `json:"unk_token"`
+		ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+		IgnoreMerges            bool            `json:"ignore_merges"`
+		Vocab                   json.RawMessage `json:"vocab"`
+		Merges                  json.RawMessage `json:"merges"`
+	} `json:"model"`
+}
+
+// component is the common shape of normalizers, pre-tokenizers,
+// post-processors and decoders: a type tag plus type-specific fields.
+type component struct {
+	Type string `json:"type"`
+	// Sequence members (normalizers, pretokenizers, processors, decoders).
+	Normalizers   []json.RawMessage `json:"normalizers"`
+	Pretokenizers []json.RawMessage `json:"pretokenizers"`
+	Processors    []json.RawMessage `json:"processors"`
+	Decoders      []json.RawMessage `json:"decoders"`
+	// Split.
+	Pattern *struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+	Behavior string `json:"behavior"`
+	Invert   bool   `json:"invert"`
+	// ByteLevel (absent booleans default to true, as in HuggingFace).
+	AddPrefixSpace *bool `json:"add_prefix_space"`
+	UseRegex       *bool `json:"use_regex"`
+	// TemplateProcessing.
+	Single        []map[string]json.RawMessage `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []uint32 `json:"ids"`
+	} `json:"special_tokens"`
+}
+
+func isNull(b json.RawMessage) bool {
+	s := strings.TrimSpace(string(b))
+	return s == "" || s == "null"
+}
+
+func parseComponent(b json.RawMessage, what string) (*component, error) {
+	var c component
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, what, err)
+	}
+	return &c, nil
+}
+
+// gpt2Pattern is the ByteLevel pre-tokenizer's own regex (use_regex).
+const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+
+// LoadJSONConfig builds a tokenizer from the bytes of a tokenizer.json.
+func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var f fileJSON
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	t := &Tokenizer{cache: newWordCache(cfg.CacheWords)}
+	if err := t.loadModel(&f); err != nil {
+		return nil, err
+	}
+	if err := t.loadNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if err := t.loadPostProcessor(f.PostProcessor); err != nil {
+		return nil, err
+	}
+	if err := t.loadDecoder(f.Decoder); err != nil {
+		return nil, err
+	}
+	t.loadAdded(f.AddedTokens)
+	return t, nil
+}
+
+func (t *Tokenizer) loadModel(f *fileJSON) error {
+	m := &f.Model
+	typ := m.Type
+	if typ == "" && len(m.Merges) > 0 {
+		typ = "BPE" // untagged files: only BPE has merges
+	}
+	if typ != "BPE" {
+		return fmt.Errorf("%w: model type %q (only byte-level BPE is implemented)", ErrUnsupported, m.Type)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return fmt.Errorf("%w: BPE dropout %v (non-deterministic)", ErrUnsupported, *m.Dropout)
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
+		return fmt.Errorf("%w: continuing_subword_prefix %q", ErrUnsupported, *m.ContinuingSubwordPrefix)
+	}
+	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return fmt.Errorf("%w: end_of_word_suffix %q", ErrUnsupported, *m.EndOfWordSuffix)
+	}
+	if isNull(m.Vocab) {
+		return fmt.Errorf("%w: model has no vocab", ErrInvalid)
+	}
+	vocab, err := parseVocab(m.Vocab)
+	if err != nil {
+		return fmt.Errorf("%w: parsing vocab: %v", ErrInvalid, err)
+	}
+	var merges [][2]string
+	if !isNull(m.Merges) {
+		if merges, err = parseMerges(m.Merges); err != nil {
+			return fmt.Errorf("%w: parsing merges: %v", ErrInvalid, err)
+		}
+	}
+	if len(merges) >= math.MaxUint32 {
+		return fmt.Errorf("%w: too many merges", ErrInvalid)
+	}
+	t.vocab = vocab
+	t.model.ignoreMerges = m.IgnoreMerges
+	for c := 0; c < 256; c++ {
+		tok := string(byteToRune[c])
+		id, ok := vocab[tok]
+		if !ok {
+			return fmt.Errorf("%w: byte 0x%02x (%q) is missing from the vocab: not a byte-level BPE", ErrUnsupported, c, tok)
+		}
+		t.model.byteID[c] = id
+	}
+	t.model.merges = make(map[uint64]uint64, len(merges))
+	for rank, mg := range merges {
+		a, okA := vocab[mg[0]]
+		bb, okB := vocab[mg[1]]
+		id, okM := vocab[mg[0]+mg[1]]
+		if !okA || !okB || !okM {
+			return fmt.Errorf("%w: merge %d (%q %q) uses a token missing from the vocab", ErrInvalid, rank+1, mg[0], mg[1])
+		}
+		t.model.merges[uint64(a)<<32|uint64(bb)] = uint64(rank)<<32 | uint64(id)
+	}
+	if t.model.ignoreMerges {
+		t.model.vocab = make(map[string]uint32, len(vocab))
+		for tok, id := range vocab {
+			if raw, ok := byteLevelDecode(tok); ok {
+				t.model.vocab[raw] = id
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Tokenizer) loadNormalizer(b json.RawMessage) error {
+	if isNull(b) {
+		return nil
+	}
+	forms, err := normalizerForms(b)
+	if err != nil {
+		return err
+	}
+	t.normForms = forms
+	return nil
+}
+
+func normalizerForms(b json.RawMessage) ([]norm.Form, error) {
+	c, err := parseComponent(b, "normalizer")
+	if err != nil {
+		return nil, err
+	}
+	switch c.Type {
+	case "NFC":
+		return []norm.Form{norm.NFC}, nil
+	case "NFD":
+		return []norm.Form{norm.NFD}, nil
+	case "NFKC":
+		return []norm.Form{norm.NFKC}, nil
+	case "NFKD":
+		return []norm.Form{norm.NFKD}, nil
+	case "Sequence":
+		var out []norm.Form
+		for _, sub := range c.Normalizers {
+			f, err := normalizerForms(sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f...)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: normalizer %q", ErrUnsupported, c.Type)
+}
+
+func (t *Tokenizer) loadPreTokenizer(b json.RawMessage) error {
+	if isNull(b) {
+		return fmt.Errorf("%w: no pre_tokenizer (a byte-level BPE needs ByteLevel)", ErrUnsupported)
+	}
+	var stages []stage
+	byteLevel := false
+	var walk func(b json.RawMessage) error
+	walk = func(b json.RawMessage) error {
+		c, err := parseComponent(b, "pre_tokenizer")
+		if err != nil {
+			return err
+		}
+		if byteLevel && c.Type != "Sequence" {
+			return fmt.Errorf("%w: pre-tokenizer %q after ByteLevel", ErrUnsupported, c.Type)
+		}
+		switch c.Type {
+		case "Sequence":
+			for _, sub := range c.Pretokenizers {
+				if err := walk(sub); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "Split":
+			if c.Behavior != "Isolated" || c.Invert {
+				return fmt.Errorf("%w: Split behavior %q invert=%v (only Isolated)", ErrUnsupported, c.Behavior, c.Invert)
+			}
+			if c.Pattern == nil || (c.Pattern.Regex == nil) == (c.Pattern.String == nil) {
+				return fmt.Errorf("%w: Split needs exactly one of pattern.Regex or pattern.String", ErrInvalid)
+			}
+			var sp splitter
+			if c.Pattern.Regex != nil {
+				sp, err = splitterFor(*c.Pattern.Regex)
+			} else {
+				sp, err = newRegexpSplitter(regexp2.Escape(*c.Pattern.String))
+			}
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrUnsupported, err)
+			}
+			stages = append(stages, stage{split: sp})
+			return nil
+		case "ByteLevel":
+			byteLevel = true
+			st := stage{prefixSpace: c.AddPrefixSpace == nil || *c.AddPrefixSpace}
+			if c.UseRegex == nil || *c.UseRegex {
+				if st.split, err = splitterFor(gpt2Pattern); err != nil {
+					return err
+				}
+			}
+			if st.prefixSpace || st.split != nil {
+				stages = append(stages, st)
+			}
+			return nil
+		}
+		return fmt.Errorf("%w: pre-tokenizer %q", ErrUnsupported, c.Type)
+	}
+	if err := walk(b); err != nil {
+		return err
+	}
+	if !byteLevel {
+		return fmt.Errorf("%w: pre_tokenizer has no ByteLevel step: not a byte-level BPE", ErrUnsupported)
+	}
+	t.stages = stages
+	return nil
+}
+
+// splitterFor returns the fast splitter for the patterns it implements and
+// regexp2 for the rest.
+func splitterFor(pattern string) (splitter, error) {
+	switch pattern {
+	case qwenPattern:
+		return &fastSplitter{maxDigits: 1}, nil
+	case llama3Pattern:
+		return &fastSplitter{maxDigits: 3}, nil
+	}
+	return newRegexpSplitter(pattern)
+}
+
+func (t *Tokenizer) loadPostProcessor(b json.RawMessage) error {
+	if isNull(b) {
+		return nil
+	}
+	c, err := parseComponent(b, "post_processor")
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil // only adjusts offsets
+	case "Sequence":
+		for _, sub := range c.Processors {
+			if err := t.loadPostProcessor(sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "TemplateProcessing":
+		if t.hasTemplate {
+			return fmt.Errorf("%w: two TemplateProcessing post-processors", ErrUnsupported)
+		}
+		t.hasTemplate = true
+		seenSeq := false
+		for _, item := range c.Single {
+			if raw, ok := item["Sequence"]; ok {
+				var s struct {
+					ID string `json:"id"`
+				}
+				if err := json.Unmarshal(raw, &s); err != nil || s.ID != "A" || seenSeq {
+					return fmt.Errorf("%w: TemplateProcessing single template must hold sequence A once", ErrUnsupported)
+				}
+				seenSeq = true
+				continue
+			}
+			raw, ok := item["SpecialToken"]
+			if !ok {
+				return fmt.Errorf("%w: TemplateProcessing item %v", ErrUnsupported, item)
+			}
+			var s struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return fmt.Errorf("%w: TemplateProcessing special token: %v", ErrInvalid, err)
+			}
+			st, ok := c.SpecialTokens[s.ID]
+			if !ok {
+				return fmt.Errorf("%w: TemplateProcessing names unknown special token %q", ErrInvalid, s.ID)
+			}
+			if seenSeq {
+				t.suffix = append(t.suffix, st.IDs...)
+			} else {
+				t.prefix = append(t.prefix, st.IDs...)
+			}
+		}
+		if !seenSeq {
+			return fmt.Errorf("%w: TemplateProcessing single template without sequence A", ErrInvalid)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: post-processor %q", ErrUnsupported, c.Type)
+}
+
+func (t *Tokenizer) loadDecoder(b json.RawMessage) error {
+	if isNull(b) {
+		return fmt.Errorf("%w: no decoder (a byte-level BPE needs the ByteLevel decoder)", ErrUnsupported)
+	}
+	c, err := parseComponent(b, "decoder")
+	if err != nil {
+		return err
+	}
+	if c.Type == "Sequence" && len(c.Decoders) == 1 {
+		return t.loadDecoder(c.Decoders[0])
+	}
+	if c.Type != "ByteLevel" {
+		return fmt.Errorf("%w: decoder %q", ErrUnsupported, c.Type)
+	}
+	return nil
+}
+
+// loadAdded registers the added tokens and builds the id tables.
+func (t *Tokenizer) loadAdded(added []addedToken) {
+	maxID := uint32(0)
+	for _, id := range t.vocab {
+		maxID = max(maxID, id)
+	}
+	for _, a := range added {
+		maxID = max(maxID, a.ID)
+	}
+	t.idToken = make([]string, int(maxID)+1)
+	t.known = make([]bool, int(maxID)+1)
+	for tok, id := range t.vocab {
+		t.idToken[id] = tok
+		t.known[id] = true
+	}
+	t.special = make(map[uint32]bool)
+	t.addedByContent = make(map[string]uint32, len(added))
+	var raw, normed []addedToken
+	for _, a := range added {
+		t.idToken[a.ID] = a.Content
+		t.known[a.ID] = true
+		t.addedByContent[a.Content] = a.ID
+		if a.Special {
+			t.special[a.ID] = true
+		}
+		if a.Normalized && len(t.normForms) > 0 {
+			a.Content = t.normalize(a.Content)
+			normed = append(normed, a)
+		} else {
+			raw = append(raw, a)
+		}
+	}
+	t.addedRaw = newAddedMatcher(raw)
+	t.addedNorm = newAddedMatcher(normed)
+	t.decoded = make([]string, len(t.idToken))
+	for id, tok := range t.idToken {
+		t.decoded[id], _ = byteLevelDecode(tok)
+	}
+}

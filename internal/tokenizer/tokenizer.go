@@ -1,0 +1,190 @@
+package tokenizer
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
+)
+
+// Tokenizer encodes text to token ids and back for one byte-level BPE model.
+// It is safe for concurrent use.
+type Tokenizer struct {
+	model model
+	// vocab maps the model's tokens (byte-level form, as in the file) to ids.
+	vocab map[string]uint32
+	// addedByContent maps added tokens' contents to their ids.
+	addedByContent map[string]uint32
+	// special holds the ids of added tokens flagged special.
+	special map[uint32]bool
+	// idToken is each id's token as written in the file ("" if unknown).
+	idToken []string
+	// known marks the ids that exist.
+	known []bool
+	// decoded is each id's bytes as the ByteLevel decoder produces them.
+	decoded []string
+	// addedRaw matches added tokens with normalized=false (on raw text);
+	// addedNorm those with normalized=true (on normalised text).
+	addedRaw, addedNorm *addedMatcher
+	normForms           []norm.Form
+	// stages is the pre-tokenizer pipeline.
+	stages []stage
+	// prefix and suffix are the ids a TemplateProcessing post-processor adds
+	// around the text when special tokens are requested.
+	prefix, suffix []uint32
+	hasTemplate    bool
+	cache          *wordCache
+}
+
+// stage is one pre-tokenizer step: an optional prefix space (ByteLevel's
+// add_prefix_space) added to each piece, then an optional split.
+type stage struct {
+	prefixSpace bool
+	split       splitter
+}
+
+// Encode returns the token ids of text. Added and special tokens written in
+// the text (such as "<|im_start|>") are recognised. addSpecialTokens asks the
+// post-processor to add its tokens (Llama 3's <|begin_of_text|>; Qwen3 adds
+// none). Text that is not valid UTF-8 is repaired first (see the package
+// documentation). Encode never fails.
+func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
+	text = validUTF8(text)
+	e := encoder{t: t, ids: make([]uint32, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)}
+	if addSpecialTokens {
+		e.ids = append(e.ids, t.prefix...)
+	}
+	t.addedRaw.split(text, e.rawSegment, e.token)
+	if addSpecialTokens {
+		e.ids = append(e.ids, t.suffix...)
+	}
+	return e.ids
+}
+
+// encoder carries one Encode call's output through the pipeline's callbacks.
+type encoder struct {
+	t   *Tokenizer
+	ids []uint32
+}
+
+func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
+
+func (e *encoder) rawSegment(seg string) {
+	if len(e.t.normForms) > 0 {
+		seg = e.t.normalize(seg)
+	}
+	e.t.addedNorm.split(seg, e.normSegment, e.token)
+}
+
+func (e *encoder) normSegment(seg string) { e.pretokenize(seg, 0) }
+
+// pretokenize runs stage k and the following ones over s, encoding each
+// resulting word.
+func (e *encoder) pretokenize(s string, k int) {
+	if k == len(e.t.stages) {
+		e.word(s)
+		return
+	}
+	st := e.t.stages[k]
+	if st.prefixSpace && s != "" && s[0] != ' ' {
+		s = " " + s
+	}
+	if st.split == nil {
+		e.pretokenize(s, k+1)
+		return
+	}
+	st.split.split(s, func(a, b int) { e.pretokenize(s[a:b], k+1) })
+}
+
+// word appends the ids of one pre-tokenized word, through the cache.
+func (e *encoder) word(w string) {
+	t := e.t
+	if len(w) <= 1 || t.cache == nil || len(w) > maxCachedWord {
+		e.ids = t.model.appendWord(e.ids, w)
+		return
+	}
+	if ids, ok := t.cache.get(w); ok {
+		e.ids = append(e.ids, ids...)
+		return
+	}
+	n := len(e.ids)
+	e.ids = t.model.appendWord(e.ids, w)
+	t.cache.put(strings.Clone(w), slices.Clone(e.ids[n:]))
+}
+
+func (t *Tokenizer) normalize(s string) string {
+	for _, f := range t.normForms {
+		s = f.String(s)
+	}
+	return s
+}
+
+// Decode turns ids back into text, special tokens included. Ids that do not
+// exist are skipped. Bytes that do not form valid UTF-8 (a sequence cut in
+// the middle of a character) become U+FFFD, as in HuggingFace's decoder.
+func (t *Tokenizer) Decode(ids []uint32) string {
+	n := 0
+	for _, id := range ids {
+		if int(id) < len(t.decoded) {
+			n += len(t.decoded[id])
+		}
+	}
+	buf := make([]byte, 0, n)
+	for _, id := range ids {
+		if int(id) < len(t.decoded) {
+			buf = append(buf, t.decoded[id]...)
+		}
+	}
+	return validUTF8(string(buf))
+}
+
+// TokenToID returns the id of a token as written in tokenizer.json: an added
+// or special token's content ("<|im_end|>") or a vocabulary entry in its
+// byte-level form ("Ġworld").
+func (t *Tokenizer) TokenToID(token string) (uint32, bool) {
+	if id, ok := t.addedByContent[token]; ok {
+		return id, true
+	}
+	id, ok := t.vocab[token]
+	return id, ok
+}
+
+// IDToToken returns the token of id as written in tokenizer.json.
+func (t *Tokenizer) IDToToken(id uint32) (string, bool) {
+	if int(id) >= len(t.idToken) || !t.known[id] {
+		return "", false
+	}
+	return t.idToken[id], true
+}
+
+// IsSpecial reports whether id is an added token flagged special (such as
+// <|im_start|> or <|endoftext|>).
+func (t *Tokenizer) IsSpecial(id uint32) bool { return t.special[id] }
+
+// VocabSize returns the size of the id space: the largest id of the
+// vocabulary and added tokens, plus one (151669 for Qwen3; the model's
+// embedding table may be padded beyond it).
+func (t *Tokenizer) VocabSize() int { return len(t.idToken) }
+
+var (
+	defaultOnce sync.Once
+	defaultTok  *Tokenizer
+	defaultErr  error
+)
+
+// Default returns the tokenizer of the embedded default model (Qwen3),
+// loaded on first use and shared afterwards.
+func Default() (*Tokenizer, error) {
+	defaultOnce.Do(func() {
+		b, err := modelfiles.Qwen3TokenizerJSON()
+		if err != nil {
+			defaultErr = err
+			return
+		}
+		defaultTok, defaultErr = LoadJSON(b)
+	})
+	return defaultTok, defaultErr
+}
