@@ -1,0 +1,421 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// Sentinel errors returned by Apply; each is also counted in Stats.
+var (
+	// ErrUnknownParent: a stored event's parent hash is not held by the
+	// emitting worker rank. The event is refused; nothing changes.
+	ErrUnknownParent = errors.New("stored event: unknown parent block")
+	// ErrUnknownBlock: a removed event named a hash the worker rank does
+	// not hold. The rest of the batch is applied.
+	ErrUnknownBlock = errors.New("removed event: unknown block")
+	// ErrConflict: a stored block reused an engine hash for a different
+	// position, or a position under a different engine hash. The blocks
+	// before it are applied, the rest are refused.
+	ErrConflict = errors.New("stored event: engine hash conflicts with the index")
+	// ErrInvalid: the event is malformed (unknown kind or tier, too many
+	// blocks, a block naming its parent). Nothing changes.
+	ErrInvalid = errors.New("invalid event")
+	// ErrTooManyWorkers: the index already tracks MaxHolders worker ranks.
+	ErrTooManyWorkers = errors.New("too many worker ranks")
+)
+
+// MaxHolders bounds the number of worker ranks (plus predict-on-route
+// shadows) one Index tracks.
+const MaxHolders = 1<<16 - 2
+
+type holderKind uint8
+
+const (
+	kindExact holderKind = iota
+	kindApprox
+	kindPredict
+)
+
+// holder is one worker rank as the tree sees it: exact (fed by events),
+// approximate (fed by Record) or the predict-on-route shadow of a worker.
+type holder struct {
+	worker  kvevent.Worker
+	kind    holderKind
+	live    bool
+	blocks  int                                 // nodes this holder holds (any tier)
+	engine  [kvevent.NumTiers]map[uint64]uint64 // engine hash -> node<<32 | refcount
+	entries int                                 // engine map entries (all tiers)
+	expiry  map[uint32]int64                    // approx/predict: node -> expiry (unix ns)
+}
+
+type holderKey struct {
+	w    kvevent.Worker
+	kind holderKind
+}
+
+// Index is the single-threaded prefix index: exact workers fed by events,
+// approximate workers fed by the router's own decisions, and
+// predict-on-route shadows, in one tree. It is not safe for concurrent
+// use; Concurrent wraps it for that. It does no I/O and reads no clock.
+type Index struct {
+	cfg      Config
+	ns       *nodes
+	kids     childTable
+	holders  []holder // index = holder id; 0 unused
+	byKey    map[holderKey]uint32
+	freeIDs  []uint32
+	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
+	approx   approxState
+	used     []uint32 // last-matched tick per node (only with MaxBytes)
+	tick     uint32
+	stats    counters
+	stack    []uint32 // scratch for dropSubtree
+	order    []uint32 // scratch for dropSubtree
+}
+
+// New returns an empty index.
+func New(cfg Config) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Index{
+		cfg:      cfg,
+		ns:       newNodes(),
+		holders:  make([]holder, 1),
+		byKey:    map[holderKey]uint32{},
+		byWorker: map[kvevent.WorkerID][]uint32{},
+	}, nil
+}
+
+func (x *Index) holderID(w kvevent.Worker, kind holderKind, create bool) (uint32, error) {
+	if id, ok := x.byKey[holderKey{w, kind}]; ok {
+		return id, nil
+	}
+	if !create {
+		return 0, nil
+	}
+	var id uint32
+	if k := len(x.freeIDs); k > 0 {
+		id = x.freeIDs[k-1]
+		x.freeIDs = x.freeIDs[:k-1]
+	} else {
+		if len(x.holders) > MaxHolders {
+			return 0, ErrTooManyWorkers
+		}
+		id = uint32(len(x.holders))
+		x.holders = append(x.holders, holder{})
+	}
+	x.holders[id] = holder{worker: w, kind: kind, live: true}
+	x.byKey[holderKey{w, kind}] = id
+	x.byWorker[w.ID] = append(x.byWorker[w.ID], id)
+	return id, nil
+}
+
+// dropHolder removes every block of holder id and forgets it.
+func (x *Index) dropHolder(id uint32) {
+	x.clearHolder(id)
+	h := &x.holders[id]
+	delete(x.byKey, holderKey{h.worker, h.kind})
+	ids := slices.DeleteFunc(x.byWorker[h.worker.ID], func(v uint32) bool { return v == id })
+	if len(ids) == 0 {
+		delete(x.byWorker, h.worker.ID)
+	} else {
+		x.byWorker[h.worker.ID] = ids
+	}
+	*h = holder{}
+	x.freeIDs = append(x.freeIDs, id)
+}
+
+// clearHolder removes every block of holder id, keeping the holder.
+func (x *Index) clearHolder(id uint32) {
+	h := &x.holders[id]
+	// Tops: held nodes whose parent the holder does not hold. Dropping
+	// each top's subtree drops everything the holder holds.
+	var tops []uint32
+	visit := func(nid uint32) {
+		p := x.ns.at(nid).parent
+		if p == 0 {
+			tops = append(tops, nid)
+			return
+		}
+		if _, _, ok := x.ns.find(x.ns.at(p), id); !ok {
+			tops = append(tops, nid)
+		}
+	}
+	for t := range h.engine {
+		for _, v := range h.engine[t] {
+			visit(uint32(v >> 32))
+		}
+	}
+	for nid := range h.expiry {
+		visit(nid)
+	}
+	slices.Sort(tops)
+	tops = slices.Compact(tops)
+	for _, nid := range tops {
+		x.dropSubtree(id, nid)
+	}
+	for t := range h.engine {
+		h.engine[t] = nil
+	}
+	h.entries = 0
+	h.expiry = nil
+}
+
+// Apply folds one event into the index. Errors are the sentinels above,
+// wrapped with context; a refused event leaves other workers untouched.
+func (x *Index) Apply(ev *kvevent.Event) error {
+	x.stats.events++
+	if int(ev.Tier) >= kvevent.NumTiers {
+		x.stats.invalid++
+		return fmt.Errorf("%w: tier %d", ErrInvalid, ev.Tier)
+	}
+	var err error
+	switch ev.Kind {
+	case kvevent.Stored:
+		err = x.store(ev)
+	case kvevent.Removed:
+		err = x.remove(ev)
+	case kvevent.Cleared:
+		if id, _ := x.holderID(ev.Worker, kindExact, false); id != 0 {
+			x.dropHolder(id)
+		}
+	default:
+		x.stats.invalid++
+		return fmt.Errorf("%w: kind %d", ErrInvalid, ev.Kind)
+	}
+	if err == nil || errors.Is(err, ErrUnknownBlock) || errors.Is(err, ErrConflict) {
+		x.enforceBudget()
+	}
+	return err
+}
+
+// RemoveWorker drops every rank of worker id (exact, approximate and
+// predicted entries alike).
+func (x *Index) RemoveWorker(id kvevent.WorkerID) {
+	for _, hid := range slices.Clone(x.byWorker[id]) {
+		x.dropHolder(hid)
+	}
+}
+
+func (x *Index) store(ev *kvevent.Event) error {
+	if len(ev.Blocks) > x.cfg.MaxBlocksPerEvent {
+		x.stats.invalid++
+		return fmt.Errorf("%w: %d blocks in one event (max %d)", ErrInvalid, len(ev.Blocks), x.cfg.MaxBlocksPerEvent)
+	}
+	if ev.HasParent {
+		for _, b := range ev.Blocks {
+			if b.EngineHash == ev.Parent {
+				x.stats.invalid++
+				return fmt.Errorf("%w: block %d names itself as parent", ErrInvalid, b.EngineHash)
+			}
+		}
+	}
+	if len(ev.Blocks) == 0 {
+		return nil
+	}
+	id, err := x.holderID(ev.Worker, kindExact, !ev.HasParent)
+	if err != nil {
+		x.stats.invalid++
+		return err
+	}
+	var parent uint32
+	if ev.HasParent {
+		var ok bool
+		if id != 0 {
+			parent, ok = x.lookupAnyTier(id, ev.Tier, ev.Parent)
+		}
+		if !ok {
+			x.stats.unknownParent++
+			return fmt.Errorf("%w: worker %v parent %d", ErrUnknownParent, ev.Worker, ev.Parent)
+		}
+	}
+	h := &x.holders[id]
+	m := h.engine[ev.Tier]
+	if m == nil {
+		m = make(map[uint64]uint64, len(ev.Blocks))
+		h.engine[ev.Tier] = m
+	}
+	bit := uint8(1) << ev.Tier
+	for i, b := range ev.Blocks {
+		if v, ok := m[b.EngineHash]; ok {
+			nid := uint32(v >> 32)
+			n := x.ns.at(nid)
+			if n.parent != parent || n.local != b.LocalHash {
+				x.stats.conflicts++
+				return fmt.Errorf("%w: worker %v block %d (#%d of the event) already held elsewhere", ErrConflict, ev.Worker, b.EngineHash, i)
+			}
+			m[b.EngineHash] = v + 1
+			x.stats.blockOps++
+			parent = nid
+			continue
+		}
+		nid := x.kids.find(x.ns, parent, b.LocalHash)
+		if nid == 0 {
+			nid = x.ns.alloc(parent, b.LocalHash, b.EngineHash)
+			x.kids.insert(x.ns, nid)
+			x.growUsed(nid)
+		}
+		n := x.ns.at(nid)
+		_, e, held := x.ns.find(n, id)
+		if held && entryMask(e)&bit != 0 {
+			// Held on this tier under another engine hash.
+			x.stats.conflicts++
+			return fmt.Errorf("%w: worker %v block %d (#%d of the event) duplicates a held block", ErrConflict, ev.Worker, b.EngineHash, i)
+		}
+		x.ns.setMask(n, id, entryMask(e)|bit)
+		if !held {
+			h.blocks++
+		}
+		m[b.EngineHash] = uint64(nid)<<32 | 1
+		h.entries++
+		x.touch(nid)
+		x.stats.blockOps++
+		parent = nid
+	}
+	return nil
+}
+
+// lookupAnyTier resolves an engine hash of holder id, on tier t first and
+// then on the other tiers (a lower-tier store may hang below a device block).
+func (x *Index) lookupAnyTier(id uint32, t kvevent.Tier, hash uint64) (uint32, bool) {
+	h := &x.holders[id]
+	if v, ok := h.engine[t][hash]; ok {
+		return uint32(v >> 32), true
+	}
+	for o := range h.engine {
+		if v, ok := h.engine[o][hash]; ok {
+			return uint32(v >> 32), true
+		}
+	}
+	return 0, false
+}
+
+func (x *Index) remove(ev *kvevent.Event) error {
+	if len(ev.Removed) > x.cfg.MaxBlocksPerEvent {
+		x.stats.invalid++
+		return fmt.Errorf("%w: %d blocks in one event (max %d)", ErrInvalid, len(ev.Removed), x.cfg.MaxBlocksPerEvent)
+	}
+	id, _ := x.holderID(ev.Worker, kindExact, false)
+	unknown := 0
+	var first uint64
+	for _, hash := range ev.Removed {
+		var v uint64
+		ok := false
+		if id != 0 {
+			v, ok = x.holders[id].engine[ev.Tier][hash]
+		}
+		if !ok {
+			if unknown == 0 {
+				first = hash
+			}
+			unknown++
+			continue
+		}
+		x.stats.blockOps++
+		m := x.holders[id].engine[ev.Tier]
+		if v&0xffffffff > 1 {
+			m[hash] = v - 1
+			continue
+		}
+		delete(m, hash)
+		x.holders[id].entries--
+		nid := uint32(v >> 32)
+		n := x.ns.at(nid)
+		_, e, _ := x.ns.find(n, id)
+		mask := entryMask(e) &^ (1 << ev.Tier)
+		if mask != 0 {
+			x.ns.setMask(n, id, mask)
+			continue
+		}
+		// Last copy gone: the worker no longer holds this block, nor (by
+		// prefix semantics) anything it holds below it.
+		x.dropSubtree(id, nid)
+	}
+	if unknown > 0 {
+		x.stats.unknownRemoval += uint64(unknown)
+		return fmt.Errorf("%w: worker %v: %d unknown hashes (first %d)", ErrUnknownBlock, ev.Worker, unknown, first)
+	}
+	return nil
+}
+
+// dropSubtree removes holder id from node top and from every node below it
+// that it holds (all tiers, engine entries included), freeing nodes no
+// holder is left on. Children are processed before parents.
+func (x *Index) dropSubtree(id uint32, top uint32) {
+	stack := append(x.stack[:0], top)
+	order := x.order[:0]
+	for len(stack) > 0 {
+		nid := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		order = append(order, nid)
+		for c := x.ns.at(nid).first; c != 0; c = x.ns.at(c).next {
+			if _, _, ok := x.ns.find(x.ns.at(c), id); ok {
+				stack = append(stack, c)
+			}
+		}
+	}
+	x.stack, x.order = stack[:0], order[:0]
+	h := &x.holders[id]
+	for i := len(order) - 1; i >= 0; i-- {
+		nid := order[i]
+		n := x.ns.at(nid)
+		_, e, ok := x.ns.find(n, id)
+		if !ok {
+			continue
+		}
+		mask := entryMask(e)
+		for t := range h.engine {
+			if mask&(1<<t) != 0 && h.engine[t] != nil {
+				x.deleteEngineEntry(h, t, nid, n.eng)
+			}
+		}
+		if h.expiry != nil {
+			if _, ok := h.expiry[nid]; ok {
+				delete(h.expiry, nid)
+				x.approx.entries--
+			}
+		}
+		x.ns.setMask(n, id, 0)
+		h.blocks--
+		if n.n == 0 {
+			x.freeNode(nid)
+		}
+	}
+}
+
+func (x *Index) deleteEngineEntry(h *holder, t int, nid uint32, hint uint64) {
+	m := h.engine[t]
+	if v, ok := m[hint]; ok && uint32(v>>32) == nid {
+		delete(m, hint)
+		h.entries--
+		return
+	}
+	for k, v := range m { // engines that hash differently: rare, O(blocks)
+		if uint32(v>>32) == nid {
+			delete(m, k)
+			h.entries--
+			return
+		}
+	}
+}
+
+func (x *Index) freeNode(nid uint32) {
+	x.kids.remove(x.ns, nid)
+	x.ns.release(nid)
+}
+
+// Indexed returns how many blocks worker rank w holds in the index (exact
+// or approximate entries; any tier).
+func (x *Index) Indexed(w kvevent.Worker) int {
+	n := 0
+	for _, k := range []holderKind{kindExact, kindApprox} {
+		if id, _ := x.holderID(w, k, false); id != 0 {
+			n += x.holders[id].blocks
+		}
+	}
+	return n
+}

@@ -1,0 +1,209 @@
+package index
+
+import "slices"
+
+// node is one block of the prefix tree. Nodes live in fixed-size pages and
+// are named by uint32 ids (0 is the root), so a node costs 48 bytes and no
+// pointers for the garbage collector to scan.
+type node struct {
+	local  uint64 // local hash: the edge key under parent
+	eng    uint64 // engine hash of the first store (a hint for reverse lookup)
+	parent uint32
+	first  uint32 // first child (0 = none)
+	next   uint32 // next sibling, or next free node when on the free list
+	prev   uint32 // previous sibling
+	h      uint32 // n == 1: the holder entry; n >= 2: index into extra
+	n      uint16 // number of holders
+	lower  uint16 // holders whose tier mask is not device-only
+}
+
+const (
+	pageBits = 12
+	pageSize = 1 << pageBits
+	nodeSize = 48
+)
+
+// holder entries pack a holder id and a tier bit mask: id<<4 | mask.
+func entry(id uint32, mask uint8) uint32 { return id<<4 | uint32(mask) }
+func entryID(e uint32) uint32            { return e >> 4 }
+func entryMask(e uint32) uint8           { return uint8(e & 0xf) }
+
+const deviceMask = 1 << 0
+
+type nodes struct {
+	pages [][]node
+	free  uint32 // head of the free list (0 = empty)
+	live  int
+	extra [][]uint32 // sorted holder lists of nodes with >= 2 holders
+	xfree []uint32   // free indices into extra
+	xlen  int        // total entries in extra lists (for the byte estimate)
+}
+
+func newNodes() *nodes {
+	ns := &nodes{}
+	ns.pages = [][]node{make([]node, 1, pageSize)} // id 0: the root
+	ns.extra = [][]uint32{nil}                     // index 0 unused
+	return ns
+}
+
+func (ns *nodes) at(id uint32) *node { return &ns.pages[id>>pageBits][id&(pageSize-1)] }
+
+func (ns *nodes) alloc(parent uint32, local, eng uint64) uint32 {
+	var id uint32
+	if ns.free != 0 {
+		id = ns.free
+		ns.free = ns.at(id).next
+	} else {
+		last := len(ns.pages) - 1
+		p := ns.pages[last]
+		if len(p) == pageSize {
+			ns.pages = append(ns.pages, make([]node, 0, pageSize))
+			last++
+			p = ns.pages[last]
+		}
+		id = uint32(last<<pageBits | len(p))
+		ns.pages[last] = p[:len(p)+1]
+	}
+	*ns.at(id) = node{local: local, eng: eng, parent: parent}
+	ns.live++
+	// Link as the first child of parent.
+	pn := ns.at(parent)
+	n := ns.at(id)
+	n.next = pn.first
+	if pn.first != 0 {
+		ns.at(pn.first).prev = id
+	}
+	pn.first = id
+	return id
+}
+
+// release unlinks a holder-less, childless node and puts it on the free list.
+func (ns *nodes) release(id uint32) {
+	n := ns.at(id)
+	if n.prev != 0 {
+		ns.at(n.prev).next = n.next
+	} else {
+		ns.at(n.parent).first = n.next
+	}
+	if n.next != 0 {
+		ns.at(n.next).prev = n.prev
+	}
+	*n = node{next: ns.free}
+	ns.free = id
+	ns.live--
+}
+
+// holders returns the node's holder entries, sorted by id. The slice
+// aliases internal storage for n >= 2; single is scratch for n == 1.
+func (ns *nodes) holders(n *node, single *[1]uint32) []uint32 {
+	switch n.n {
+	case 0:
+		return nil
+	case 1:
+		single[0] = n.h
+		return single[:]
+	}
+	return ns.extra[n.h]
+}
+
+// find returns the index of holder id in the node's list and its entry.
+func (ns *nodes) find(n *node, id uint32) (int, uint32, bool) {
+	switch n.n {
+	case 0:
+		return 0, 0, false
+	case 1:
+		if entryID(n.h) == id {
+			return 0, n.h, true
+		}
+		return 0, 0, false
+	}
+	l := ns.extra[n.h]
+	i, ok := slices.BinarySearchFunc(l, id, func(e, id uint32) int {
+		return int(entryID(e)) - int(id)
+	})
+	if ok {
+		return i, l[i], true
+	}
+	return i, 0, false
+}
+
+// setMask sets holder id's tier mask on the node (mask 0 removes it).
+// It returns the previous mask.
+func (ns *nodes) setMask(n *node, id uint32, mask uint8) uint8 {
+	i, old, ok := ns.find(n, id)
+	oldMask := entryMask(old)
+	if !ok {
+		oldMask = 0
+	}
+	if oldMask == mask {
+		return oldMask
+	}
+	if oldMask != 0 && oldMask != deviceMask {
+		n.lower--
+	}
+	if mask != 0 && mask != deviceMask {
+		n.lower++
+	}
+	e := entry(id, mask)
+	switch {
+	case ok && mask != 0: // update in place
+		if n.n == 1 {
+			n.h = e
+		} else {
+			ns.extra[n.h][i] = e
+		}
+	case ok: // remove
+		if n.n == 1 {
+			n.h = 0
+			n.n = 0
+			return oldMask
+		}
+		x := n.h
+		l := slices.Delete(ns.extra[x], i, i+1)
+		ns.xlen--
+		n.n--
+		if n.n == 1 {
+			n.h = l[0]
+			ns.extra[x] = nil
+			ns.xlen--
+			ns.xfree = append(ns.xfree, x)
+		} else {
+			ns.extra[x] = l
+		}
+	default: // insert
+		if n.n == 0 {
+			n.h = e
+			n.n = 1
+			return 0
+		}
+		if n.n == 1 {
+			l := make([]uint32, 0, 2)
+			if entryID(n.h) < id {
+				l = append(l, n.h, e)
+			} else {
+				l = append(l, e, n.h)
+			}
+			var x uint32
+			if k := len(ns.xfree); k > 0 {
+				x = ns.xfree[k-1]
+				ns.xfree = ns.xfree[:k-1]
+				ns.extra[x] = l
+			} else {
+				x = uint32(len(ns.extra))
+				ns.extra = append(ns.extra, l)
+			}
+			n.h = x
+			n.n = 2
+			ns.xlen += 2
+			return 0
+		}
+		ns.extra[n.h] = slices.Insert(ns.extra[n.h], i, e)
+		ns.xlen++
+		n.n++
+	}
+	return oldMask
+}
+
+func (ns *nodes) bytes() int64 {
+	return int64(len(ns.pages))*pageSize*nodeSize + int64(len(ns.extra))*24 + int64(ns.xlen)*4
+}

@@ -1,0 +1,186 @@
+package index
+
+import (
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// Score is one worker rank's overlap with a request.
+type Score struct {
+	// Worker is the worker rank.
+	Worker kvevent.Worker
+	// Blocks is the number of consecutive leading request blocks the
+	// worker holds on any tier.
+	Blocks int
+	// Tiers splits Blocks by the fastest tier holding each block:
+	// Tiers[kvevent.TierDevice] is the device overlap, the others the
+	// host/disk/external blocks that extend it.
+	Tiers [kvevent.NumTiers]int
+	// Indexed is the worker rank's total number of indexed blocks.
+	Indexed int
+}
+
+// Scores is a query result. Pass the same value back to later queries to
+// reuse its storage: a warmed-up Scores makes Query allocation-free.
+type Scores struct {
+	// List has one Score per worker rank holding at least the first block,
+	// in no particular order. Workers with no overlap are absent.
+	List []Score
+
+	act, nxt []active
+	kinds    []holderKind
+}
+
+// Get returns worker rank w's score (zero Blocks when absent).
+func (s *Scores) Get(w kvevent.Worker) Score {
+	for _, sc := range s.List {
+		if sc.Worker == w {
+			return sc
+		}
+	}
+	return Score{Worker: w}
+}
+
+type active struct {
+	e     uint32 // holder entry (id and tier mask)
+	start int32  // depth where the current tier mask began
+	tiers [kvevent.NumTiers]int32
+}
+
+// fastest returns the fastest tier in a mask.
+func fastest(mask uint8) int { return bits.TrailingZeros8(mask) }
+
+// Query scores every worker rank holding a prefix of the request whose
+// local block hashes are given, into dst (reset first). Its cost is
+// proportional to the matched depth plus the number of holder changes
+// along the path; workers that do not match cost nothing.
+func (x *Index) Query(local []uint64, dst *Scores) {
+	dst.List = dst.List[:0]
+	dst.kinds = dst.kinds[:0]
+	x.queryAppend(local, dst)
+	x.mergePredicted(dst, 0)
+}
+
+func (x *Index) queryAppend(local []uint64, dst *Scores) {
+	var tick uint32
+	if x.used != nil {
+		tick = atomic.AddUint32(&x.tick, 1)
+	}
+	act := dst.act[:0]
+	nxt := dst.nxt[:0]
+	var single [1]uint32
+	cur := uint32(0)
+	var curN, curLower uint16
+	depth := 0
+	for i, lh := range local {
+		c := x.kids.find(x.ns, cur, lh)
+		if c == 0 {
+			break
+		}
+		cn := x.ns.at(c)
+		switch {
+		case i == 0:
+			for _, e := range x.ns.holders(cn, &single) {
+				act = append(act, active{e: e})
+			}
+		case cn.n == curN && cn.lower == 0 && curLower == 0:
+			// Same holders, all device-only: nothing changes.
+		default:
+			hs := x.ns.holders(cn, &single)
+			nxt = nxt[:0]
+			j := 0
+			for _, a := range act {
+				for j < len(hs) && entryID(hs[j]) < entryID(a.e) {
+					j++ // holds the child but not the parent: not a prefix
+				}
+				if j < len(hs) && entryID(hs[j]) == entryID(a.e) {
+					if hs[j] != a.e {
+						a.tiers[fastest(entryMask(a.e))] += int32(i) - a.start
+						a.start = int32(i)
+						a.e = hs[j]
+					}
+					nxt = append(nxt, a)
+					continue
+				}
+				x.finish(dst, a, i)
+			}
+			act, nxt = nxt, act
+		}
+		if len(act) == 0 {
+			break
+		}
+		if x.used != nil {
+			atomic.StoreUint32(&x.used[c], tick)
+		}
+		cur, curN, curLower = c, cn.n, cn.lower
+		depth = i + 1
+	}
+	for _, a := range act {
+		x.finish(dst, a, depth)
+	}
+	dst.act, dst.nxt = act[:0], nxt[:0]
+}
+
+func (x *Index) finish(dst *Scores, a active, depth int) {
+	a.tiers[fastest(entryMask(a.e))] += int32(depth) - a.start
+	h := &x.holders[entryID(a.e)]
+	s := Score{Worker: h.worker, Blocks: depth, Indexed: h.blocks}
+	for t := range s.Tiers {
+		s.Tiers[t] = int(a.tiers[t])
+	}
+	dst.List = append(dst.List, s)
+	dst.kinds = append(dst.kinds, h.kind)
+}
+
+// mergePredicted folds predict-on-route scores into their worker's real
+// score, keeping the larger.
+func (x *Index) mergePredicted(dst *Scores, from int) {
+	any := false
+	for _, k := range dst.kinds[from:] {
+		if k == kindPredict {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return
+	}
+	const gone = holderKind(255)
+	n := len(dst.List)
+	for i := from; i < n; i++ {
+		if dst.kinds[i] != kindPredict {
+			continue
+		}
+		p := dst.List[i]
+		dst.kinds[i] = gone
+		real := -1
+		for j := from; j < n; j++ {
+			if dst.kinds[j] != kindPredict && dst.kinds[j] != gone && dst.List[j].Worker == p.Worker {
+				real = j
+				break
+			}
+		}
+		if real < 0 {
+			p.Indexed = x.Indexed(p.Worker)
+			dst.List = append(dst.List, p)
+			dst.kinds = append(dst.kinds, kindExact)
+			continue
+		}
+		if dst.List[real].Blocks < p.Blocks {
+			p.Indexed = dst.List[real].Indexed
+			dst.List[real] = p
+		}
+	}
+	out := dst.List[:from]
+	kinds := dst.kinds[:from]
+	for i, s := range dst.List[from:] {
+		i += from
+		if dst.kinds[i] != gone {
+			out = append(out, s)
+			kinds = append(kinds, dst.kinds[i])
+		}
+	}
+	dst.List, dst.kinds = out, kinds
+}
