@@ -1,6 +1,11 @@
 package mocker
 
-import "github.com/kvrouter/kvrouter/internal/kvevent"
+import (
+	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvhash"
+)
 
 // Event is one KV cache event of an engine rank, in engine terms: block
 // hashes are the engine's own opaque ids (see EngineHash), never the
@@ -109,4 +114,26 @@ func (l *eventLog) finish() []Event {
 		l.events = append(l.events, e)
 	}
 	return l.events
+}
+
+// KVEvent converts the event to the router's engine-neutral model for a
+// worker rank: stored blocks get their local hash computed from their
+// tokens (kvhash, unsalted), as a router does on receipt. The result owns
+// its slices.
+func (e Event) KVEvent(w kvevent.Worker) kvevent.Event {
+	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent}
+	switch e.Kind {
+	case kvevent.Stored:
+		out.Blocks = make([]kvevent.Block, len(e.Hashes))
+		for i, h := range e.Hashes {
+			var local uint64
+			if e.BlockSize > 0 && (i+1)*e.BlockSize <= len(e.Tokens) {
+				local = kvhash.LocalHash(e.Tokens[i*e.BlockSize:(i+1)*e.BlockSize], kvhash.Seed)
+			}
+			out.Blocks[i] = kvevent.Block{EngineHash: h, LocalHash: local}
+		}
+	case kvevent.Removed:
+		out.Removed = slices.Clone(e.Hashes)
+	}
+	return out
 }

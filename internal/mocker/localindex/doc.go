@@ -1,0 +1,11 @@
+// Package localindex is a worker's own record of what it has cached: the
+// worker-side local indexer. It applies the worker's events first, numbers
+// them with monotonically increasing ids, keeps the last Capacity of them in
+// a ring buffer, and answers the recovery queries a router sends after a gap:
+// a range of events, or a full dump of the cached blocks when the range has
+// left the buffer (or on first contact).
+//
+// It is the state the event plane serves over NATS request/reply; the mock
+// engine and the agent sidecar own one per (worker, dp rank). It is safe for
+// concurrent use: the engine loop writes, responders read.
+package localindex
