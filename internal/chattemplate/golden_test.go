@@ -94,3 +94,5 @@ func TestGoldenQwen3(t *testing.T) {
 		})
 	}
 }
+
+func qwen3Config() []byte { return modelfiles.Qwen3TokenizerConfig() }

@@ -24,14 +24,9 @@ func decodeValue(data []byte, maxDepth int) (jinja.Value, error) {
 	return d.decode(data)
 }
 
-// decoder decodes JSON into template values. When seps is set, U+2028 and
-// U+2029 in decoded strings are swapped for private-use stand-ins (see
-// lineSeps); it also records which of those characters it saw.
+// decoder decodes JSON into template values.
 type decoder struct {
-	maxDepth   int
-	seps       bool
-	sawSep     bool // input holds U+2028 or U+2029
-	sawStandIn bool // input holds one of the stand-ins
+	maxDepth int
 }
 
 func (d *decoder) decode(data []byte) (jinja.Value, error) {
@@ -61,7 +56,7 @@ func (d *decoder) next(dec *json.Decoder, depth int) (jinja.Value, error) {
 	case bool:
 		return jinja.NewBool(t), nil
 	case string:
-		return jinja.NewString(d.str(t)), nil
+		return jinja.NewString(t), nil
 	case json.Number:
 		return numberValue(t)
 	case json.Delim:
@@ -98,7 +93,7 @@ func (d *decoder) next(dec *json.Decoder, depth int) (jinja.Value, error) {
 				if err != nil {
 					return jinja.Undefined(), err
 				}
-				dict.Set(d.str(key), v)
+				dict.Set(key, v)
 			}
 			if _, err := dec.Token(); err != nil { // '}'
 				return jinja.Undefined(), err

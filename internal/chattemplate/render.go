@@ -79,7 +79,7 @@ func (t *Template) Render(messages, tools json.RawMessage, opts Options) (out st
 	if opts.ContinueFinalMessage && opts.AddGenerationPrompt {
 		return "", fmt.Errorf("continue_final_message and add_generation_prompt cannot both be set: %w", ErrInvalidInput)
 	}
-	tmpl, vars, standIns, err := t.prepare(messages, tools, opts)
+	tmpl, vars, err := t.prepare(messages, tools, opts)
 	if err != nil {
 		return "", err
 	}
@@ -96,18 +96,12 @@ func (t *Template) Render(messages, tools json.RawMessage, opts Options) (out st
 		}
 		return "", fmt.Errorf("%v: %w", err, ErrRender)
 	}
-	if standIns {
-		out = fromStandIns.Replace(out)
-	}
 	if opts.ContinueFinalMessage {
 		msgs := vars["messages"].AsList().Items
 		if len(msgs) == 0 {
 			return "", fmt.Errorf("continue_final_message with no messages: %w", ErrInvalidInput)
 		}
 		c, _ := msgs[len(msgs)-1].AsDict().Get("content")
-		if standIns {
-			c = jinja.NewString(fromStandIns.Replace(printable(c)))
-		}
 		return cutAfterFinal(out, c)
 	}
 	return out, nil
@@ -121,38 +115,29 @@ type inputs struct {
 	kwargs     *jinja.Dict
 }
 
-func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinja.Template, map[string]jinja.Value, bool, error) {
+func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinja.Template, map[string]jinja.Value, error) {
 	cfg := t.cfg
 	for _, in := range []struct {
 		name string
 		raw  json.RawMessage
 	}{{"messages", messages}, {"tools", tools}, {"chat_template_kwargs", opts.Kwargs}} {
 		if len(in.raw) > cfg.MaxInputBytes {
-			return nil, nil, false, fmt.Errorf("%s is %d bytes, limit %d: %w", in.name, len(in.raw), cfg.MaxInputBytes, ErrInvalidInput)
+			return nil, nil, fmt.Errorf("%s is %d bytes, limit %d: %w", in.name, len(in.raw), cfg.MaxInputBytes, ErrInvalidInput)
 		}
 	}
 
 	d := &decoder{maxDepth: cfg.MaxDepth}
 	in, err := decodeInputs(d, messages, tools, opts.Kwargs, cfg)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
 	tmpl, err := t.pick(opts.TemplateName, in.toolsGiven)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
-	standIns := d.sawSep && !d.sawStandIn && !t.hasStandIn[tmpl]
-	if standIns {
-		// Rare path: decode again with U+2028/U+2029 swapped (linesep.go).
-		d = &decoder{maxDepth: cfg.MaxDepth, seps: true}
-		if in, err = decodeInputs(d, messages, tools, opts.Kwargs, cfg); err != nil {
-			return nil, nil, false, err
-		}
-	}
-
 	if opts.Preprocess == PreprocessVLLM {
 		if err := vllmPreprocess(d, in.msgs, t.partsOK[tmpl]); err != nil {
-			return nil, nil, false, err
+			return nil, nil, err
 		}
 	}
 
@@ -170,6 +155,7 @@ func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinj
 		vars["enable_thinking"] = jinja.NewBool(*opts.EnableThinking)
 	}
 	now := opts.Now
+	vars[toJSONFilter] = pyToJSONValue
 	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		ts := now
 		if ts.IsZero() {
@@ -187,7 +173,7 @@ func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinj
 		}
 		return jinja.Undefined(), &raisedError{msg: msg}
 	})
-	return tmpl, vars, standIns, nil
+	return tmpl, vars, nil
 }
 
 // cutAfterFinal cuts the rendered prompt right after the final message's
@@ -319,6 +305,9 @@ func (s SpecialTokens) addTo(vars map[string]jinja.Value) {
 		vars["additional_special_tokens"] = jinja.NewList(items)
 	}
 }
+
+// pyToJSONValue is the shared, immutable callable for the tojson filter.
+var pyToJSONValue = jinja.NewCallable("tojson", pyToJSON)
 
 // raisedError carries the message of a template's raise_exception call.
 type raisedError struct{ msg string }

@@ -18,9 +18,6 @@ type Template struct {
 	tokens  SpecialTokens
 	cfg     Config
 	partsOK map[*jinja.Template]bool // template iterates over message content parts
-	// hasStandIn marks templates whose source holds a U+2028/U+2029
-	// stand-in (linesep.go), which then cannot be used.
-	hasStandIn map[*jinja.Template]bool
 }
 
 // SpecialTokens are the tokenizer's special tokens as the template sees
@@ -174,20 +171,18 @@ func compileSet(list []namedTemplate, tokens SpecialTokens, cfg Config) (*Templa
 		return nil, fmt.Errorf("chat template config: %w", err)
 	}
 	t := &Template{
-		named:      make(map[string]*jinja.Template, len(list)),
-		tokens:     tokens,
-		cfg:        cfg,
-		partsOK:    make(map[*jinja.Template]bool, len(list)),
-		hasStandIn: make(map[*jinja.Template]bool, len(list)),
+		named:   make(map[string]*jinja.Template, len(list)),
+		tokens:  tokens,
+		cfg:     cfg,
+		partsOK: make(map[*jinja.Template]bool, len(list)),
 	}
 	for _, nt := range list {
-		c, err := jinja.Compile(nt.Template)
+		c, err := jinja.Compile(rewriteToJSON(nt.Template))
 		if err != nil {
 			return nil, fmt.Errorf("compiling chat template %q: %v: %w", nt.Name, err, ErrBadTemplate)
 		}
 		t.named[nt.Name] = c
 		t.partsOK[c] = iteratesContent.MatchString(nt.Template)
-		t.hasStandIn[c] = hasStandIn(nt.Template)
 	}
 	t.def = t.named["default"]
 	if t.def == nil && len(list) == 1 {
