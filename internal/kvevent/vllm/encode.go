@@ -181,7 +181,7 @@ func (e *Encoder) arrayEvent(ev RawEvent, s Schema) error {
 		_ = m.EncodeString(v.Tag())
 		e.hashes(v.BlockHashes)
 		e.hash(v.ParentBlockHash)
-		e.tokens(v.TokenIDs)
+		e.tokens(v.TokenIDs, v.Bigrams)
 		_ = m.EncodeInt(v.BlockSize)
 		e.optInt(v.LoRAID)
 		if n >= 6 {
@@ -241,7 +241,7 @@ func (e *Encoder) mapEvent(ev RawEvent) error {
 		e.key("parent_block_hash")
 		e.hash(v.ParentBlockHash)
 		e.key("token_ids")
-		e.tokens(v.TokenIDs)
+		e.tokens(v.TokenIDs, v.Bigrams)
 		e.key("block_size")
 		_ = m.EncodeInt(v.BlockSize)
 		e.key("lora_id")
@@ -320,7 +320,16 @@ func (e *Encoder) hash(h Hash) {
 	}
 }
 
-func (e *Encoder) tokens(ts []uint32) {
+func (e *Encoder) tokens(ts []uint32, bigrams bool) {
+	if bigrams && len(ts) >= 2 {
+		_ = e.enc.EncodeArrayLen(len(ts) - 1)
+		for i := range len(ts) - 1 {
+			_ = e.enc.EncodeArrayLen(2)
+			_ = e.enc.EncodeUint(uint64(ts[i]))
+			_ = e.enc.EncodeUint(uint64(ts[i+1]))
+		}
+		return
+	}
 	_ = e.enc.EncodeArrayLen(len(ts))
 	for _, t := range ts {
 		_ = e.enc.EncodeUint(uint64(t))

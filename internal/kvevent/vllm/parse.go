@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -509,18 +510,38 @@ func (p *parser) tokens() ([]uint32, bool, error) {
 	return toks, false, nil
 }
 
+// token reads one token id. It is the hot loop of the decoder, so it
+// reads the (already bounds-checked) integer in place instead of through
+// the msgpack decoder.
 func (p *parser) token() (uint32, error) {
-	k, _, _ := p.peek()
+	off := p.off()
+	k, hdr, n, err := header(p.buf, off)
+	if err != nil {
+		return 0, err
+	}
 	if k != kUint {
 		return 0, typeErr("token id", k)
 	}
-	v, err := p.d.DecodeUint64()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if off+hdr+n > len(p.buf) {
+		return 0, fmt.Errorf("%w: truncated token id", ErrMalformed)
+	}
+	var v uint64
+	switch n {
+	case 0:
+		v = uint64(p.buf[off])
+	case 1:
+		v = uint64(p.buf[off+1])
+	case 2:
+		v = uint64(binary.BigEndian.Uint16(p.buf[off+1:]))
+	case 4:
+		v = uint64(binary.BigEndian.Uint32(p.buf[off+1:]))
+	default:
+		v = binary.BigEndian.Uint64(p.buf[off+1:])
 	}
 	if v > math.MaxUint32 {
 		return 0, fmt.Errorf("%w: token id %d over 32 bits", ErrMalformed, v)
 	}
+	p.seek(off + hdr + n)
 	return uint32(v), nil
 }
 

@@ -42,7 +42,8 @@ type BlockStored struct {
 	// Bigrams is set by the parser when token_ids came as EAGLE bigram
 	// pairs [[a,b],[b,c],...]; TokenIDs then holds the flattened form (the
 	// first element of every pair, then the last pair's second element).
-	// The encoder ignores it and always writes flat ids.
+	// The encoder writes pairs when it is set and there are at least two
+	// ids.
 	Bigrams bool
 	// BlockSize is the number of tokens per block.
 	BlockSize int64
