@@ -1,0 +1,62 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/sequences"
+)
+
+// Config configures a Router.
+type Config struct {
+	// RouterID stamps this router's lifecycle events; ApplyRemote ignores
+	// events carrying it. Default 0 (set a unique one per replica).
+	RouterID uint64
+	// BlockSize is the KV block size in tokens every worker must share;
+	// AddWorker refuses others. Default 16.
+	BlockSize int
+	// Policy names the selection policy: kv, round-robin, random or
+	// least-loaded. Default "kv".
+	Policy string
+	// PredictOnRoute records a short-lived prediction that the chosen
+	// (event-fed) worker holds the request's blocks until its stored event
+	// arrives. Default false.
+	PredictOnRoute bool
+	// Seed seeds the random source for tie-breaks and sampling. Default 0.
+	Seed uint64
+	// Scheduler holds the cost knobs and busy thresholds.
+	Scheduler scheduler.Config
+	// Sequences configures load tracking; its BlockSize is overwritten by
+	// BlockSize.
+	Sequences sequences.Config
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize: 16,
+		Policy:    scheduler.PolicyKV,
+		Scheduler: scheduler.DefaultConfig(),
+		Sequences: sequences.DefaultConfig(),
+	}
+}
+
+// ErrConfig wraps configuration errors found by Validate.
+var ErrConfig = errors.New("invalid router config")
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.BlockSize <= 0 {
+		return fmt.Errorf("%w: block size %d must be positive", ErrConfig, c.BlockSize)
+	}
+	if _, err := scheduler.NewPolicy(c.Policy); err != nil {
+		return err
+	}
+	if err := c.Scheduler.Validate(); err != nil {
+		return err
+	}
+	s := c.Sequences
+	s.BlockSize = c.BlockSize
+	return s.Validate()
+}

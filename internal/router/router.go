@@ -1,0 +1,433 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/sequences"
+)
+
+// Sentinel errors. Route also returns scheduler.ErrNoCandidates and
+// scheduler.ErrAllBusy (wrapped) and sequences.ErrDuplicateRequest.
+var (
+	// ErrBlockSizeMismatch refuses a worker whose KV block size differs
+	// from the router's: its block hashes would never match.
+	ErrBlockSizeMismatch = errors.New("worker block size differs from the router's")
+	// ErrWorkerInfo refuses malformed worker descriptions.
+	ErrWorkerInfo = errors.New("invalid worker info")
+	// ErrRequest refuses malformed requests (empty id).
+	ErrRequest = errors.New("invalid request")
+)
+
+type workerState struct {
+	info WorkerInfo
+	down bool
+}
+
+// rank is one candidate slot, aligned with the tracker's worker order.
+type rank struct {
+	w  kvevent.Worker
+	ws *workerState
+}
+
+type scratch struct {
+	local, seq []uint64
+	scores     index.Scores
+}
+
+// Router is the router core. Its methods are safe for concurrent use.
+type Router struct {
+	cfg      Config
+	idx      Index
+	clock    func() time.Time
+	observer Observer
+	pool     sync.Pool
+
+	mu      sync.Mutex
+	seq     *sequences.Tracker
+	sched   *scheduler.Scheduler
+	rng     *rand.Rand
+	workers map[kvevent.WorkerID]*workerState
+	ranks   []rank
+	pos     map[kvevent.Worker]int
+	loads   []sequences.Load
+	cands   []scheduler.Candidate
+	stats   Stats
+}
+
+// New returns a router over idx. clock supplies the time for bookings,
+// expiry and approximate-mode TTLs (time.Now in production, a fake in
+// tests); observer, if not nil, receives local lifecycle events.
+func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if idx == nil || clock == nil {
+		return nil, fmt.Errorf("%w: index and clock are required", ErrConfig)
+	}
+	pol, _ := scheduler.NewPolicy(cfg.Policy)
+	sched, err := scheduler.New(cfg.Scheduler, pol)
+	if err != nil {
+		return nil, err
+	}
+	sc := cfg.Sequences
+	sc.BlockSize = cfg.BlockSize
+	sc.TrackPrefillTokens = sc.TrackPrefillTokens && cfg.Scheduler.TrackPrefillTokens
+	seq, err := sequences.New(sc)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:      cfg,
+		idx:      idx,
+		clock:    clock,
+		observer: observer,
+		seq:      seq,
+		sched:    sched,
+		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		workers:  make(map[kvevent.WorkerID]*workerState),
+		pos:      make(map[kvevent.Worker]int),
+	}
+	r.pool.New = func() any { return new(scratch) }
+	return r, nil
+}
+
+// Config returns the router's configuration.
+func (r *Router) Config() Config { return r.cfg }
+
+// AddWorker adds a worker with all its dp ranks, or updates a known one
+// (ranks no longer listed are removed with their requests). Errors:
+// ErrBlockSizeMismatch, ErrWorkerInfo.
+func (r *Router) AddWorker(info WorkerInfo) error {
+	switch {
+	case info.BlockSize != r.cfg.BlockSize:
+		return fmt.Errorf("adding worker %d: block size %d, router %d: %w", info.ID, info.BlockSize, r.cfg.BlockSize, ErrBlockSizeMismatch)
+	case info.DPStart < 0 || info.DPSize < 0 || info.DPSize > 1<<16 || info.KVCapacityBlocks < 0 || info.MaxBatchedTokens < 0:
+		return fmt.Errorf("adding worker %d: %w: dp %d+%d, capacity %d, max batched %d", info.ID, ErrWorkerInfo, info.DPStart, info.DPSize, info.KVCapacityBlocks, info.MaxBatchedTokens)
+	}
+	if info.DPSize == 0 {
+		info.DPSize = 1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws, ok := r.workers[info.ID]
+	if !ok {
+		ws = &workerState{}
+		r.workers[info.ID] = ws
+	} else {
+		for _, w := range r.seq.Workers() {
+			if w.ID == info.ID && (int(w.Rank) < info.DPStart || int(w.Rank) >= info.DPStart+info.DPSize) {
+				r.seq.RemoveWorker(w)
+			}
+		}
+	}
+	ws.info = info
+	for k := range info.DPSize {
+		r.seq.AddWorker(kvevent.Worker{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)})
+	}
+	r.rebuild()
+	return nil
+}
+
+// RemoveWorker forgets a worker: its running requests are freed (without
+// lifecycle events: every replica removes the worker itself) and its
+// blocks leave the index.
+func (r *Router) RemoveWorker(id kvevent.WorkerID) error {
+	r.mu.Lock()
+	if _, ok := r.workers[id]; ok {
+		for _, w := range r.seq.Workers() {
+			if w.ID == id {
+				r.seq.RemoveWorker(w)
+			}
+		}
+		delete(r.workers, id)
+		r.rebuild()
+	}
+	r.mu.Unlock()
+	return r.idx.RemoveWorker(id)
+}
+
+// SetDown marks a worker DOWN (excluded from routing) or back up. It
+// returns false for an unknown worker.
+func (r *Router) SetDown(id kvevent.WorkerID, down bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws, ok := r.workers[id]
+	if ok {
+		ws.down = down
+	}
+	return ok
+}
+
+// rebuild realigns the rank table with the tracker's worker order.
+func (r *Router) rebuild() {
+	ws := r.seq.Workers()
+	r.ranks = r.ranks[:0]
+	clear(r.pos)
+	for i, w := range ws {
+		r.ranks = append(r.ranks, rank{w: w, ws: r.workers[w.ID]})
+		r.pos[w] = i
+	}
+}
+
+// ApplyEvent folds a KV event into the index.
+func (r *Router) ApplyEvent(ev kvevent.Event) error {
+	return r.idx.Apply(ev)
+}
+
+// Route chooses a worker rank for the request and books it there; the
+// caller must later call Free (and MarkPrefillCompleted at the first
+// token). Errors wrap scheduler.ErrNoCandidates, scheduler.ErrAllBusy,
+// sequences.ErrDuplicateRequest, ErrRequest or kvhash errors.
+func (r *Router) Route(req Request) (Decision, error) { return r.route(req, true) }
+
+// Plan is Route without booking: the decision a Route would take now
+// (with the same random draws consumed), for /v1/query-style inspection.
+func (r *Router) Plan(req Request) (Decision, error) { return r.route(req, false) }
+
+func (r *Router) route(req Request, book bool) (Decision, error) {
+	if book && req.ID == "" {
+		r.reject()
+		return Decision{}, fmt.Errorf("routing: %w: empty request id", ErrRequest)
+	}
+	sc := r.pool.Get().(*scratch)
+	defer r.pool.Put(sc)
+	var err error
+	sc.local, sc.seq, err = kvhash.Hashes(req.Tokens, kvhash.Options{
+		BlockSize: r.cfg.BlockSize, LoRAName: req.LoRAName, Namespace: req.Namespace, MM: req.MM,
+	}, sc.local, sc.seq)
+	if err != nil {
+		r.reject()
+		return Decision{}, fmt.Errorf("routing %q: hashing: %w", req.ID, err)
+	}
+	r.idx.Query(sc.local, &sc.scores)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	r.loads = r.seq.Potential(sc.seq, req.Reuse, r.loads)
+	cands := r.cands[:0]
+	for i, l := range r.loads {
+		info := r.ranks[i].ws
+		cands = append(cands, scheduler.Candidate{
+			Worker:              l.Worker,
+			Down:                info.down,
+			ActivePrefillTokens: l.ActivePrefillTokens,
+			ActiveBlocks:        l.ActiveBlocks,
+			DecodeBlocks:        l.PotentialDecodeBlocks(),
+			ActiveRequests:      l.ActiveRequests,
+			KVCapacityBlocks:    info.info.KVCapacityBlocks,
+			MaxBatchedTokens:    info.info.MaxBatchedTokens,
+		})
+	}
+	r.cands = cands
+	for _, s := range sc.scores.List {
+		if p, ok := r.pos[s.Worker]; ok {
+			cands[p].Overlap = scheduler.Overlap{
+				Device: s.Tiers[kvevent.TierDevice],
+				Host:   s.Tiers[kvevent.TierHostPinned],
+				Disk:   s.Tiers[kvevent.TierDisk] + s.Tiers[kvevent.TierExternal],
+			}
+		}
+	}
+	sd, err := r.sched.Select(scheduler.Request{
+		InputTokens:    len(req.Tokens),
+		BlockSize:      r.cfg.BlockSize,
+		Overrides:      req.Overrides,
+		AllowedWorkers: req.AllowedWorkers,
+		PinnedWorker:   req.PinnedWorker,
+		HasPinned:      req.HasPinned,
+		DPRankStart:    req.DPRankStart,
+		DPRankSize:     req.DPRankSize,
+	}, cands, r.rng)
+	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
+	if err != nil {
+		r.stats.Rejected++
+		return d, fmt.Errorf("routing %q: %w", req.ID, err)
+	}
+	d.OverlapBlocks = sd.ChosenRow().Overlap.Device
+	d.PrefillTokens = max(len(req.Tokens)-d.OverlapBlocks*r.cfg.BlockSize, 0)
+	if !book {
+		return d, nil
+	}
+	if err := r.seq.AddRequest(sequences.Request{
+		ID:                   req.ID,
+		Worker:               d.Worker,
+		BlockHashes:          sc.seq,
+		PrefillTokens:        d.PrefillTokens,
+		ExpectedOutputTokens: req.ExpectedOutputTokens,
+		Reuse:                req.Reuse,
+	}, now); err != nil {
+		r.stats.Rejected++
+		return d, fmt.Errorf("routing %q: booking: %w", req.ID, err)
+	}
+	d.Booked = true
+	r.stats.Routed++
+	switch {
+	case r.ranks[d.Chosen].ws.info.Mode == Approximate:
+		r.indexErr(r.idx.Record(d.Worker, slices.Clone(sc.local), now))
+	case r.cfg.PredictOnRoute:
+		r.indexErr(r.idx.Predict(d.Worker, slices.Clone(sc.local), now))
+	}
+	if r.observer != nil {
+		r.observer(LifecycleEvent{
+			Kind:                 AddRequest,
+			RouterID:             r.cfg.RouterID,
+			RequestID:            req.ID,
+			Worker:               d.Worker,
+			BlockHashes:          slices.Clone(sc.seq),
+			PrefillTokens:        d.PrefillTokens,
+			ExpectedOutputTokens: req.ExpectedOutputTokens,
+			Private:              !r.reuse(req.Reuse),
+		})
+	}
+	return d, nil
+}
+
+func (r *Router) reuse(o sequences.Reuse) bool {
+	switch o {
+	case sequences.ReuseOn:
+		return true
+	case sequences.ReuseOff:
+		return false
+	}
+	return r.cfg.Sequences.AssumeKVReuse
+}
+
+func (r *Router) reject() {
+	r.mu.Lock()
+	r.stats.Rejected++
+	r.mu.Unlock()
+}
+
+func (r *Router) indexErr(err error) {
+	if err != nil {
+		r.stats.IndexErrors++
+	}
+}
+
+// MarkPrefillCompleted records the request's first output token: its
+// prefill leaves the load. It returns false (and counts) for an unknown id.
+func (r *Router) MarkPrefillCompleted(id string) bool {
+	return r.lifecycle(MarkPrefillCompleted, id)
+}
+
+// Free ends the request (completion, error or cancel); idempotent. It
+// returns false (and counts) for an unknown id.
+func (r *Router) Free(id string) bool { return r.lifecycle(Free, id) }
+
+func (r *Router) lifecycle(k LifecycleKind, id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, _ := r.seq.WorkerOf(id)
+	var ok bool
+	if k == Free {
+		ok = r.seq.Free(id)
+	} else {
+		ok = r.seq.MarkPrefillCompleted(id)
+	}
+	if ok && r.observer != nil {
+		r.observer(LifecycleEvent{Kind: k, RouterID: r.cfg.RouterID, RequestID: id, Worker: w})
+	}
+	return ok
+}
+
+// SetGenerated reports the request's generated-token count so far (used
+// with output-block tracking; not shared with other routers).
+func (r *Router) SetGenerated(id string, tokens int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq.SetGenerated(id, tokens)
+}
+
+// ApplyRemote applies another router's lifecycle event. Events carrying
+// this router's id are ignored (returns false, not counted); events that
+// cannot apply (unknown worker or request, duplicate id) are dropped and
+// counted.
+func (r *Router) ApplyRemote(ev LifecycleEvent) bool {
+	if ev.RouterID == r.cfg.RouterID {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok := false
+	switch ev.Kind {
+	case AddRequest:
+		reuse := sequences.ReuseOn
+		if ev.Private {
+			reuse = sequences.ReuseOff
+		}
+		ok = r.seq.AddRequest(sequences.Request{
+			ID:                   ev.RequestID,
+			Worker:               ev.Worker,
+			BlockHashes:          ev.BlockHashes,
+			PrefillTokens:        ev.PrefillTokens,
+			ExpectedOutputTokens: ev.ExpectedOutputTokens,
+			Reuse:                reuse,
+		}, r.clock()) == nil
+	case MarkPrefillCompleted:
+		ok = r.seq.MarkPrefillCompleted(ev.RequestID)
+	case Free:
+		ok = r.seq.Free(ev.RequestID)
+	}
+	if ok {
+		r.stats.RemoteApplied++
+	} else {
+		r.stats.RemoteDropped++
+	}
+	return ok
+}
+
+// Sweep runs the tracker's lazy expiry now (it also runs on every
+// booking) and returns the ids it freed.
+func (r *Router) Sweep() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq.Expire(r.clock())
+}
+
+// Loads returns every worker rank's current load, sorted by worker rank.
+func (r *Router) Loads() []sequences.Load {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]sequences.Load, 0, len(r.ranks))
+	for _, rk := range r.ranks {
+		l, _ := r.seq.Load(rk.w)
+		out = append(out, l)
+	}
+	return out
+}
+
+// Workers returns the known workers' descriptions, sorted by id, with
+// their DOWN flag.
+func (r *Router) Workers() (infos []WorkerInfo, down []bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]kvevent.WorkerID, 0, len(r.workers))
+	for id := range r.workers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		infos = append(infos, r.workers[id].info)
+		down = append(down, r.workers[id].down)
+	}
+	return infos, down
+}
+
+// Stats returns the router's counters.
+func (r *Router) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Sequences = r.seq.Stats()
+	return s
+}

@@ -1,0 +1,152 @@
+package router
+
+import (
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/sequences"
+)
+
+// Mode is how a worker's cache is known.
+type Mode uint8
+
+// Modes.
+const (
+	// Exact workers publish KV events; the index follows them.
+	Exact Mode = iota
+	// Approximate workers publish nothing; the router records its own
+	// decisions in the index with a TTL.
+	Approximate
+)
+
+// WorkerInfo describes a worker for AddWorker.
+type WorkerInfo struct {
+	// ID is the worker id.
+	ID kvevent.WorkerID
+	// BlockSize is the worker's KV block size; it must equal the router's.
+	BlockSize int
+	// DPStart is the first data-parallel rank; DPSize the number of ranks
+	// (0 means 1).
+	DPStart, DPSize int
+	// KVCapacityBlocks is the KV cache size of each rank in blocks; 0 means
+	// unknown.
+	KVCapacityBlocks int
+	// MaxBatchedTokens is the engine's max batched tokens; 0 means unknown.
+	MaxBatchedTokens int
+	// Mode says whether the worker publishes KV events.
+	Mode Mode
+}
+
+// Request is one request to route.
+type Request struct {
+	// ID identifies the request until Free; it must be unique among running
+	// requests.
+	ID string
+	// Tokens are the prompt's token ids.
+	Tokens []uint32
+	// LoRAName and Namespace salt the block hashes (kvhash).
+	LoRAName, Namespace string
+	// MM holds per-block multimodal hashes (kvhash.Options.MM).
+	MM [][]uint64
+	// ExpectedOutputTokens is the expected output length; 0 = unknown.
+	ExpectedOutputTokens int
+	// Overrides replaces scheduler knobs for this request.
+	Overrides scheduler.Overrides
+	// Reuse overrides the tracker's assume_kv_reuse for this request.
+	Reuse sequences.Reuse
+	// AllowedWorkers, when non-empty, restricts the candidates.
+	AllowedWorkers []kvevent.WorkerID
+	// PinnedWorker, when HasPinned, is the only candidate worker.
+	PinnedWorker kvevent.WorkerID
+	// HasPinned says whether PinnedWorker is set.
+	HasPinned bool
+	// DPRankStart and DPRankSize restrict dp ranks; size 0 = all.
+	DPRankStart, DPRankSize int
+}
+
+// Decision is a routing decision with its explanation.
+type Decision struct {
+	scheduler.Decision
+	// RequestID is the routed request's id.
+	RequestID string
+	// InputTokens is the prompt length.
+	InputTokens int
+	// Blocks is the number of full blocks the prompt has.
+	Blocks int
+	// OverlapBlocks is the chosen worker's device overlap in blocks.
+	OverlapBlocks int
+	// PrefillTokens is the prefill booked on the chosen worker.
+	PrefillTokens int
+	// Booked is true when Route booked the request (false for Plan).
+	Booked bool
+}
+
+// LifecycleKind is what a lifecycle event does.
+type LifecycleKind uint8
+
+// Lifecycle kinds.
+const (
+	// AddRequest books a request on a worker rank.
+	AddRequest LifecycleKind = iota + 1
+	// MarkPrefillCompleted says the request's first token came out.
+	MarkPrefillCompleted
+	// Free ends the request.
+	Free
+)
+
+// String names the kind.
+func (k LifecycleKind) String() string {
+	switch k {
+	case AddRequest:
+		return "add_request"
+	case MarkPrefillCompleted:
+		return "mark_prefill_completed"
+	case Free:
+		return "free"
+	}
+	return "unknown"
+}
+
+// LifecycleEvent is a change to the active sequences, shared between
+// router replicas. Only AddRequest fills the fields after Worker.
+type LifecycleEvent struct {
+	// Kind says what happened.
+	Kind LifecycleKind
+	// RouterID is the router that produced the event.
+	RouterID uint64
+	// RequestID is the request.
+	RequestID string
+	// Worker is the worker rank the request is booked on.
+	Worker kvevent.Worker
+	// BlockHashes are the prompt's block sequence hashes (AddRequest).
+	BlockHashes []uint64
+	// PrefillTokens is the booked prefill (AddRequest).
+	PrefillTokens int
+	// ExpectedOutputTokens is the expected output length (AddRequest).
+	ExpectedOutputTokens int
+	// Private says the request's blocks are not shared (assume_kv_reuse off).
+	Private bool
+}
+
+// Observer receives the router's own lifecycle events, in order, on the
+// caller's goroutine and under the router's lock: it must return quickly
+// (enqueue, drop when full) and must not call the Router. The event's
+// slices are the observer's to keep.
+type Observer func(LifecycleEvent)
+
+// Stats counts the router's unusual events.
+type Stats struct {
+	// Routed counts requests booked by Route.
+	Routed uint64
+	// Rejected counts Route and Plan calls that failed (no candidates, all
+	// busy, bad request).
+	Rejected uint64
+	// RemoteApplied counts lifecycle events applied from other routers.
+	RemoteApplied uint64
+	// RemoteDropped counts lifecycle events from other routers that could
+	// not be applied (unknown worker or request, duplicate id).
+	RemoteDropped uint64
+	// IndexErrors counts writes the index refused synchronously.
+	IndexErrors uint64
+	// Sequences holds the tracker's counters (unknown ids, expired).
+	Sequences sequences.Stats
+}
