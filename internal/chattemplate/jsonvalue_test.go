@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ardanlabs/jinja"
+	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 )
 
@@ -212,5 +214,73 @@ func TestDuplicateKeysKeepFirstPositionLastValue(t *testing.T) {
 	got := mustRender(t, tmpl, `[]`, "", Options{Kwargs: json.RawMessage(`{"v": {"a": 1, "b": 2, "a": 3}}`)})
 	if got != `{"a": 3, "b": 2}` {
 		t.Fatalf("got %s", got)
+	}
+}
+
+// toAny converts a decoded value to encoding/json's generic form.
+func toAny(v jinja.Value) any {
+	switch {
+	case v.IsNone():
+		return nil
+	case v.IsBool():
+		return v.AsBool()
+	case v.IsInt():
+		return float64(v.AsInt())
+	case v.IsFloat():
+		return v.AsFloat()
+	case v.IsString():
+		return v.AsString()
+	case v.IsList():
+		out := []any{}
+		for _, it := range v.AsList().Items {
+			out = append(out, toAny(it))
+		}
+		return out
+	case v.IsDict():
+		out := map[string]any{}
+		for _, k := range v.AsDict().Keys {
+			out[k] = toAny(v.AsDict().Data[k])
+		}
+		return out
+	}
+	return "undefined"
+}
+
+// The hand-written decoder accepts exactly what encoding/json accepts and
+// yields the same values (the independent reference).
+func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5,-0,1e3,"x\u00e9\ud83d\ude00\ud800"],"b":{"a":null}}`, `"\u0041\/\b"`, `[1,]`, `01`, `-`, `1.`, `1e`, `"\x01"`, "\"\xff\"", `{"a":1,"a":2}`, ` [ ] `, `nul`, `"\uD800\u0041"`, `"\ud800\ud800"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decodeValue(b, 10000)
+		var want any
+		werr := json.Unmarshal(b, &want)
+		if (err == nil) != (werr == nil) {
+			// encoding/json rejects numbers it cannot represent as errors
+			// of type UnmarshalTypeError only for typed targets; for any it
+			// parses them, and so do we, except out-of-range floats.
+			t.Fatalf("input %q: ours err=%v, encoding/json err=%v", b, err, werr)
+		}
+		if err != nil {
+			return
+		}
+		if got := toAny(v); !cmp.Equal(got, want) {
+			t.Fatalf("input %q: %s", b, cmp.Diff(want, got))
+		}
+	})
+}
+
+func TestDecodeMatchesEncodingJSONSeeds(t *testing.T) {
+	for _, s := range []string{`{"a":[1,2.5,-0,1e3,"x\u00e9\ud83d\ude00\ud800"],"b":{"a":null}}`, `"\ud800\u0041"`, `"\ud800\ud800"`, "\"a\xffb\\n\xc3\"", `9007199254740993`, `-9223372036854775809`, `1E400`} {
+		v, err := decodeValue([]byte(s), 100)
+		var want any
+		werr := json.Unmarshal([]byte(s), &want)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("%s: ours %v, encoding/json %v", s, err, werr)
+		}
+		if err == nil && !cmp.Equal(toAny(v), want) {
+			t.Fatalf("%s: %s", s, cmp.Diff(want, toAny(v)))
+		}
 	}
 }
