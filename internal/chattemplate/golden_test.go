@@ -69,13 +69,40 @@ func raw(s string) json.RawMessage {
 	return json.RawMessage(s)
 }
 
+// lenientCases are the known divergence: the reference (like Python's
+// Jinja2) fails on string + null/undefined, while the Go engine treats the
+// null as "". The render must then equal the named case, which renders the
+// same conversation after vLLM's preprocessing (null content -> "").
+var lenientCases = map[string]string{
+	"assistant_null_content_tool_calls":    "vllm_assistant_null_content_tool_calls",
+	"assistant_missing_content_tool_calls": "vllm_assistant_null_content_tool_calls",
+}
+
 // TestGoldenQwen3 renders every reference case and compares byte for byte;
-// cases where the reference engine fails must fail here too.
+// cases where the reference engine fails must fail here too, except the
+// documented lenientCases.
 func TestGoldenQwen3(t *testing.T) {
 	tmpl := qwen3(t)
-	for _, c := range loadGolden(t) {
+	cases := loadGolden(t)
+	byName := map[string]goldenCase{}
+	for _, c := range cases {
+		byName[c.Name] = c
+	}
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			got, err := tmpl.Render(raw(c.Messages), raw(c.Tools), c.options())
+			if other, ok := lenientCases[c.Name]; ok {
+				if c.Expected != nil {
+					t.Fatalf("reference no longer fails on %s: drop it from lenientCases", c.Name)
+				}
+				if err != nil {
+					t.Fatalf("Render: %v", err)
+				}
+				if want := byName[other].Expected; want == nil || got != *want {
+					t.Fatalf("lenient render differs from %s:\n got: %q", other, got)
+				}
+				return
+			}
 			if c.Expected == nil {
 				if err == nil {
 					t.Fatalf("reference failed (%s) but Render succeeded:\n%q", c.Error, got)

@@ -80,6 +80,9 @@ func TestConcurrentRender(t *testing.T) {
 			for i := range 20 {
 				c := cases[(g+i)%len(cases)]
 				got, err := tmpl.Render(raw(c.Messages), raw(c.Tools), c.options())
+				if _, lenient := lenientCases[c.Name]; lenient {
+					continue
+				}
 				if c.Expected == nil {
 					if err == nil {
 						errs <- errors.New(c.Name + ": want error")
