@@ -150,6 +150,7 @@ func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinj
 	}
 	vars["messages"] = jinja.NewList(in.msgs)
 	vars["tools"] = in.tools
+	vars["documents"] = jinja.None() // transformers passes documents=None
 	vars["add_generation_prompt"] = jinja.NewBool(opts.AddGenerationPrompt)
 	if opts.EnableThinking != nil {
 		vars["enable_thinking"] = jinja.NewBool(*opts.EnableThinking)
