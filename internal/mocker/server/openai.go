@@ -1,0 +1,595 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/mocker"
+)
+
+// apiError is vLLM's (and OpenAI's) error body.
+type apiError struct {
+	Error apiErrorInfo `json:"error"`
+}
+
+type apiErrorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+func writeJSON(rw http.ResponseWriter, code int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(code)
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+func writeError(rw http.ResponseWriter, code int, msg string) {
+	typ := "BadRequestError"
+	switch code {
+	case http.StatusNotFound:
+		typ = "NotFoundError"
+	case http.StatusServiceUnavailable:
+		typ = "ServiceUnavailableError"
+	case http.StatusInternalServerError:
+		typ = "InternalServerError"
+	}
+	writeJSON(rw, code, apiError{apiErrorInfo{Message: msg, Type: typ, Code: code}})
+}
+
+// streamOptions is OpenAI's stream_options.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// commonRequest holds the fields completions and chat share. Sampling
+// parameters are accepted and ignored: output is deterministic filler.
+type commonRequest struct {
+	Model            string         `json:"model"`
+	MaxTokens        *int           `json:"max_tokens"`
+	MaxCompletionTok *int           `json:"max_completion_tokens"`
+	Stream           bool           `json:"stream"`
+	StreamOptions    *streamOptions `json:"stream_options"`
+	IgnoreEOS        bool           `json:"ignore_eos"`
+	N                *int           `json:"n"`
+	DPRank           *int           `json:"data_parallel_rank"`
+}
+
+type completionRequest struct {
+	commonRequest
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type chatRequest struct {
+	commonRequest
+	Messages []chatMessage `json:"messages"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type usage struct {
+	PromptTokens        int            `json:"prompt_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details"`
+}
+
+// decodeBody reads a JSON body with the size limit.
+func (w *Worker) decodeBody(rw http.ResponseWriter, req *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(rw, req.Body, w.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(rw, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+			return false
+		}
+		writeError(rw, http.StatusBadRequest, "reading request body: "+err.Error())
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(rw, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// checkCommon validates the shared fields and returns max tokens (def when
+// unset) and the requested rank (-1: any).
+func (w *Worker) checkCommon(rw http.ResponseWriter, req *http.Request, c *commonRequest, def int) (int, int, bool) {
+	if c.Model != "" && c.Model != w.cfg.servedName() {
+		writeError(rw, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", c.Model))
+		return 0, 0, false
+	}
+	if c.N != nil && *c.N != 1 {
+		writeError(rw, http.StatusBadRequest, "n must be 1 for the mock engine")
+		return 0, 0, false
+	}
+	maxTok := def
+	if c.MaxTokens != nil {
+		maxTok = *c.MaxTokens
+	} else if c.MaxCompletionTok != nil {
+		maxTok = *c.MaxCompletionTok
+	}
+	if maxTok < 1 {
+		writeError(rw, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTok))
+		return 0, 0, false
+	}
+	dp := -1
+	if h := req.Header.Get("X-Data-Parallel-Rank"); h != "" {
+		v, err := strconv.Atoi(h)
+		if err != nil || v < 0 {
+			writeError(rw, http.StatusBadRequest, "invalid X-Data-Parallel-Rank header "+strconv.Quote(h))
+			return 0, 0, false
+		}
+		dp = v
+	} else if c.DPRank != nil {
+		dp = *c.DPRank
+	}
+	return maxTok, dp, true
+}
+
+// parsePrompt reads OpenAI's prompt: a string, a list of strings, a list of
+// token ids, or a list of lists of token ids.
+func (w *Worker) parsePrompt(raw json.RawMessage) ([][]uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errors.New("prompt is required")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return [][]uint32{w.tok.Encode(s, true)}, nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		out := make([][]uint32, len(ss))
+		for i, p := range ss {
+			out[i] = w.tok.Encode(p, true)
+		}
+		return out, nil
+	}
+	var ids []int64
+	if json.Unmarshal(raw, &ids) == nil {
+		t, err := w.checkIDs(ids)
+		return [][]uint32{t}, err
+	}
+	var idss [][]int64
+	if json.Unmarshal(raw, &idss) == nil {
+		out := make([][]uint32, len(idss))
+		for i, p := range idss {
+			t, err := w.checkIDs(p)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = t
+		}
+		return out, nil
+	}
+	return nil, errors.New("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
+}
+
+func (w *Worker) checkIDs(ids []int64) ([]uint32, error) {
+	out := make([]uint32, len(ids))
+	for i, v := range ids {
+		if v < 0 || v >= int64(w.tok.VocabSize()) {
+			return nil, fmt.Errorf("Token id %d is out of vocabulary", v)
+		}
+		out[i] = uint32(v)
+	}
+	return out, nil
+}
+
+// checkLength applies vLLM's prompt checks.
+func (w *Worker) checkLength(prompts [][]uint32, maxTok int) error {
+	if len(prompts) == 0 {
+		return errors.New("prompt is required")
+	}
+	limit := w.cfg.maxModelLen()
+	for _, p := range prompts {
+		if len(p) == 0 {
+			return errors.New("The prompt cannot be empty.")
+		}
+		if len(p)+maxTok > limit {
+			return fmt.Errorf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				limit, len(p)+maxTok, len(p), maxTok)
+		}
+	}
+	return nil
+}
+
+func newID(prefix string) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (w *Worker) handleCompletions(rw http.ResponseWriter, req *http.Request) {
+	var body completionRequest
+	if !w.decodeBody(rw, req, &body) {
+		return
+	}
+	maxTok, dp, ok := w.checkCommon(rw, req, &body.commonRequest, 16)
+	if !ok {
+		return
+	}
+	prompts, err := w.parsePrompt(body.Prompt)
+	if err == nil {
+		err = w.checkLength(prompts, maxTok)
+	}
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.generate(rw, req, &body.commonRequest, prompts, maxTok, dp, false)
+}
+
+// renderChat is the fallback chat rendering when no chat template is
+// configured: ChatML, as Qwen models use, ending with the assistant header.
+func renderChat(msgs []chatMessage) (string, error) {
+	var b strings.Builder
+	for i, m := range msgs {
+		if m.Role == "" {
+			return "", fmt.Errorf("messages[%d].role is required", i)
+		}
+		text, err := messageText(m.Content)
+		if err != nil {
+			return "", fmt.Errorf("messages[%d].content: %w", i, err)
+		}
+		fmt.Fprintf(&b, "<|im_start|>%s\n%s<|im_end|>\n", m.Role, text)
+	}
+	b.WriteString("<|im_start|>assistant\n")
+	return b.String(), nil
+}
+
+// messageText reads a message's content: a string, null, or a list of
+// parts of which the text parts are joined.
+func messageText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("must be a string or a list of content parts")
+	}
+	var texts []string
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part type %q is not supported by the mock engine", p.Type)
+		}
+		texts = append(texts, p.Text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+func (w *Worker) handleChat(rw http.ResponseWriter, req *http.Request) {
+	var body chatRequest
+	if !w.decodeBody(rw, req, &body) {
+		return
+	}
+	maxTok, dp, ok := w.checkCommon(rw, req, &body.commonRequest, 16)
+	if !ok {
+		return
+	}
+	if len(body.Messages) == 0 {
+		writeError(rw, http.StatusBadRequest, "messages must be a non-empty list")
+		return
+	}
+	text, err := renderChat(body.Messages)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	prompts := [][]uint32{w.tok.Encode(text, false)}
+	if err := w.checkLength(prompts, maxTok); err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.generate(rw, req, &body.commonRequest, prompts, maxTok, dp, true)
+}
+
+// choiceState accumulates one prompt's generation.
+type choiceState struct {
+	id      uint64
+	st      *stream
+	prompt  int
+	cached  int
+	gen     int
+	text    strings.Builder
+	ids     []uint32
+	done    bool
+	started bool
+}
+
+// generate submits every prompt and answers, streamed or whole.
+func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRequest, prompts [][]uint32, maxTok, dp int, chat bool) {
+	r, err := w.pickRank(dp)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := req.Context()
+	notify := make(chan struct{}, 1)
+	choices := make([]*choiceState, len(prompts))
+	for i, p := range prompts {
+		id, st, err := w.submit(ctx, r, p, maxTok, notify)
+		if err != nil {
+			for _, ch := range choices[:i] {
+				w.abort(r, ch.id)
+			}
+			writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
+			return
+		}
+		choices[i] = &choiceState{id: id, st: st, prompt: len(p)}
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			for _, ch := range choices {
+				if !ch.done {
+					w.abort(r, ch.id)
+				}
+			}
+		}
+	}()
+
+	respID := newID("cmpl-")
+	object := "text_completion"
+	if chat {
+		respID, object = newID("chatcmpl-"), "chat.completion"
+	}
+	created := time.Now().Unix()
+	model := w.cfg.servedName()
+
+	var sse *sseWriter
+	if c.Stream {
+		sse = newSSE(rw)
+		if chat {
+			object = "chat.completion.chunk"
+		}
+	}
+	var buf []mocker.Output
+	for {
+		all := true
+		for i, ch := range choices {
+			if ch.done {
+				continue
+			}
+			var end bool
+			var err error
+			buf, end, err = ch.st.take(buf)
+			if err != nil {
+				if sse != nil {
+					sse.event(apiError{apiErrorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
+					return
+				}
+				writeError(rw, http.StatusInternalServerError, err.Error())
+				return
+			}
+			for _, o := range buf {
+				ch.gen = o.Generated
+				ch.cached = o.CachedTokens
+				piece := w.tok.Decode([]uint32{o.Token})
+				ch.ids = append(ch.ids, o.Token)
+				if sse != nil {
+					sse.event(w.chunk(respID, object, created, model, i, piece, o.Finished, chat, !ch.started))
+					ch.started = true
+				} else {
+					ch.text.WriteString(piece)
+				}
+			}
+			if end {
+				ch.done = true
+			} else {
+				all = false
+			}
+		}
+		if sse != nil {
+			sse.flush()
+		}
+		if all {
+			break
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return
+		}
+	}
+	finished = true
+	u := usage{PromptTokensDetails: &promptDetails{}}
+	for _, ch := range choices {
+		u.PromptTokens += ch.prompt
+		u.CompletionTokens += ch.gen
+		u.PromptTokensDetails.CachedTokens += ch.cached
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if sse != nil {
+		if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
+			sse.event(map[string]any{"id": respID, "object": object, "created": created, "model": model,
+				"choices": []any{}, "usage": u})
+		}
+		sse.done()
+		return
+	}
+	out := map[string]any{"id": respID, "object": object, "created": created, "model": model, "usage": u}
+	list := make([]any, len(choices))
+	for i, ch := range choices {
+		if chat {
+			list[i] = map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": ch.text.String()},
+				"logprobs": nil, "finish_reason": "length", "stop_reason": nil}
+		} else {
+			list[i] = map[string]any{"index": i, "text": ch.text.String(), "logprobs": nil,
+				"finish_reason": "length", "stop_reason": nil}
+		}
+	}
+	out["choices"] = list
+	writeJSON(rw, http.StatusOK, out)
+}
+
+// chunk is one streamed token, in the completion or chat chunk shape.
+func (w *Worker) chunk(id, object string, created int64, model string, index int, text string, last, chat, first bool) any {
+	var finish any
+	if last {
+		finish = "length"
+	}
+	var choice map[string]any
+	if chat {
+		delta := map[string]any{"content": text}
+		if first {
+			delta["role"] = "assistant"
+		}
+		choice = map[string]any{"index": index, "delta": delta, "logprobs": nil, "finish_reason": finish}
+	} else {
+		choice = map[string]any{"index": index, "text": text, "logprobs": nil, "finish_reason": finish}
+	}
+	return map[string]any{"id": id, "object": object, "created": created, "model": model, "choices": []any{choice}}
+}
+
+// sseWriter writes server-sent events.
+type sseWriter struct {
+	rw http.ResponseWriter
+	fl http.Flusher
+}
+
+func newSSE(rw http.ResponseWriter) *sseWriter {
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	rw.WriteHeader(http.StatusOK)
+	fl, _ := rw.(http.Flusher)
+	return &sseWriter{rw: rw, fl: fl}
+}
+
+func (s *sseWriter) event(v any) {
+	b, _ := json.Marshal(v)
+	_, _ = s.rw.Write([]byte("data: "))
+	_, _ = s.rw.Write(b)
+	_, _ = s.rw.Write([]byte("\n\n"))
+}
+
+func (s *sseWriter) flush() {
+	if s.fl != nil {
+		s.fl.Flush()
+	}
+}
+
+func (s *sseWriter) done() {
+	_, _ = s.rw.Write([]byte("data: [DONE]\n\n"))
+	s.flush()
+}
+
+func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": w.cfg.servedName(), "object": "model", "created": w.started.Unix(), "owned_by": "vllm",
+		"root": w.cfg.Model, "parent": nil, "max_model_len": w.cfg.maxModelLen(),
+	}}})
+}
+
+func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
+	var body struct {
+		Model    string        `json:"model"`
+		Prompt   *string       `json:"prompt"`
+		Messages []chatMessage `json:"messages"`
+		Special  *bool         `json:"add_special_tokens"`
+	}
+	if !w.decodeBody(rw, req, &body) {
+		return
+	}
+	if body.Model != "" && body.Model != w.cfg.servedName() {
+		writeError(rw, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", body.Model))
+		return
+	}
+	var ids []uint32
+	switch {
+	case body.Prompt != nil:
+		ids = w.tok.Encode(*body.Prompt, body.Special == nil || *body.Special)
+	case len(body.Messages) > 0:
+		text, err := renderChat(body.Messages)
+		if err != nil {
+			writeError(rw, http.StatusBadRequest, err.Error())
+			return
+		}
+		ids = w.tok.Encode(text, false)
+	default:
+		writeError(rw, http.StatusBadRequest, "either prompt or messages is required")
+		return
+	}
+	if ids == nil {
+		ids = []uint32{}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": w.cfg.maxModelLen(),
+		"tokens": ids, "token_strs": nil})
+}
+
+func (w *Worker) handleDetokenize(rw http.ResponseWriter, req *http.Request) {
+	var body struct {
+		Tokens []int64 `json:"tokens"`
+	}
+	if !w.decodeBody(rw, req, &body) {
+		return
+	}
+	ids, err := w.checkIDs(body.Tokens)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"prompt": w.tok.Decode(ids)})
+}
+
+// handleReset drops every rank's prefix cache (AllBlocksCleared), like
+// vLLM's /reset_prefix_cache; 400 while requests are in flight.
+func (w *Worker) handleReset(rw http.ResponseWriter, req *http.Request) {
+	for _, r := range w.ranks {
+		reply := make(chan error, 1)
+		if err := sendCmd(req.Context(), r, rankCmd{reset: reply}); err != nil {
+			writeError(rw, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		select {
+		case err := <-reply:
+			if err != nil {
+				writeError(rw, http.StatusBadRequest, "cannot reset the prefix cache: "+err.Error())
+				return
+			}
+		case <-req.Context().Done():
+			return
+		}
+	}
+	rw.WriteHeader(http.StatusOK)
+}
+
+func sendCmd(ctx context.Context, r *rank, c rankCmd) error {
+	select {
+	case r.cmds <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
