@@ -1,7 +1,5 @@
 package tokenizer
 
-import "container/heap"
-
 // model is a byte-level BPE model over token ids: words arrive as raw bytes
 // and are merged pair by pair, lowest rank first.
 type model struct {
@@ -21,6 +19,10 @@ type model struct {
 const heapThreshold = 48
 
 const noRank = ^uint32(0)
+
+// maxWord bounds the word length appendHeap handles in one piece (its
+// offsets are int32); longer words, which no real text produces, are cut.
+const maxWord = 1 << 30
 
 func (m *model) rank(a, b uint32) (rank uint32, id uint32) {
 	v, ok := m.merges[uint64(a)<<32|uint64(b)]
@@ -44,6 +46,10 @@ func (m *model) appendWord(dst []uint32, word string) []uint32 {
 		return append(dst, m.byteID[word[0]])
 	}
 	if len(word) > heapThreshold {
+		for len(word) > maxWord { // never in practice; keeps int32 offsets valid
+			dst = m.appendHeap(dst, word[:maxWord])
+			word = word[maxWord:]
+		}
 		return m.appendHeap(dst, word)
 	}
 	var symBuf [heapThreshold]uint32
@@ -93,18 +99,17 @@ func (m *model) appendHeap(dst []uint32, word string) []uint32 {
 	n := len(word)
 	syms := make([]heapSym, n)
 	for i := 0; i < n; i++ {
-		syms[i] = heapSym{id: m.byteID[word[i]], prev: i - 1, next: i + 1, alive: true}
+		syms[i] = heapSym{id: m.byteID[word[i]], prev: int32(i) - 1, next: int32(i) + 1, alive: true}
 	}
 	syms[n-1].next = -1
 	h := make(mergeHeap, 0, n)
 	for i := 0; i+1 < n; i++ {
 		if r, id := m.rank(syms[i].id, syms[i+1].id); r != noRank {
-			h = append(h, mergeCand{rank: r, pos: i, left: syms[i].id, right: syms[i+1].id, id: id})
+			h.push(mergeCand{rank: r, pos: int32(i), left: syms[i].id, right: syms[i+1].id, id: id})
 		}
 	}
-	heap.Init(&h)
-	for h.Len() > 0 {
-		c := heap.Pop(&h).(mergeCand)
+	for len(h) > 0 {
+		c := h.pop()
 		l := &syms[c.pos]
 		if !l.alive || l.id != c.left || l.next < 0 {
 			continue
@@ -122,17 +127,17 @@ func (m *model) appendHeap(dst []uint32, word string) []uint32 {
 		if l.prev >= 0 {
 			p := &syms[l.prev]
 			if rk, id := m.rank(p.id, l.id); rk != noRank {
-				heap.Push(&h, mergeCand{rank: rk, pos: l.prev, left: p.id, right: l.id, id: id})
+				h.push(mergeCand{rank: rk, pos: l.prev, left: p.id, right: l.id, id: id})
 			}
 		}
 		if l.next >= 0 {
 			nx := &syms[l.next]
 			if rk, id := m.rank(l.id, nx.id); rk != noRank {
-				heap.Push(&h, mergeCand{rank: rk, pos: c.pos, left: l.id, right: nx.id, id: id})
+				h.push(mergeCand{rank: rk, pos: c.pos, left: l.id, right: nx.id, id: id})
 			}
 		}
 	}
-	for i := 0; i >= 0; i = syms[i].next {
+	for i := int32(0); i >= 0; i = syms[i].next {
 		dst = append(dst, syms[i].id)
 	}
 	return dst
@@ -140,32 +145,65 @@ func (m *model) appendHeap(dst []uint32, word string) []uint32 {
 
 type heapSym struct {
 	id         uint32
-	prev, next int
+	prev, next int32
 	alive      bool
 }
 
 type mergeCand struct {
 	rank  uint32
-	pos   int
+	pos   int32
 	left  uint32
 	right uint32
 	id    uint32
 }
 
+// mergeHeap is a binary min-heap of merge candidates by (rank, position),
+// written out to avoid boxing each candidate in an interface.
 type mergeHeap []mergeCand
 
-func (h mergeHeap) Len() int { return len(h) }
-func (h mergeHeap) Less(i, j int) bool {
-	if h[i].rank != h[j].rank {
-		return h[i].rank < h[j].rank
+func (c mergeCand) less(o mergeCand) bool {
+	if c.rank != o.rank {
+		return c.rank < o.rank
 	}
-	return h[i].pos < h[j].pos
+	return c.pos < o.pos
 }
-func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(mergeCand)) }
-func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *mergeHeap) push(c mergeCand) {
+	*h = append(*h, c)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !a[i].less(a[p]) {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeCand {
+	a := *h
+	top := a[0]
+	last := len(a) - 1
+	a[0] = a[last]
+	a = a[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(a) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(a) && a[r].less(a[l]) {
+			m = r
+		}
+		if !a[m].less(a[i]) {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return top
 }

@@ -30,6 +30,16 @@ func init() {
 // are used instead (HuggingFace's ByteLevel decoder does the same, which
 // matters for added tokens such as "<|im_start|>" or ones holding spaces).
 func byteLevelDecode(tok string) (raw string, ok bool) {
+	plain := true
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '!' || tok[i] > '~' {
+			plain = false
+			break
+		}
+	}
+	if plain { // printable ASCII stands for itself
+		return tok, true
+	}
 	buf := make([]byte, 0, len(tok))
 	for _, r := range tok {
 		b, in := runeToByte[r]

@@ -16,7 +16,7 @@ type wordCache struct {
 const (
 	cacheShards = 16
 	// maxCachedWord is the longest word (bytes) the cache keeps.
-	maxCachedWord = 64
+	maxCachedWord = 256
 )
 
 type cacheShard struct {

@@ -74,12 +74,12 @@ func at(s string, i int) (r rune, size int, cls uint8) {
 	return r, size, classifySlow(r)
 }
 
-func (f *fastSplitter) split(s string, emit func(start, end int)) {
+func (f *fastSplitter) appendEnds(dst []int, s string) []int {
 	for i := 0; i < len(s); {
-		n := f.match(s, i)
-		emit(i, i+n)
-		i += n
+		i += f.match(s, i)
+		dst = append(dst, i)
 	}
+	return dst
 }
 
 // match returns the byte length of the pattern's match at i (i < len(s)); it

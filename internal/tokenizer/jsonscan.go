@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -183,16 +184,18 @@ func (s *scanner) end() error {
 	return nil
 }
 
-// parseVocab reads {"token": id, ...}. A token listed twice keeps its last id.
-func parseVocab(b []byte) (map[string]uint32, error) {
-	s := &scanner{b: b}
+// parseVocab reads {"token": id, ...} at the scanner's position. A token
+// listed twice keeps its last id.
+func parseVocab(s *scanner) (map[string]uint32, error) {
 	if err := s.expect('{'); err != nil {
 		return nil, err
 	}
-	vocab := make(map[string]uint32, len(b)/16)
+	// Presize from the input: a vocab entry plus its merge take about 80
+	// bytes of a byte-level tokenizer.json.
+	vocab := make(map[string]uint32, min(max(1024, len(s.b)/80), 1<<22))
 	if s.peek() == '}' {
 		s.i++
-		return vocab, s.end()
+		return vocab, nil
 	}
 	for {
 		k, err := s.str()
@@ -212,76 +215,197 @@ func parseVocab(b []byte) (map[string]uint32, error) {
 			s.i++
 		case '}':
 			s.i++
-			return vocab, s.end()
+			return vocab, nil
 		default:
 			return nil, s.errorf("expected ',' or '}' in vocab")
 		}
 	}
 }
 
-// parseMerges reads the merges list in either form: ["a b", ...] (the
-// older form, split at its single space) or [["a", "b"], ...].
-func parseMerges(b []byte) ([][2]string, error) {
-	s := &scanner{b: b}
+// parseMerges reads the merges list in either form — ["a b", ...] (the
+// older form, split at its single space) or [["a", "b"], ...] — and calls fn
+// with each pair. The slices are only valid during the call.
+func parseMerges(s *scanner, fn func(rank int, left, right []byte) error) error {
 	if err := s.expect('['); err != nil {
-		return nil, err
+		return err
 	}
-	merges := make([][2]string, 0, len(b)/24)
 	if s.peek() == ']' {
 		s.i++
-		return merges, s.end()
+		return nil
 	}
-	for {
-		var m [2]string
+	var left []byte
+	for rank := 0; ; rank++ {
 		switch s.peek() {
 		case '"':
-			line, err := s.str()
+			line, err := s.rawStr()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			sp := -1
-			for j := 0; j < len(line); j++ {
-				if line[j] == ' ' {
-					if sp >= 0 {
-						sp = -2
-						break
-					}
-					sp = j
-				}
+			sp := bytes.IndexByte(line, ' ')
+			if sp < 0 || bytes.IndexByte(line[sp+1:], ' ') >= 0 {
+				return fmt.Errorf("merge %d %q: want two tokens separated by one space", rank+1, line)
 			}
-			if sp < 0 {
-				return nil, fmt.Errorf("merge %d %q: want two tokens separated by one space", len(merges)+1, line)
+			if err := fn(rank, line[:sp], line[sp+1:]); err != nil {
+				return err
 			}
-			m = [2]string{line[:sp], line[sp+1:]}
 		case '[':
 			s.i++
-			a, err := s.str()
+			a, err := s.rawStr()
 			if err != nil {
-				return nil, err
+				return err
 			}
+			left = append(left[:0], a...) // a may live in s.buf
 			if err := s.expect(','); err != nil {
-				return nil, err
+				return err
 			}
-			bb, err := s.str()
+			r, err := s.rawStr()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if err := s.expect(']'); err != nil {
-				return nil, err
+				return err
 			}
-			m = [2]string{a, bb}
+			if err := fn(rank, left, r); err != nil {
+				return err
+			}
 		default:
-			return nil, s.errorf("expected a merge")
+			return s.errorf("expected a merge")
 		}
-		merges = append(merges, m)
 		switch s.peek() {
 		case ',':
 			s.i++
 		case ']':
 			s.i++
-			return merges, s.end()
+			return nil
 		default:
-			return nil, s.errorf("expected ',' or ']' in merges")
+			return s.errorf("expected ',' or ']' in merges")
+		}
+	}
+}
+
+// rawStr reads a JSON string and returns its decoded bytes without
+// allocating: a view of the input when the string has no escapes, otherwise
+// of the scanner's buffer. The result is valid until the next call.
+func (s *scanner) rawStr() ([]byte, error) {
+	if err := s.expect('"'); err != nil {
+		return nil, err
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			v := s.b[start:s.i]
+			s.i++
+			return v, nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+		s.i++
+	}
+	s.i = start - 1
+	v, err := s.str()
+	if err != nil {
+		return nil, err
+	}
+	s.buf = append(s.buf[:0], v...)
+	return s.buf, nil
+}
+
+// skip steps over one JSON value of any kind and returns its bytes. It
+// checks nesting and strings but not the grammar of scalars: what it skips
+// is either ignored or parsed again by a strict parser.
+func (s *scanner) skip() ([]byte, error) {
+	s.ws()
+	start := s.i
+	depth := 0
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch c {
+		case '"':
+			if _, err := s.rawStr(); err != nil {
+				return nil, err
+			}
+			if depth == 0 {
+				return s.b[start:s.i], nil
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // the end of the enclosing container
+				if s.i == start {
+					return nil, s.errorf("expected a value")
+				}
+				return s.b[start:s.i], nil
+			}
+			depth--
+			if depth == 0 {
+				s.i++
+				return s.b[start:s.i], nil
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				if s.i == start {
+					return nil, s.errorf("expected a value")
+				}
+				return s.b[start:s.i], nil
+			}
+		}
+		s.i++
+	}
+	if depth != 0 || s.i == start {
+		return nil, s.errorf("truncated value")
+	}
+	return s.b[start:s.i], nil
+}
+
+// object reads a JSON object, returning each member's raw value. A key that
+// appears twice keeps its last value, as encoding/json does. When hook is
+// not nil it is offered each key first; if it returns true it has consumed
+// the value itself (and the key is left out of the result).
+func (s *scanner) object(hook func(key string) (bool, error)) (map[string][]byte, error) {
+	if err := s.expect('{'); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte)
+	if s.peek() == '}' {
+		s.i++
+		return out, nil
+	}
+	for {
+		k, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.expect(':'); err != nil {
+			return nil, err
+		}
+		if hook != nil {
+			done, err := hook(k)
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				goto next
+			}
+		}
+		{
+			v, err := s.skip()
+			if err != nil {
+				return nil, err
+			}
+			out[k] = v
+		}
+	next:
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return out, nil
+		default:
+			return nil, s.errorf("expected ',' or '}'")
 		}
 	}
 }

@@ -27,7 +27,7 @@ var ErrInvalid = errors.New("invalid tokenizer.json")
 // Config tunes a loaded tokenizer; it does not change which ids come out.
 type Config struct {
 	// CacheWords is roughly how many distinct words (pre-tokenized pieces of
-	// at most 64 bytes) keep their ids in memory. 0 disables the cache.
+	// at most 256 bytes) keep their ids in memory. 0 disables the cache.
 	// Default 65536 (a few MB).
 	CacheWords int
 }
@@ -66,21 +66,126 @@ func LoadJSON(b []byte) (*Tokenizer, error) { return LoadJSONConfig(b, DefaultCo
 
 // fileJSON is the part of tokenizer.json's schema this package reads.
 type fileJSON struct {
-	AddedTokens   []addedToken    `json:"added_tokens"`
-	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage `json:"post_processor"`
-	Decoder       json.RawMessage `json:"decoder"`
-	Model         struct {
-		Type                    string          `json:"type"`
-		Dropout                 *float64        `json:"dropout"`
-		UnkToken                *string         `json:"unk_token"`
-		ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
-		EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
-		IgnoreMerges            bool            `json:"ignore_merges"`
-		Vocab                   json.RawMessage `json:"vocab"`
-		Merges                  json.RawMessage `json:"merges"`
-	} `json:"model"`
+	AddedTokens   []addedToken
+	Normalizer    json.RawMessage
+	PreTokenizer  json.RawMessage
+	PostProcessor json.RawMessage
+	Decoder       json.RawMessage
+	Model         modelJSON
+}
+
+// modelJSON is tokenizer.json's "model" section.
+type modelJSON struct {
+	Type                    string   `json:"type"`
+	Dropout                 *float64 `json:"dropout"`
+	UnkToken                *string  `json:"unk_token"`
+	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
+	IgnoreMerges            bool     `json:"ignore_merges"`
+}
+
+// parseFile reads tokenizer.json. The vocabulary and merges (nearly all of
+// the file's bytes) are scanned once, by hand, in place; the small sections
+// go through encoding/json. Merges are resolved to ids as they are read.
+func (t *Tokenizer) parseFile(b []byte) (*fileJSON, error) {
+	f := &fileJSON{}
+	var vocab map[string]uint32
+	var pendingMerges []byte // merges met before the vocab
+	haveModel := false
+	s := &scanner{b: b}
+	top, err := s.object(func(key string) (bool, error) {
+		if key != "model" {
+			return false, nil
+		}
+		haveModel = true
+		if s.peek() == 'n' { // null
+			return false, nil
+		}
+		mo, err := s.object(func(key string) (bool, error) {
+			switch key {
+			case "vocab":
+				v, err := parseVocab(s)
+				if err != nil {
+					return false, fmt.Errorf("vocab: %w", err)
+				}
+				vocab = v
+				t.vocab = v
+				return true, nil
+			case "merges":
+				if vocab == nil {
+					return false, nil
+				}
+				return true, t.readMerges(s, vocab)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("model: %w", err)
+		}
+		pendingMerges = mo["merges"]
+		delete(mo, "merges")
+		delete(mo, "vocab")
+		rest := make(map[string]json.RawMessage, len(mo))
+		for k, v := range mo {
+			rest[k] = v
+		}
+		small, err := json.Marshal(rest)
+		if err != nil {
+			return false, err
+		}
+		if err := json.Unmarshal(small, &f.Model); err != nil {
+			return false, fmt.Errorf("model: %w", err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.end(); err != nil {
+		return nil, err
+	}
+	if !haveModel || vocab == nil {
+		return nil, errors.New("no model vocab")
+	}
+	if !isNull(pendingMerges) {
+		if err := t.readMerges(&scanner{b: pendingMerges}, vocab); err != nil {
+			return nil, err
+		}
+	}
+	f.Normalizer = top["normalizer"]
+	f.PreTokenizer = top["pre_tokenizer"]
+	f.PostProcessor = top["post_processor"]
+	f.Decoder = top["decoder"]
+	if raw, ok := top["added_tokens"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
+			return nil, fmt.Errorf("added_tokens: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// readMerges reads the merges at the scanner's position into the rank table.
+func (t *Tokenizer) readMerges(s *scanner, vocab map[string]uint32) error {
+	t.model.merges = make(map[uint64]uint64, len(vocab))
+	var joined []byte
+	err := parseMerges(s, func(rank int, left, right []byte) error {
+		a, okA := vocab[string(left)]
+		bb, okB := vocab[string(right)]
+		joined = append(append(joined[:0], left...), right...)
+		id, okM := vocab[string(joined)]
+		if !okA || !okB || !okM {
+			return fmt.Errorf("merge %d (%q %q) uses a token missing from the vocab", rank+1, left, right)
+		}
+		if rank >= math.MaxUint32 {
+			return errors.New("too many merges")
+		}
+		t.model.merges[uint64(a)<<32|uint64(bb)] = uint64(rank)<<32 | uint64(id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("merges: %w", err)
+	}
+	return nil
 }
 
 // component is the common shape of normalizers, pre-tokenizers,
@@ -130,12 +235,12 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var f fileJSON
-	if err := json.Unmarshal(b, &f); err != nil {
+	t := &Tokenizer{cache: newWordCache(cfg.CacheWords)}
+	f, err := t.parseFile(b)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	t := &Tokenizer{cache: newWordCache(cfg.CacheWords)}
-	if err := t.loadModel(&f); err != nil {
+	if err := t.loadModel(f); err != nil {
 		return nil, err
 	}
 	if err := t.loadNormalizer(f.Normalizer); err != nil {
@@ -157,7 +262,7 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 func (t *Tokenizer) loadModel(f *fileJSON) error {
 	m := &f.Model
 	typ := m.Type
-	if typ == "" && len(m.Merges) > 0 {
+	if typ == "" && len(t.model.merges) > 0 {
 		typ = "BPE" // untagged files: only BPE has merges
 	}
 	if typ != "BPE" {
@@ -172,45 +277,21 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
 		return fmt.Errorf("%w: end_of_word_suffix %q", ErrUnsupported, *m.EndOfWordSuffix)
 	}
-	if isNull(m.Vocab) {
-		return fmt.Errorf("%w: model has no vocab", ErrInvalid)
-	}
-	vocab, err := parseVocab(m.Vocab)
-	if err != nil {
-		return fmt.Errorf("%w: parsing vocab: %v", ErrInvalid, err)
-	}
-	var merges [][2]string
-	if !isNull(m.Merges) {
-		if merges, err = parseMerges(m.Merges); err != nil {
-			return fmt.Errorf("%w: parsing merges: %v", ErrInvalid, err)
-		}
-	}
-	if len(merges) >= math.MaxUint32 {
-		return fmt.Errorf("%w: too many merges", ErrInvalid)
-	}
-	t.vocab = vocab
-	t.model.ignoreMerges = m.IgnoreMerges
 	for c := 0; c < 256; c++ {
 		tok := string(byteToRune[c])
-		id, ok := vocab[tok]
+		id, ok := t.vocab[tok]
 		if !ok {
 			return fmt.Errorf("%w: byte 0x%02x (%q) is missing from the vocab: not a byte-level BPE", ErrUnsupported, c, tok)
 		}
 		t.model.byteID[c] = id
 	}
-	t.model.merges = make(map[uint64]uint64, len(merges))
-	for rank, mg := range merges {
-		a, okA := vocab[mg[0]]
-		bb, okB := vocab[mg[1]]
-		id, okM := vocab[mg[0]+mg[1]]
-		if !okA || !okB || !okM {
-			return fmt.Errorf("%w: merge %d (%q %q) uses a token missing from the vocab", ErrInvalid, rank+1, mg[0], mg[1])
-		}
-		t.model.merges[uint64(a)<<32|uint64(bb)] = uint64(rank)<<32 | uint64(id)
+	t.model.ignoreMerges = m.IgnoreMerges
+	if t.model.merges == nil {
+		t.model.merges = map[uint64]uint64{}
 	}
 	if t.model.ignoreMerges {
-		t.model.vocab = make(map[string]uint32, len(vocab))
-		for tok, id := range vocab {
+		t.model.vocab = make(map[string]uint32, len(t.vocab))
+		for tok, id := range t.vocab {
 			if raw, ok := byteLevelDecode(tok); ok {
 				t.model.vocab[raw] = id
 			}

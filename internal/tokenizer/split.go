@@ -9,10 +9,11 @@ import (
 
 // splitter cuts text into pieces with the "Isolated" behaviour: every match
 // of the pattern is a piece and so is every stretch of text between two
-// matches. emit is called with byte ranges [start, end) of s, in order, and
-// never with an empty range.
+// matches, so the pieces cover the text. appendEnds appends the byte offset
+// where each piece of s ends, in increasing order (the last is len(s); an
+// empty s has no pieces).
 type splitter interface {
-	split(s string, emit func(start, end int))
+	appendEnds(dst []int, s string) []int
 }
 
 var (
@@ -34,9 +35,9 @@ func newRegexpSplitter(pattern string) (*regexpSplitter, error) {
 	return &regexpSplitter{re: re}, nil
 }
 
-func (r *regexpSplitter) split(s string, emit func(start, end int)) {
+func (r *regexpSplitter) appendEnds(dst []int, s string) []int {
 	if s == "" {
-		return
+		return dst
 	}
 	runes := []rune(s)
 	// regexp2 reports rune offsets; map them back to byte offsets.
@@ -53,14 +54,15 @@ func (r *regexpSplitter) split(s string, emit func(start, end int)) {
 		start, end := m.Index, m.Index+m.Length
 		if end > start {
 			if start > prev {
-				emit(off[prev], off[start])
+				dst = append(dst, off[start])
 			}
-			emit(off[start], off[end])
+			dst = append(dst, off[end])
 			prev = end
 		}
 		m, err = r.re.FindNextMatch(m)
 	}
 	if prev < len(runes) {
-		emit(off[prev], off[len(runes)])
+		dst = append(dst, off[len(runes)])
 	}
+	return dst
 }

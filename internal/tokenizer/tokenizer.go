@@ -66,8 +66,9 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 
 // encoder carries one Encode call's output through the pipeline's callbacks.
 type encoder struct {
-	t   *Tokenizer
-	ids []uint32
+	t    *Tokenizer
+	ids  []uint32
+	ends [][]int
 }
 
 func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
@@ -96,7 +97,17 @@ func (e *encoder) pretokenize(s string, k int) {
 		e.pretokenize(s, k+1)
 		return
 	}
-	st.split.split(s, func(a, b int) { e.pretokenize(s[a:b], k+1) })
+	// Each stage has its own buffer of piece ends, reused across calls.
+	for len(e.ends) <= k {
+		e.ends = append(e.ends, nil)
+	}
+	ends := st.split.appendEnds(e.ends[k][:0], s)
+	e.ends[k] = ends
+	start := 0
+	for _, end := range ends {
+		e.pretokenize(s[start:end], k+1)
+		start = end
+	}
 }
 
 // word appends the ids of one pre-tokenized word, through the cache.

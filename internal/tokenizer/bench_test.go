@@ -1,0 +1,135 @@
+package tokenizer
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
+)
+
+// benchTexts are the inputs of the encoding benchmarks: "corpus" is every
+// golden string joined (including the deliberately pathological ones: 1000
+// repeated letters, 500 spaces…); "docs" is only the long documents (Go
+// source, Markdown, a multilingual chat transcript), the closest to real
+// prompts; "cjk" is Chinese and Japanese prose, which has no spaces and so
+// makes long words.
+func benchTexts(b testing.TB) map[string]string {
+	var corpus, docs, cjk strings.Builder
+	for _, g := range readGoldens(b) {
+		corpus.WriteString(g.Text)
+		corpus.WriteByte('\n')
+		if len(g.Text) > 2000 && strings.Count(g.Text, g.Text[:20]) == 1 {
+			docs.WriteString(g.Text)
+		}
+	}
+	for cjk.Len() < 20000 {
+		cjk.WriteString("路由器根据缓存命中选择工作节点，以减少预填充的时间。今天天气很好，我们去公园散步吧。")
+		cjk.WriteString("キャッシュがヒットすると速い。日本語のテキストです。\n")
+	}
+	return map[string]string{"corpus": corpus.String(), "docs": docs.String(), "cjk": cjk.String()}
+}
+
+// BenchmarkEncode measures single-core throughput with a warm word cache.
+func BenchmarkEncode(b *testing.B) {
+	tok := qwen3(b)
+	for _, name := range []string{"corpus", "docs", "cjk"} {
+		text := benchTexts(b)[name]
+		b.Run(name, func(b *testing.B) {
+			tok.Encode(text, false)
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				tok.Encode(text, false)
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeNoCache measures throughput with the word cache disabled
+// (every word goes through BPE merging).
+func BenchmarkEncodeNoCache(b *testing.B) {
+	raw, err := modelfiles.Qwen3TokenizerJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := LoadJSONConfig(raw, Config{CacheWords: 0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"corpus", "docs", "cjk"} {
+		text := benchTexts(b)[name]
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				tok.Encode(text, false)
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeParallel measures throughput with all cores encoding the
+// corpus through one shared tokenizer.
+func BenchmarkEncodeParallel(b *testing.B) {
+	tok := qwen3(b)
+	text := benchTexts(b)["corpus"]
+	tok.Encode(text, false)
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok.Encode(text, false)
+		}
+	})
+}
+
+// BenchmarkDecode measures decoding the ids of the mixed text.
+func BenchmarkDecode(b *testing.B) {
+	tok := qwen3(b)
+	text := benchTexts(b)["corpus"]
+	ids := tok.Encode(text, false)
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	for b.Loop() {
+		tok.Decode(ids)
+	}
+}
+
+// BenchmarkLoad measures building the Qwen3 tokenizer from the 11 MB
+// tokenizer.json already in memory (what kvrouter up pays at start, plus
+// about 40 ms to gunzip the embedded copy, measured separately).
+func BenchmarkLoad(b *testing.B) {
+	raw, err := modelfiles.Qwen3TokenizerJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	cpu0 := cpuTime()
+	n := 0
+	for b.Loop() {
+		if _, err := LoadJSON(raw); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	// CPU time is steadier than wall time on a shared machine.
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(n), "cpu-ms/op")
+}
+
+// cpuTime returns the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkGunzipEmbedded measures decompressing the embedded tokenizer.json.
+func BenchmarkGunzipEmbedded(b *testing.B) {
+	for b.Loop() {
+		if _, err := modelfiles.Qwen3TokenizerJSON(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
