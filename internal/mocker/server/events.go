@@ -20,14 +20,27 @@ type Batch struct {
 	Events []mocker.Event
 }
 
-// EventSink receives event batches. Publish is called from the rank's
-// goroutine in step order, once per step with events; it must not block
-// for long and may keep the batch. Deliver tells the sink whether to send
-// the batch to consumers (false: a dropped batch, still to be buffered for
-// replay); Restart asks the sink to restart its sequence as a restarted
-// engine would. Close releases the sink's resources.
+// Delivery says how a sink should deliver one batch (fault injection).
+type Delivery uint8
+
+// Deliveries.
+const (
+	// Deliver sends the batch normally.
+	Deliver Delivery = iota
+	// DropLive numbers and buffers the batch for replay but does not send
+	// it live: consumers see a gap they can repair.
+	DropLive
+	// Duplicate sends the batch twice.
+	Duplicate
+)
+
+// EventSink receives event batches. Publish is called in step order per
+// rank (from the rank's goroutine, or from the fault injector's delay
+// goroutine), once per step with events; it must not block for long and
+// may keep the batch. Restart asks the sink to restart the rank's sequence
+// as a restarted engine would. Close releases the sink's resources.
 type EventSink interface {
-	Publish(b Batch, deliver bool) error
+	Publish(b Batch, d Delivery) error
 	Restart(rank int)
 	Close() error
 }
@@ -45,9 +58,9 @@ type faultSink struct {
 }
 
 type delayed struct {
-	b       Batch
-	deliver bool
-	due     time.Time
+	b   Batch
+	d   Delivery
+	due time.Time
 }
 
 func newFaultSink(ctx context.Context, f Faults, sinks []EventSink) *faultSink {
@@ -78,14 +91,14 @@ func (s *faultSink) delayLoop(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			s.send(d.b, d.deliver)
+			s.send(d.b, d.d)
 		}
 	}
 }
 
-func (s *faultSink) send(b Batch, deliver bool) {
+func (s *faultSink) send(b Batch, d Delivery) {
 	for _, k := range s.sinks {
-		_ = k.Publish(b, deliver)
+		_ = k.Publish(b, d)
 	}
 }
 
@@ -105,16 +118,17 @@ func (s *faultSink) publish(b Batch) {
 			k.Restart(b.Rank)
 		}
 	}
-	n := 1
-	if dup && deliver {
-		n = 2
+	d := Deliver
+	switch {
+	case !deliver:
+		d = DropLive
+	case dup:
+		d = Duplicate
 	}
-	for range n {
-		if s.queue != nil {
-			s.queue <- delayed{b, deliver, time.Now().Add(s.f.DelayEvents)}
-		} else {
-			s.send(b, deliver)
-		}
+	if s.queue != nil {
+		s.queue <- delayed{b, d, time.Now().Add(s.f.DelayEvents)}
+	} else {
+		s.send(b, d)
 	}
 }
 

@@ -423,6 +423,7 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 		}
 	}
 	finished = true
+	defer w.finished()
 	u := usage{PromptTokensDetails: &promptDetails{}}
 	for _, ch := range choices {
 		u.PromptTokens += ch.prompt

@@ -86,7 +86,6 @@ type rank struct {
 	local    *localindex.Index
 	worker   kvevent.Worker
 	faults   *faultSink
-	onFinish func()
 }
 
 func (r *rank) apply(c rankCmd) {
@@ -204,9 +203,6 @@ func (r *rank) deliver(outs []mocker.Output) {
 			r.inflight.Add(-1)
 			r.metrics.e2e.Observe(now.Sub(st.arrived).Seconds())
 			r.metrics.succ.Inc()
-			if r.onFinish != nil {
-				r.onFinish()
-			}
 		}
 	}
 }

@@ -63,7 +63,6 @@ func New(cfg Config) (*Worker, error) {
 		wk := kvevent.Worker{ID: kvevent.WorkerID(cfg.WorkerID), Rank: kvevent.DPRank(i)}
 		r := &rank{idx: i, eng: eng, cmds: make(chan rankCmd, 1024), streams: map[uint64]*stream{},
 			metrics: m.forRank(cfg.servedName(), i), local: localindex.New(wk, localindex.Capacity), worker: wk}
-		r.onFinish = w.finished
 		w.ranks = append(w.ranks, r)
 	}
 	w.routes()
@@ -85,6 +84,8 @@ func (w *Worker) Handler() http.Handler { return w.mux }
 // Registry returns the registry the worker's metrics live in.
 func (w *Worker) Registry() *prometheus.Registry { return w.reg }
 
+// finished counts a request whose response was written in full; the
+// CrashAfter fault fires on the Nth.
 func (w *Worker) finished() {
 	if n := w.done.Add(1); w.cfg.Faults.CrashAfter > 0 && n >= int64(w.cfg.Faults.CrashAfter) {
 		w.crashOne.Do(func() { close(w.crash) })
