@@ -22,6 +22,11 @@ type goldenCase struct {
 	Preprocess          string  `json:"preprocess"`
 	Expected            *string `json:"expected"`
 	Error               string  `json:"error"`
+	// Python is Python Jinja2's verdict on the same case (pycheck.py).
+	Python struct {
+		Agrees bool   `json:"agrees"`
+		Error  string `json:"error"`
+	} `json:"python"`
 }
 
 func loadGolden(t testing.TB) []goldenCase {
@@ -103,14 +108,19 @@ func TestGoldenQwen3(t *testing.T) {
 				}
 				return
 			}
-			if c.Expected == nil {
+			if c.Expected == nil || c.Python.Error != "" {
+				// Either reference fails: so must we (Python, the engine
+				// transformers and vLLM run, outranks JavaScript).
 				if err == nil {
-					t.Fatalf("reference failed (%s) but Render succeeded:\n%q", c.Error, got)
+					t.Fatalf("reference failed (js: %q, python: %q) but Render succeeded:\n%q", c.Error, c.Python.Error, got)
 				}
-				if !errors.Is(err, ErrRender) && !errors.Is(err, ErrRaised) {
-					t.Fatalf("error %v is neither ErrRender nor ErrRaised", err)
+				if !errors.Is(err, ErrRender) && !errors.Is(err, ErrRaised) && !errors.Is(err, ErrInvalidInput) {
+					t.Fatalf("error %v wraps no input/render sentinel", err)
 				}
 				return
+			}
+			if !c.Python.Agrees {
+				t.Fatalf("golden file not checked against Python (run tools/tmplgold/pycheck.py --write)")
 			}
 			if err != nil {
 				t.Fatalf("Render: %v", err)

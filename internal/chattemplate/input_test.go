@@ -16,6 +16,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 	}{
 		{"empty body", "", "", "", ErrInvalidInput},
 		{"null", "null", "", "", ErrInvalidInput},
+		{"empty array", "[]", "", "", ErrInvalidInput},
 		{"malformed", `[{"role":"user","content":"x"`, "", "", ErrInvalidInput},
 		{"trailing garbage", `[] []`, "", "", ErrInvalidInput},
 		{"object not array", `{"role":"user"}`, "", "", ErrInvalidInput},
@@ -113,7 +114,7 @@ func TestRendersDoNotShareMutableState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if got := mustRender(t, tmpl, `[]`, "", Options{}); got != "2" {
+		if got := mustRender(t, tmpl, oneMsg, "", Options{}); got != "2" {
 			t.Fatalf("got %q", got)
 		}
 	}

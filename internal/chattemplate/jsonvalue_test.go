@@ -196,7 +196,7 @@ func TestToJSONMatchesPythonDumps(t *testing.T) {
 		n.compact(&in)
 		in.WriteString(`}`)
 		n.python(&want)
-		got, err := tmpl.Render(raw(`[]`), nil, Options{Kwargs: json.RawMessage(in.String())})
+		got, err := tmpl.Render(raw(oneMsg), nil, Options{Kwargs: json.RawMessage(in.String())})
 		if err != nil {
 			t.Fatalf("Render(%s): %v", in.String(), err)
 		}
@@ -211,7 +211,7 @@ func TestDuplicateKeysKeepFirstPositionLastValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mustRender(t, tmpl, `[]`, "", Options{Kwargs: json.RawMessage(`{"v": {"a": 1, "b": 2, "a": 3}}`)})
+	got := mustRender(t, tmpl, oneMsg, "", Options{Kwargs: json.RawMessage(`{"v": {"a": 1, "b": 2, "a": 3}}`)})
 	if got != `{"a": 3, "b": 2}` {
 		t.Fatalf("got %s", got)
 	}

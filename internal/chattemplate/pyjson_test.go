@@ -40,7 +40,7 @@ func TestToJSONKeywordArguments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := tmpl.Render(raw(`[]`), nil, Options{Kwargs: json.RawMessage(c.kwargs)})
+		got, err := tmpl.Render(raw(oneMsg), nil, Options{Kwargs: json.RawMessage(c.kwargs)})
 		if err != nil {
 			t.Fatalf("%s: %v", c.src, err)
 		}

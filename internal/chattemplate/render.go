@@ -267,6 +267,11 @@ func decodeMessages(d *decoder, raw json.RawMessage, cfg Config) ([]jinja.Value,
 		return nil, fmt.Errorf("messages must be a JSON array: %w", ErrInvalidInput)
 	}
 	items := v.AsList().Items
+	if len(items) == 0 {
+		// OpenAI requires at least one message, and templates index
+		// messages[0] (Python's Jinja2 then fails).
+		return nil, fmt.Errorf("messages is empty: %w", ErrInvalidInput)
+	}
 	if len(items) > cfg.MaxMessages {
 		return nil, fmt.Errorf("%d messages, limit %d: %w", len(items), cfg.MaxMessages, ErrInvalidInput)
 	}

@@ -65,7 +65,7 @@ func TestLoadErrors(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, err = tmpl.Render(raw(`[]`), nil, Options{})
+				_, err = tmpl.Render(raw(oneMsg), nil, Options{})
 				if !errors.Is(err, ErrNoTemplate) {
 					t.Fatalf("err = %v", err)
 				}
@@ -93,7 +93,7 @@ func TestSpecialTokensVisibleAndUnsetUndefined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustRender(t, tmpl, `[]`, "", Options{}); got != "False|<|im_end|>|<a>,<b>" {
+	if got := mustRender(t, tmpl, oneMsg, "", Options{}); got != "False|<|im_end|>|<a>,<b>" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -105,7 +105,7 @@ func TestStrftimeNowUsesInjectedTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2024, time.July, 6, 15, 4, 5, 0, time.UTC)
-	got := mustRender(t, tmpl, `[]`, "", Options{Now: now})
+	got := mustRender(t, tmpl, oneMsg, "", Options{Now: now})
 	want := "Today Date: 06 Jul 2024 Saturday July  6 03:04:05 PM 188 24 %"
 	if got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
@@ -208,3 +208,6 @@ func TestParseChatRequest(t *testing.T) {
 		}
 	}
 }
+
+// oneMsg is the smallest valid conversation.
+const oneMsg = `[{"role":"user","content":"x"}]`

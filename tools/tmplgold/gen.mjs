@@ -2,7 +2,10 @@
 // Jinja engine behind transformers.js, pinned in package.json) and writes
 // internal/chattemplate/testdata/qwen3_golden.json. Run by hand, not in CI:
 //
-//   cd tools/tmplgold && npm install && node gen.mjs
+//   cd tools/tmplgold && npm install && node gen.mjs && python3 pycheck.py --write
+//
+// pycheck.py then renders the same cases with Python's Jinja2 configured as
+// transformers does and records its verdict in each case's "python" field.
 //
 // Inputs are kept as raw JSON text so the Go test sees the exact bytes (and
 // key order) the reference saw. Avoid integer-like object keys ("1"):
@@ -187,6 +190,10 @@ for (const c of cases) {
   if (c.enable_thinking !== undefined) rec.enable_thinking = c.enable_thinking;
   if (c.continue_final_message) rec.continue_final_message = true;
   rec.preprocess = c.preprocess ?? "none";
+  if (c.preprocess === "vllm") {
+    // What the template saw, for pycheck.py (which has no vLLM port).
+    rec.template_messages = JSON.stringify(vllmPreprocess(JSON.parse(c.messages)));
+  }
   try {
     rec.expected = render(c);
   } catch (e) {
