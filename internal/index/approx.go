@@ -79,7 +79,7 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 	for i, lh := range local {
 		nid := x.kids.find(x.ns, parent, lh)
 		if nid == 0 {
-			nid = x.ns.alloc(parent, lh, 0)
+			nid = x.ns.alloc(parent, lh)
 			x.kids.insert(x.ns, nid)
 			x.growUsed(nid)
 		}
@@ -105,7 +105,7 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 			it := heap.Pop(&x.approx.heap).(approxItem)
 			if x.itemLive(it) {
 				before := x.approx.entries
-				x.dropSubtree(it.holder, it.node)
+				x.dropSubtree(it.holder, it.node, false)
 				x.stats.pruned += uint64(before - x.approx.entries)
 			}
 		}
@@ -142,7 +142,7 @@ func (x *Index) Expire(now time.Time) {
 		it := heap.Pop(&x.approx.heap).(approxItem)
 		if x.itemLive(it) {
 			before := x.approx.entries
-			x.dropSubtree(it.holder, it.node)
+			x.dropSubtree(it.holder, it.node, false)
 			x.stats.expired += uint64(before - x.approx.entries)
 		}
 	}

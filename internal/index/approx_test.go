@@ -41,7 +41,7 @@ func TestRecordSizeCapPrunesEarliestThenShallowest(t *testing.T) {
 	cfg.ApproxMaxBlocks = 10
 	cfg.PruneRatio = 0.8
 	x := mustNew(t, cfg)
-	_ = x.Record(w1, []uint64{1, 2, 3, 4}, t0)                // expires first
+	_ = x.Record(w1, []uint64{1, 2, 3, 4}, t0)                  // expires first
 	_ = x.Record(w2, []uint64{1, 2, 3, 4}, t0.Add(time.Second)) // then this
 	_ = x.Record(w1, []uint64{9, 8, 7}, t0.Add(2*time.Second))  // 11 entries > 10: prune to 8
 	// Earliest expiry: w1's chain [1..4]; the shallowest of it goes first,

@@ -11,7 +11,7 @@ import (
 func (x *Index) liveBytes() int64 {
 	b := int64(x.ns.live)*nodeSize + x.kids.bytes()/2 + int64(x.ns.xlen)*4 + int64(x.approx.entries)*40
 	for i := range x.holders {
-		b += int64(x.holders[i].entries) * 32
+		b += int64(x.holders[i].entries) * 20
 	}
 	return b
 }
@@ -73,7 +73,7 @@ func (x *Index) enforceBudget() {
 		ids := slices.Clone(x.ns.holders(n, &single))
 		for _, e := range ids {
 			before := x.holders[entryID(e)].blocks
-			x.dropSubtree(entryID(e), nid)
+			x.dropSubtree(entryID(e), nid, false)
 			x.stats.evicted += uint64(before - x.holders[entryID(e)].blocks)
 		}
 	}

@@ -19,6 +19,11 @@ func childHash(parent uint32, local uint64) uint64 {
 
 // find returns the child of parent with the given local hash, or 0.
 func (t *childTable) find(ns *nodes, parent uint32, local uint64) uint32 {
+	// Fast path: the most recently added child (chains stored in one
+	// event are adjacent in memory, so this is usually a cache hit).
+	if f := ns.at(parent).first; f != 0 && ns.at(f).local == local {
+		return f
+	}
 	if len(t.slots) == 0 {
 		return 0
 	}
@@ -77,7 +82,7 @@ func (t *childTable) remove(ns *nodes, id uint32) {
 	}
 	t.slots[i] = 0
 	t.n--
-	if len(t.slots) > 16 && t.n*8 < len(t.slots) {
+	if len(t.slots) > 1024 && t.n*8 < len(t.slots) {
 		t.resize(ns, len(t.slots)/2)
 	}
 }

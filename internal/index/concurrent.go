@@ -1,10 +1,8 @@
 package index
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -69,80 +67,121 @@ type op struct {
 	done  chan struct{}
 }
 
-type shard struct {
-	mu sync.RWMutex // writers hold it for one whole operation
-	x  *Index
+// writer is one writer goroutine's queue.
+type writer struct {
 	in chan op
 }
 
-// Concurrent is the index for the router: N writer goroutines, each owning
-// a shard of the workers (a worker, all its ranks, always lands on the same
-// shard, so its events apply in order), and queries that run on the
-// caller's goroutine under the shards' read locks. A writer holds its
-// shard's write lock for one whole operation, so a query never sees half
-// an event.
+// Concurrent is the index for the router: one tree behind a read-write
+// lock, N writer goroutines (a worker, all its ranks, is always handled by
+// the same writer, so its events apply in order), and queries that run on
+// the caller's goroutine under the read lock. A writer holds the write lock
+// for at most one batch of whole operations, so a query never sees half an
+// event. See doc.go for why the tree is not sharded.
 type Concurrent struct {
-	cfg    ConcurrentConfig
-	shards []*shard
-	wg     sync.WaitGroup
-	life   sync.RWMutex // held shared while enqueueing; exclusively by Close
-	closed bool
+	cfg     ConcurrentConfig
+	mu      sync.RWMutex
+	x       *Index
+	writers []*writer
+	wg      sync.WaitGroup
+	life    sync.RWMutex // held shared while enqueueing; exclusively by Close
+	closed  bool
 }
+
+// maxBatch bounds the block operations one writer applies per write-lock
+// hold, so queries wait at most that long.
+const maxBatch = 256
 
 // NewConcurrent starts the writer goroutines; call Close to stop them.
 func NewConcurrent(cfg ConcurrentConfig) (*Concurrent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Concurrent{cfg: cfg}
+	x, err := New(cfg.Index)
+	if err != nil {
+		return nil, err
+	}
+	c := &Concurrent{cfg: cfg, x: x}
 	for range cfg.Writers {
-		x, err := New(cfg.Index)
-		if err != nil {
-			return nil, err
-		}
-		s := &shard{x: x, in: make(chan op, cfg.QueueLen)}
-		c.shards = append(c.shards, s)
+		w := &writer{in: make(chan op, cfg.QueueLen)}
+		c.writers = append(c.writers, w)
 		c.wg.Add(1)
-		go c.write(s)
+		go c.write(w)
 	}
 	return c, nil
 }
 
-func (c *Concurrent) write(s *shard) {
+func (c *Concurrent) write(w *writer) {
 	defer c.wg.Done()
-	for o := range s.in {
+	type failure struct {
+		w   kvevent.Worker
+		err error
+	}
+	var failed []failure
+	for o := range w.in {
 		if o.kind == opBarrier {
 			close(o.done)
 			continue
 		}
-		var err error
-		s.mu.Lock()
-		switch o.kind {
-		case opApply:
-			err = s.x.Apply(&o.ev)
-		case opRemoveWorker:
-			s.x.RemoveWorker(o.ev.Worker.ID)
-		case opRecord:
-			err = s.x.Record(o.ev.Worker, o.local, o.now)
-		case opPredict:
-			err = s.x.Predict(o.ev.Worker, o.local, o.now)
-		case opExpire:
-			s.x.Expire(o.now)
+		// Apply this operation and whatever else is already queued, up to
+		// maxBatch blocks, under one lock hold.
+		c.mu.Lock()
+		cost := 0
+		for {
+			if err := c.do(o); err != nil && c.cfg.OnError != nil {
+				failed = append(failed, failure{o.ev.Worker, err})
+			}
+			cost += 1 + len(o.ev.Blocks) + len(o.ev.Removed) + len(o.local)
+			if cost >= maxBatch {
+				break
+			}
+			var ok bool
+			select {
+			case o, ok = <-w.in:
+			default:
+			}
+			if !ok {
+				break
+			}
+			if o.kind == opBarrier {
+				c.mu.Unlock()
+				close(o.done)
+				c.mu.Lock()
+				cost = maxBatch // end the batch after the barrier
+				break
+			}
 		}
-		s.mu.Unlock()
-		if err != nil && c.cfg.OnError != nil {
-			c.cfg.OnError(o.ev.Worker, err)
+		c.mu.Unlock()
+		for _, f := range failed {
+			c.cfg.OnError(f.w, f.err)
 		}
+		failed = failed[:0]
 	}
 }
 
-func (c *Concurrent) shardOf(id kvevent.WorkerID) *shard {
-	x := uint64(id) * 0x9e3779b97f4a7c15
-	x ^= x >> 32
-	return c.shards[x%uint64(len(c.shards))]
+func (c *Concurrent) do(o op) error {
+	switch o.kind {
+	case opApply:
+		return c.x.Apply(&o.ev)
+	case opRemoveWorker:
+		c.x.RemoveWorker(o.ev.Worker.ID)
+	case opRecord:
+		return c.x.Record(o.ev.Worker, o.local, o.now)
+	case opPredict:
+		return c.x.Predict(o.ev.Worker, o.local, o.now)
+	case opExpire:
+		c.x.Expire(o.now)
+	}
+	return nil
 }
 
-func (c *Concurrent) send(s *shard, o op) error {
+func (c *Concurrent) writerOf(id kvevent.WorkerID) *writer {
+	x := uint64(id) * 0x9e3779b97f4a7c15
+	x ^= x >> 32
+	return c.writers[x%uint64(len(c.writers))]
+}
+
+func (c *Concurrent) send(s *writer, o op) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.closed {
@@ -156,41 +195,42 @@ func (c *Concurrent) send(s *shard, o op) error {
 // ownership of ev's slices: the caller must not modify them afterwards.
 // Errors of the event itself go to OnError and Stats.
 func (c *Concurrent) Apply(ev kvevent.Event) error {
-	return c.send(c.shardOf(ev.Worker.ID), op{kind: opApply, ev: ev})
+	return c.send(c.writerOf(ev.Worker.ID), op{kind: opApply, ev: ev})
 }
 
 // RemoveWorker enqueues the removal of every rank of worker id.
 func (c *Concurrent) RemoveWorker(id kvevent.WorkerID) error {
-	return c.send(c.shardOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.Worker{ID: id}}})
+	return c.send(c.writerOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.Worker{ID: id}}})
 }
 
 // Record enqueues an approximate-mode recording (see Index.Record). The
 // index takes ownership of local.
 func (c *Concurrent) Record(w kvevent.Worker, local []uint64, now time.Time) error {
-	return c.send(c.shardOf(w.ID), op{kind: opRecord, ev: kvevent.Event{Worker: w}, local: local, now: now})
+	return c.send(c.writerOf(w.ID), op{kind: opRecord, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
 // Predict enqueues a predict-on-route entry (see Index.Predict). The index
 // takes ownership of local.
 func (c *Concurrent) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
-	return c.send(c.shardOf(w.ID), op{kind: opPredict, ev: kvevent.Event{Worker: w}, local: local, now: now})
+	return c.send(c.writerOf(w.ID), op{kind: opPredict, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
 // Expire enqueues, on every writer, the expiry of approximate and
 // predicted entries whose TTL ended at or before now.
 func (c *Concurrent) Expire(now time.Time) error {
-	for _, s := range c.shards {
-		if err := c.send(s, op{kind: opExpire, now: now}); err != nil {
-			return err
-		}
+	// Expiry touches every worker's entries, so it must not overtake a
+	// Record still queued on another writer: one writer does it after a
+	// flush of the others.
+	if err := c.Flush(); err != nil {
+		return err
 	}
-	return nil
+	return c.send(c.writers[0], op{kind: opExpire, now: now})
 }
 
 // Flush waits until every operation enqueued before the call is applied.
 func (c *Concurrent) Flush() error {
-	dones := make([]chan struct{}, len(c.shards))
-	for i, s := range c.shards {
+	dones := make([]chan struct{}, len(c.writers))
+	for i, s := range c.writers {
 		dones[i] = make(chan struct{})
 		if err := c.send(s, op{kind: opBarrier, done: dones[i]}); err != nil {
 			return err
@@ -202,53 +242,34 @@ func (c *Concurrent) Flush() error {
 	return nil
 }
 
-// Query scores the request against every shard into dst (see
-// Index.Query). It runs on the caller's goroutine, concurrently with
-// writers and other queries.
+// Query scores the request into dst (see Index.Query). It runs on the
+// caller's goroutine under the read lock, concurrently with other queries.
 func (c *Concurrent) Query(local []uint64, dst *Scores) {
-	dst.List = dst.List[:0]
-	dst.kinds = dst.kinds[:0]
-	for _, s := range c.shards {
-		from := len(dst.List)
-		s.mu.RLock()
-		s.x.queryAppend(local, dst)
-		s.x.mergePredicted(dst, from)
-		s.mu.RUnlock()
-	}
+	c.mu.RLock()
+	c.x.Query(local, dst)
+	c.mu.RUnlock()
 }
 
 // Indexed returns worker rank w's total indexed blocks.
 func (c *Concurrent) Indexed(w kvevent.Worker) int {
-	s := c.shardOf(w.ID)
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.x.Indexed(w)
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.x.Indexed(w)
 }
 
-// Stats sums the shards' counters.
+// Stats returns the index's counters.
 func (c *Concurrent) Stats() Stats {
-	var st Stats
-	for _, s := range c.shards {
-		s.mu.RLock()
-		st.add(s.x.Stats())
-		s.mu.RUnlock()
-	}
-	return st
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.x.Stats()
 }
 
-// Dump returns the exact index as stored events, ordered as Index.Dump
-// orders them. Call Flush first to include everything enqueued.
+// Dump returns the exact index as stored events (see Index.Dump). Call
+// Flush first to include everything enqueued.
 func (c *Concurrent) Dump() []kvevent.Event {
-	var out []kvevent.Event
-	for _, s := range c.shards {
-		s.mu.RLock()
-		out = append(out, s.x.Dump()...)
-		s.mu.RUnlock()
-	}
-	slices.SortStableFunc(out, func(a, b kvevent.Event) int {
-		return cmp.Or(cmp.Compare(a.Worker.ID, b.Worker.ID), cmp.Compare(a.Worker.Rank, b.Worker.Rank))
-	})
-	return out
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.x.Dump()
 }
 
 // Close stops the writers after they apply what is queued. Later writes
@@ -257,7 +278,7 @@ func (c *Concurrent) Close() {
 	c.life.Lock()
 	if !c.closed {
 		c.closed = true
-		for _, s := range c.shards {
+		for _, s := range c.writers {
 			close(s.in)
 		}
 	}

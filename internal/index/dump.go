@@ -42,14 +42,13 @@ func (x *Index) Dump() []kvevent.Event {
 		rev := make(map[uint32][kvevent.NumTiers]uint64, h.entries)
 		has := make(map[uint32]uint8, h.entries)
 		for t := range h.engine {
-			for hash, v := range h.engine[t] {
-				nid := uint32(v >> 32)
-				ents = append(ents, dumpEntry{depth: x.depth(nid), tier: kvevent.Tier(t), hash: hash, node: nid, refs: uint32(v)})
+			h.engine[t].each(func(hash uint64, nid uint32, refs uint32) {
+				ents = append(ents, dumpEntry{depth: x.depth(nid), tier: kvevent.Tier(t), hash: hash, node: nid, refs: refs})
 				r := rev[nid]
 				r[t] = hash
 				rev[nid] = r
 				has[nid] |= 1 << t
-			}
+			})
 		}
 		slices.SortFunc(ents, func(a, b dumpEntry) int {
 			return cmp.Or(cmp.Compare(a.depth, b.depth), cmp.Compare(a.tier, b.tier), cmp.Compare(a.hash, b.hash))

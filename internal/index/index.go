@@ -45,10 +45,10 @@ type holder struct {
 	worker  kvevent.Worker
 	kind    holderKind
 	live    bool
-	blocks  int                                 // nodes this holder holds (any tier)
-	engine  [kvevent.NumTiers]map[uint64]uint64 // engine hash -> node<<32 | refcount
-	entries int                                 // engine map entries (all tiers)
-	expiry  map[uint32]int64                    // approx/predict: node -> expiry (unix ns)
+	blocks  int                            // nodes this holder holds (any tier)
+	engine  [kvevent.NumTiers]*engineTable // engine hash -> node, per tier
+	entries int                            // engine entries (all tiers)
+	expiry  map[uint32]int64               // approx/predict: node -> expiry (unix ns)
 }
 
 type holderKey struct {
@@ -61,19 +61,22 @@ type holderKey struct {
 // predict-on-route shadows, in one tree. It is not safe for concurrent
 // use; Concurrent wraps it for that. It does no I/O and reads no clock.
 type Index struct {
-	cfg      Config
-	ns       *nodes
-	kids     childTable
-	holders  []holder // index = holder id; 0 unused
-	byKey    map[holderKey]uint32
-	freeIDs  []uint32
-	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
-	approx   approxState
-	used     []uint32 // last-matched tick per node (only with MaxBytes)
-	tick     uint32
-	stats    counters
-	stack    []uint32 // scratch for dropSubtree
-	order    []uint32 // scratch for dropSubtree
+	cfg       Config
+	ns        *nodes
+	kids      childTable
+	holders   []holder // index = holder id; 0 unused
+	byKey     map[holderKey]uint32
+	freeIDs   []uint32
+	byWorker  map[kvevent.WorkerID][]uint32 // worker -> its holder ids
+	approx    approxState
+	used      []uint32 // last-matched tick per node (only with MaxBytes)
+	tick      uint32
+	stats     counters
+	rev       map[uint32]uint64 // scratch reverse engine map (one cascade)
+	revHolder *holder
+	revTier   int
+	stack     []uint32 // scratch for dropSubtree
+	order     []uint32 // scratch for dropSubtree
 }
 
 // New returns an empty index.
@@ -146,20 +149,18 @@ func (x *Index) clearHolder(id uint32) {
 		}
 	}
 	for t := range h.engine {
-		for _, v := range h.engine[t] {
-			visit(uint32(v >> 32))
-		}
+		h.engine[t].each(func(_ uint64, nid uint32, _ uint32) { visit(nid) })
 	}
 	for nid := range h.expiry {
 		visit(nid)
 	}
 	slices.Sort(tops)
 	tops = slices.Compact(tops)
+	// The engine tables go wholesale: detach them so the cascades below
+	// do not delete their entries one by one.
+	h.engine = [kvevent.NumTiers]*engineTable{}
 	for _, nid := range tops {
-		x.dropSubtree(id, nid)
-	}
-	for t := range h.engine {
-		h.engine[t] = nil
+		x.dropSubtree(id, nid, false)
 	}
 	h.entries = 0
 	h.expiry = nil
@@ -236,26 +237,25 @@ func (x *Index) store(ev *kvevent.Event) error {
 	h := &x.holders[id]
 	m := h.engine[ev.Tier]
 	if m == nil {
-		m = make(map[uint64]uint64, len(ev.Blocks))
+		m = &engineTable{}
 		h.engine[ev.Tier] = m
 	}
 	bit := uint8(1) << ev.Tier
 	for i, b := range ev.Blocks {
-		if v, ok := m[b.EngineHash]; ok {
-			nid := uint32(v >> 32)
+		if nid := m.get(b.EngineHash); nid != 0 {
 			n := x.ns.at(nid)
 			if n.parent != parent || n.local != b.LocalHash {
 				x.stats.conflicts++
 				return fmt.Errorf("%w: worker %v block %d (#%d of the event) already held elsewhere", ErrConflict, ev.Worker, b.EngineHash, i)
 			}
-			m[b.EngineHash] = v + 1
+			m.incr(b.EngineHash)
 			x.stats.blockOps++
 			parent = nid
 			continue
 		}
 		nid := x.kids.find(x.ns, parent, b.LocalHash)
 		if nid == 0 {
-			nid = x.ns.alloc(parent, b.LocalHash, b.EngineHash)
+			nid = x.ns.alloc(parent, b.LocalHash)
 			x.kids.insert(x.ns, nid)
 			x.growUsed(nid)
 		}
@@ -270,7 +270,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 		if !held {
 			h.blocks++
 		}
-		m[b.EngineHash] = uint64(nid)<<32 | 1
+		m.add(b.EngineHash, nid)
 		h.entries++
 		x.touch(nid)
 		x.stats.blockOps++
@@ -283,12 +283,12 @@ func (x *Index) store(ev *kvevent.Event) error {
 // then on the other tiers (a lower-tier store may hang below a device block).
 func (x *Index) lookupAnyTier(id uint32, t kvevent.Tier, hash uint64) (uint32, bool) {
 	h := &x.holders[id]
-	if v, ok := h.engine[t][hash]; ok {
-		return uint32(v >> 32), true
+	if nid := h.engine[t].get(hash); nid != 0 {
+		return nid, true
 	}
 	for o := range h.engine {
-		if v, ok := h.engine[o][hash]; ok {
-			return uint32(v >> 32), true
+		if nid := h.engine[o].get(hash); nid != 0 {
+			return nid, true
 		}
 	}
 	return 0, false
@@ -303,12 +303,13 @@ func (x *Index) remove(ev *kvevent.Event) error {
 	unknown := 0
 	var first uint64
 	for _, hash := range ev.Removed {
-		var v uint64
-		ok := false
+		var nid uint32
+		var m *engineTable
 		if id != 0 {
-			v, ok = x.holders[id].engine[ev.Tier][hash]
+			m = x.holders[id].engine[ev.Tier]
+			nid = m.get(hash)
 		}
-		if !ok {
+		if nid == 0 {
 			if unknown == 0 {
 				first = hash
 			}
@@ -316,14 +317,10 @@ func (x *Index) remove(ev *kvevent.Event) error {
 			continue
 		}
 		x.stats.blockOps++
-		m := x.holders[id].engine[ev.Tier]
-		if v&0xffffffff > 1 {
-			m[hash] = v - 1
+		if !m.decr(hash) {
 			continue
 		}
-		delete(m, hash)
 		x.holders[id].entries--
-		nid := uint32(v >> 32)
 		n := x.ns.at(nid)
 		_, e, _ := x.ns.find(n, id)
 		mask := entryMask(e) &^ (1 << ev.Tier)
@@ -333,7 +330,8 @@ func (x *Index) remove(ev *kvevent.Event) error {
 		}
 		// Last copy gone: the worker no longer holds this block, nor (by
 		// prefix semantics) anything it holds below it.
-		x.dropSubtree(id, nid)
+		x.ns.setMask(n, id, deviceMask) // engine entry already deleted
+		x.dropSubtree(id, nid, true)
 	}
 	if unknown > 0 {
 		x.stats.unknownRemoval += uint64(unknown)
@@ -345,7 +343,10 @@ func (x *Index) remove(ev *kvevent.Event) error {
 // dropSubtree removes holder id from node top and from every node below it
 // that it holds (all tiers, engine entries included), freeing nodes no
 // holder is left on. Children are processed before parents.
-func (x *Index) dropSubtree(id uint32, top uint32) {
+//
+// With topDone the top node's engine entries are already gone.
+func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
+	x.revHolder = nil
 	stack := append(x.stack[:0], top)
 	order := x.order[:0]
 	for len(stack) > 0 {
@@ -368,9 +369,12 @@ func (x *Index) dropSubtree(id uint32, top uint32) {
 			continue
 		}
 		mask := entryMask(e)
+		if topDone && nid == top {
+			mask = 0
+		}
 		for t := range h.engine {
 			if mask&(1<<t) != 0 && h.engine[t] != nil {
-				x.deleteEngineEntry(h, t, nid, n.eng)
+				x.deleteEngineEntry(h, t, nid)
 			}
 		}
 		if h.expiry != nil {
@@ -387,19 +391,23 @@ func (x *Index) dropSubtree(id uint32, top uint32) {
 	}
 }
 
-func (x *Index) deleteEngineEntry(h *holder, t int, nid uint32, hint uint64) {
+// deleteEngineEntry removes holder h's tier-t engine entry for node nid.
+// Only cascades below a removed block need this reverse lookup; the
+// reverse map is built once per cascade.
+func (x *Index) deleteEngineEntry(h *holder, t int, nid uint32) {
 	m := h.engine[t]
-	if v, ok := m[hint]; ok && uint32(v>>32) == nid {
-		delete(m, hint)
-		h.entries--
-		return
-	}
-	for k, v := range m { // engines that hash differently: rare, O(blocks)
-		if uint32(v>>32) == nid {
-			delete(m, k)
-			h.entries--
-			return
+	if x.rev == nil || x.revHolder != h || x.revTier != t {
+		if x.rev == nil {
+			x.rev = map[uint32]uint64{}
 		}
+		clear(x.rev)
+		m.each(func(k uint64, n uint32, _ uint32) { x.rev[n] = k })
+		x.revHolder, x.revTier = h, t
+	}
+	if k, ok := x.rev[nid]; ok {
+		m.del(k)
+		delete(x.rev, nid)
+		h.entries--
 	}
 }
 

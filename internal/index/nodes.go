@@ -3,11 +3,10 @@ package index
 import "slices"
 
 // node is one block of the prefix tree. Nodes live in fixed-size pages and
-// are named by uint32 ids (0 is the root), so a node costs 48 bytes and no
+// are named by uint32 ids (0 is the root), so a node costs 32 bytes and no
 // pointers for the garbage collector to scan.
 type node struct {
 	local  uint64 // local hash: the edge key under parent
-	eng    uint64 // engine hash of the first store (a hint for reverse lookup)
 	parent uint32
 	first  uint32 // first child (0 = none)
 	next   uint32 // next sibling, or next free node when on the free list
@@ -20,7 +19,7 @@ type node struct {
 const (
 	pageBits = 12
 	pageSize = 1 << pageBits
-	nodeSize = 48
+	nodeSize = 32
 )
 
 // holder entries pack a holder id and a tier bit mask: id<<4 | mask.
@@ -48,7 +47,7 @@ func newNodes() *nodes {
 
 func (ns *nodes) at(id uint32) *node { return &ns.pages[id>>pageBits][id&(pageSize-1)] }
 
-func (ns *nodes) alloc(parent uint32, local, eng uint64) uint32 {
+func (ns *nodes) alloc(parent uint32, local uint64) uint32 {
 	var id uint32
 	if ns.free != 0 {
 		id = ns.free
@@ -64,7 +63,7 @@ func (ns *nodes) alloc(parent uint32, local, eng uint64) uint32 {
 		id = uint32(last<<pageBits | len(p))
 		ns.pages[last] = p[:len(p)+1]
 	}
-	*ns.at(id) = node{local: local, eng: eng, parent: parent}
+	*ns.at(id) = node{local: local, parent: parent}
 	ns.live++
 	// Link as the first child of parent.
 	pn := ns.at(parent)

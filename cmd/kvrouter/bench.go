@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+)
+
+func init() {
+	register("bench", command{summary: "run a benchmark: bench index", run: runBench})
+}
+
+// benchSubs are the benchmarks `kvrouter bench <sub>` runs; each takes the
+// arguments after its name.
+var benchSubs = map[string]struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}{
+	"index": {"prefix index: apply rate, query latency, memory per entry", runBenchIndex},
+}
+
+func runBench(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		benchUsage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub, ok := benchSubs[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "kvrouter bench: unknown benchmark %q\n\n", args[0])
+		benchUsage(stderr)
+		return 2
+	}
+	return sub.run(ctx, args[1:], stdin, stdout, stderr)
+}
+
+func benchUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: kvrouter bench <benchmark> [flags]\n\nBenchmarks:")
+	names := make([]string, 0, len(benchSubs))
+	for n := range benchSubs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, benchSubs[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'kvrouter bench <benchmark> -h' for its flags.")
+}

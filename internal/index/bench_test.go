@@ -1,0 +1,97 @@
+package index
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// queryFixture: 100 workers, each holding 40 of 400 distinct 256-block
+// chains that share a 32-block system prompt: 1,024,000 (worker, block)
+// entries.
+func queryFixture(tb testing.TB) (*Index, [][]uint64) {
+	x := mustNew(tb, DefaultConfig())
+	rng := rand.New(rand.NewPCG(1, 2))
+	chains := make([][]uint64, 400)
+	for c := range chains {
+		chains[c] = make([]uint64, 256)
+		for i := range chains[c] {
+			if i < 32 {
+				chains[c][i] = uint64(i + 1)
+			} else {
+				chains[c][i] = rng.Uint64()
+			}
+		}
+	}
+	for w := range kvevent.WorkerID(100) {
+		for _, c := range rng.Perm(len(chains))[:40] {
+			ev := kvevent.Event{Worker: kvevent.Worker{ID: w}, Kind: kvevent.Stored}
+			for i, l := range chains[c] {
+				ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: engineHash(chains[c][:i+1], 0), LocalHash: l})
+			}
+			if err := x.Apply(&ev); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return x, chains
+}
+
+func BenchmarkQuery256Blocks100Workers(b *testing.B) {
+	x, chains := queryFixture(b)
+	b.ReportMetric(float64(x.Stats().Entries), "entries")
+	var s Scores
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		x.Query(chains[i%len(chains)], &s)
+		i++
+	}
+}
+
+func BenchmarkConcurrentQuery256Blocks100Workers(b *testing.B) {
+	c, err := NewConcurrent(DefaultConcurrentConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	x, chains := queryFixture(b)
+	for _, ev := range x.Dump() {
+		_ = c.Apply(ev)
+	}
+	_ = c.Flush()
+	var s Scores
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c.Query(chains[i%len(chains)], &s)
+		i++
+	}
+}
+
+// BenchmarkApply stores a 64-block chain and removes it again (128
+// block-ops per iteration) on one of 100 workers, on a single writer.
+func BenchmarkApply(b *testing.B) {
+	x := mustNew(b, DefaultConfig())
+	const n = 64
+	evs := make([][2]kvevent.Event, 100)
+	for w := range evs {
+		st := kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(w)}, Kind: kvevent.Stored}
+		rm := kvevent.Event{Worker: st.Worker, Kind: kvevent.Removed}
+		for i := range n {
+			st.Blocks = append(st.Blocks, kvevent.Block{EngineHash: uint64(w)<<32 | uint64(i), LocalHash: uint64(i%8 + 1)})
+			rm.Removed = append(rm.Removed, uint64(w)<<32|uint64(n-1-i))
+		}
+		evs[w] = [2]kvevent.Event{st, rm}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e := &evs[i%len(evs)]
+		_ = x.Apply(&e[0])
+		_ = x.Apply(&e[1])
+		i++
+	}
+	b.ReportMetric(float64(2*n*b.N)/b.Elapsed().Seconds(), "block-ops/s")
+}

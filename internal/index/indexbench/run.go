@@ -1,0 +1,177 @@
+package indexbench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/index"
+)
+
+// RunConfig tunes the measurements.
+type RunConfig struct {
+	// Writers is the concurrent index's writer count. Default 4.
+	Writers int
+	// Queries is how many queries are timed one by one for the latency
+	// percentiles (cycling through the stream's requests). Default 20000.
+	Queries int
+}
+
+// DefaultRunConfig returns the documented defaults.
+func DefaultRunConfig() RunConfig { return RunConfig{Writers: 4, Queries: 20000} }
+
+// Result is what Run measured. JSON names are the `--json` output.
+type Result struct {
+	Requests int `json:"requests"`
+	Events   int `json:"events"`
+	BlockOps int `json:"block_ops"`
+	Workers  int `json:"workers"`
+
+	// BlockOpsPerSec is the apply rate on one writer (plain Index).
+	BlockOpsPerSec float64 `json:"block_ops_per_sec"`
+	// ConcurrentBlockOpsPerSec is the apply rate through the concurrent
+	// index (enqueue to applied, Writers goroutines).
+	ConcurrentBlockOpsPerSec float64 `json:"concurrent_block_ops_per_sec"`
+
+	QueryP50us     float64 `json:"query_p50_us"`
+	QueryP99us     float64 `json:"query_p99_us"`
+	QueryP999us    float64 `json:"query_p999_us"`
+	QueryMeanDepth float64 `json:"query_mean_matched_blocks"`
+
+	BytesPerEntry float64 `json:"bytes_per_entry"`
+	HeapBytes     int64   `json:"heap_bytes"`
+	Entries       int     `json:"entries"`
+	Nodes         int     `json:"nodes"`
+
+	// Query throughput while the concurrent index applies the whole
+	// stream, with 1 and 2 reader goroutines, and the apply rate then.
+	QueriesPerSec1Reader   float64 `json:"queries_per_sec_1_reader"`
+	QueriesPerSec2Readers  float64 `json:"queries_per_sec_2_readers"`
+	BlockOpsPerSec1Reader  float64 `json:"block_ops_per_sec_1_reader"`
+	BlockOpsPerSec2Readers float64 `json:"block_ops_per_sec_2_readers"`
+	UnknownRemovals        uint64  `json:"unknown_removals"`
+	UnknownParents         uint64  `json:"unknown_parents"`
+	Writers                int     `json:"writers"`
+	GOMAXPROCS             int     `json:"gomaxprocs"`
+}
+
+// Run measures the index on the stream.
+func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
+	if cfg.Writers <= 0 || cfg.Queries <= 0 {
+		return Result{}, fmt.Errorf("writers and queries must be positive")
+	}
+	r := Result{Requests: len(s.Queries), Events: len(s.Events), BlockOps: s.BlockOps,
+		Workers: s.Workers, Writers: cfg.Writers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+
+	// 1. One writer, and memory per entry.
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	for i := range s.Events {
+		_ = x.Apply(&s.Events[i])
+	}
+	r.BlockOpsPerSec = float64(s.BlockOps) / time.Since(start).Seconds()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	st := x.Stats()
+	r.Entries, r.Nodes = st.Entries, st.Nodes
+	r.UnknownRemovals, r.UnknownParents = st.UnknownRemoval, st.UnknownParent
+	r.HeapBytes = int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if st.Entries > 0 {
+		r.BytesPerEntry = float64(r.HeapBytes) / float64(st.Entries)
+	}
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+
+	// 2. Query latency on the final index, one query at a time.
+	lat := make([]time.Duration, cfg.Queries)
+	var sc index.Scores
+	matched := 0
+	for i := range lat {
+		q := s.Queries[i%len(s.Queries)]
+		t0 := time.Now()
+		x.Query(q, &sc)
+		lat[i] = time.Since(t0)
+		for _, v := range sc.List {
+			matched += v.Blocks
+		}
+	}
+	r.QueryMeanDepth = float64(matched) / float64(len(lat))
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
+	}
+	r.QueryP50us, r.QueryP99us, r.QueryP999us = pct(0.50), pct(0.99), pct(0.999)
+	runtime.KeepAlive(x)
+	x = nil
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+
+	// 3. Concurrent index, no readers.
+	rate, _, err := concurrentRun(ctx, s, cfg.Writers, 0)
+	if err != nil {
+		return r, err
+	}
+	r.ConcurrentBlockOpsPerSec = rate
+	// 4. With 1 and 2 readers querying while the stream is applied.
+	if r.BlockOpsPerSec1Reader, r.QueriesPerSec1Reader, err = concurrentRun(ctx, s, cfg.Writers, 1); err != nil {
+		return r, err
+	}
+	if r.BlockOpsPerSec2Readers, r.QueriesPerSec2Readers, err = concurrentRun(ctx, s, cfg.Writers, 2); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// concurrentRun applies the stream to a fresh concurrent index while
+// readers query in a loop; it returns block-ops/s and queries/s.
+func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (float64, float64, error) {
+	cfg := index.DefaultConcurrentConfig()
+	cfg.Writers = writers
+	c, err := index.NewConcurrent(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	var stop atomic.Bool
+	var queries atomic.Int64
+	var wg sync.WaitGroup
+	for k := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sc index.Scores
+			n := int64(0)
+			for i := k; !stop.Load(); i++ {
+				c.Query(s.Queries[i%len(s.Queries)], &sc)
+				n++
+			}
+			queries.Add(n)
+		}()
+	}
+	start := time.Now()
+	for i := range s.Events {
+		if i&1023 == 0 && ctx.Err() != nil {
+			break
+		}
+		if err := c.Apply(s.Events[i]); err != nil {
+			break
+		}
+	}
+	_ = c.Flush()
+	el := time.Since(start).Seconds()
+	stop.Store(true)
+	wg.Wait()
+	return float64(s.BlockOps) / el, float64(queries.Load()) / el, ctx.Err()
+}
