@@ -133,3 +133,42 @@ func TestGoldenQwen3(t *testing.T) {
 }
 
 func qwen3Config() []byte { return modelfiles.Qwen3TokenizerConfig() }
+
+// TestRandomGoldenQwen3 compares against 200 random conversations rendered
+// by Python's Jinja2 configured as transformers does
+// (tools/tmplgold/pyrandom.py): tool calls with string and object
+// arguments, think blocks, tool-response runs, floats, Unicode, special
+// tokens in content.
+func TestRandomGoldenQwen3(t *testing.T) {
+	b, err := os.ReadFile("testdata/qwen3_random_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cases []goldenCase `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) < 100 {
+		t.Fatalf("only %d cases", len(doc.Cases))
+	}
+	tmpl := qwen3(t)
+	failed := 0
+	for _, c := range doc.Cases {
+		got, err := tmpl.Render(raw(c.Messages), raw(c.Tools), c.options())
+		switch {
+		case c.Expected == nil && err == nil:
+			t.Errorf("%s: Python failed (%s) but Render succeeded", c.Name, c.Error)
+		case c.Expected != nil && err != nil:
+			t.Errorf("%s: Render: %v", c.Name, err)
+		case c.Expected != nil && got != *c.Expected:
+			t.Errorf("%s: mismatch\n got: %q\nwant: %q", c.Name, got, *c.Expected)
+		default:
+			continue
+		}
+		if failed++; failed > 5 {
+			t.Fatal("too many failures")
+		}
+	}
+}
