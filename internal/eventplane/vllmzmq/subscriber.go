@@ -1,0 +1,482 @@
+package vllmzmq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
+	"github.com/zeebo/xxh3"
+)
+
+// State is how far the router can trust a worker rank's indexed blocks.
+type State uint8
+
+// Subscriber states. They map onto the router's worker states: Syncing and
+// Exact are EXACT once synced, Degraded is DEGRADED.
+const (
+	// StateSyncing: not connected yet, or the initial replay is running.
+	StateSyncing State = iota
+	// StateExact: every batch since the last clear was applied in order.
+	StateExact
+	// StateDegraded: a gap is being recovered, or the rank was cleared
+	// because events were lost, and the stream has not yet proved
+	// contiguous again.
+	StateDegraded
+)
+
+// String returns SYNCING, EXACT or DEGRADED.
+func (s State) String() string {
+	switch s {
+	case StateSyncing:
+		return "SYNCING"
+	case StateExact:
+		return "EXACT"
+	case StateDegraded:
+		return "DEGRADED"
+	}
+	return "STATE(" + strconv.Itoa(int(s)) + ")"
+}
+
+// StateChange reports a new state of one worker rank's stream.
+type StateChange struct {
+	// Worker is the worker rank.
+	Worker kvevent.Worker
+	// State is the new state.
+	State State
+	// Reason explains it for operators ("replay could not cover sequences
+	// 812–830: ...").
+	Reason string
+}
+
+// Handler receives a subscriber's output. Its methods are called from the
+// subscriber's goroutine, one at a time, in stream order; they should
+// return quickly (apply to the index, enqueue), since the subscriber reads
+// nothing while they run.
+type Handler interface {
+	// Apply receives the accepted events of one batch, in order. A Cleared
+	// event means: drop every block of the worker rank (the engine reset its
+	// cache, or the subscriber lost events it cannot recover).
+	Apply(seq uint64, events []kvevent.Event)
+	// StateChanged reports a change of state or reason.
+	StateChanged(StateChange)
+}
+
+// SubscriberConfig configures a Subscriber for one (endpoint, dp rank).
+type SubscriberConfig struct {
+	// Worker is the worker rank the events belong to. Required.
+	Worker kvevent.Worker
+	// Endpoint is the PUB endpoint to dial, already offset for the rank
+	// (see OffsetEndpoint), e.g. "tcp://10.0.0.5:5557". Required.
+	Endpoint string
+	// ReplayEndpoint is the ROUTER replay endpoint, offset for the rank;
+	// empty means none (gaps then always clear the rank).
+	ReplayEndpoint string
+	// Topic is the subscription prefix; empty subscribes to everything.
+	Topic string
+	// BlockSize is the worker's KV block size in tokens; stored events with
+	// another size are refused. Required.
+	BlockSize int
+	// Limits caps payload sizes (default vllm.DefaultLimits()).
+	Limits vllm.Limits
+	// DialRetry is the wait between dial attempts (default 250 ms). Dials
+	// retry forever and the socket reconnects automatically.
+	DialRetry time.Duration
+	// ReplayTimeout bounds one replay, connection included (default 5 s).
+	ReplayTimeout time.Duration
+	// LiveBuffer is how many live messages are held while a replay runs
+	// (default 4096); past it the socket stops reading (TCP back-pressure).
+	LiveBuffer int
+	// Logger receives the subscriber's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics, when not nil, records the subscriber's counters.
+	Metrics *Metrics
+}
+
+// DefaultSubscriberConfig returns the defaults; Worker, Endpoint and
+// (unless 16 is right) BlockSize are still to be set.
+func DefaultSubscriberConfig() SubscriberConfig {
+	return SubscriberConfig{BlockSize: 16, Limits: vllm.DefaultLimits(), DialRetry: 250 * time.Millisecond,
+		ReplayTimeout: 5 * time.Second, LiveBuffer: 4096}
+}
+
+// Validate checks the configuration.
+func (c SubscriberConfig) Validate() error {
+	if c.Endpoint == "" {
+		return errors.New("vllmzmq subscriber: endpoint is required")
+	}
+	if c.DialRetry <= 0 || c.ReplayTimeout <= 0 || c.LiveBuffer <= 0 {
+		return fmt.Errorf("vllmzmq subscriber: dial retry %v, replay timeout %v and live buffer %d must be positive",
+			c.DialRetry, c.ReplayTimeout, c.LiveBuffer)
+	}
+	return nil
+}
+
+// Status is a snapshot of a subscriber for operators (/v1/workers).
+type Status struct {
+	// State and Reason are the last reported state.
+	State  State
+	Reason string
+	// LastSeq is the last applied sequence number, valid when HasSeq.
+	LastSeq uint64
+	HasSeq  bool
+	// Connected is true once the SUB socket has dialled the endpoint.
+	Connected bool
+}
+
+// dedupWindow is how many recent batches are remembered (sequence and
+// payload hash) to tell a duplicate from an engine restart.
+const dedupWindow = 1024
+
+type recent struct {
+	seq, hash uint64
+	ok        bool
+}
+
+// Subscriber consumes one engine rank's event stream. Create it with
+// NewSubscriber and run it with Run.
+type Subscriber struct {
+	cfg SubscriberConfig
+	h   Handler
+	log *slog.Logger
+	dec *vllm.Decoder
+	m   workerMetrics
+
+	// Stream state, owned by the Run goroutine.
+	last       uint64
+	hasLast    bool
+	recovering bool // cleared after lost events; EXACT at the next contiguous batch
+	ring       [dedupWindow]recent
+
+	mu     sync.Mutex
+	status Status
+}
+
+// NewSubscriber returns a subscriber that reports to h.
+func NewSubscriber(cfg SubscriberConfig, h Handler) (*Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, errors.New("vllmzmq subscriber: handler is required")
+	}
+	dc := vllm.DefaultConfig()
+	dc.Worker, dc.BlockSize, dc.Limits = cfg.Worker, cfg.BlockSize, cfg.Limits
+	dec, err := vllm.NewDecoder(dc)
+	if err != nil {
+		return nil, fmt.Errorf("vllmzmq subscriber: %w", err)
+	}
+	s := &Subscriber{cfg: cfg, h: h, log: cfg.Logger, dec: dec,
+		m: cfg.Metrics.forWorker(strconv.FormatUint(uint64(cfg.Worker.ID), 10), strconv.FormatUint(uint64(cfg.Worker.Rank), 10))}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("worker", cfg.Worker.String(), "endpoint", cfg.Endpoint)
+	return s, nil
+}
+
+// Status returns a snapshot; safe from any goroutine.
+func (s *Subscriber) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// Run connects, syncs and applies the stream until ctx is cancelled; it
+// returns nil then. Run must be called once.
+func (s *Subscriber) Run(ctx context.Context) error {
+	s.setState(StateSyncing, "connecting to "+s.cfg.Endpoint)
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
+	defer sub.Close()
+	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+		return fmt.Errorf("subscribing to %q: %w", s.cfg.Topic, err)
+	}
+	if err := sub.Dial(s.cfg.Endpoint); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("dialling KV event endpoint %s: %w", s.cfg.Endpoint, err)
+	}
+	s.mu.Lock()
+	s.status.Connected = true
+	s.mu.Unlock()
+
+	msgs := make(chan zmq4.Msg, s.cfg.LiveBuffer)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.read(ctx, sub, msgs)
+	}()
+	defer wg.Wait()
+
+	s.initialSync(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			s.live(ctx, m)
+		}
+	}
+}
+
+// read moves live messages from the socket to msgs until ctx ends.
+func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4.Msg) {
+	for {
+		m, err := sub.Recv()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// The publisher went away; the socket redials by itself. A
+			// restarted engine shows up as a sequence going backwards.
+			s.m.recvErrors.Inc()
+			s.log.Warn("KV event stream receive error; reconnecting", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.DialRetry):
+			}
+			continue
+		}
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// initialSync replays whatever the publisher still buffers, so a router
+// that starts next to a running engine sees its recent blocks.
+func (s *Subscriber) initialSync(ctx context.Context) {
+	if s.cfg.ReplayEndpoint == "" {
+		s.setState(StateExact, "no replay endpoint: blocks stored before the router connected are invisible until stored again")
+		return
+	}
+	n, err := s.replay(ctx, 0)
+	switch {
+	case err != nil:
+		s.setState(StateExact, fmt.Sprintf("initial replay failed (%v): earlier blocks are invisible until stored again", err))
+	case n == 0:
+		s.setState(StateExact, "initial replay: publisher has nothing buffered")
+	default:
+		s.setState(StateExact, fmt.Sprintf("initial replay applied %d batches up to sequence %d", n, s.last))
+	}
+}
+
+// live handles one message from the SUB socket.
+func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
+	if len(m.Frames) < 3 || !bytes.HasPrefix(m.Frames[0], []byte(s.cfg.Topic)) {
+		s.log.Debug("ignoring KV event message", "frames", len(m.Frames))
+		return
+	}
+	seq, ok := parseSeq(m.Frames[1])
+	if !ok {
+		s.m.malformed.Inc()
+		s.log.Warn("ignoring KV event message with a bad sequence frame", "bytes", len(m.Frames[1]))
+		return
+	}
+	payload := m.Frames[2]
+	switch {
+	case !s.hasLast:
+		if seq > 0 && s.cfg.ReplayEndpoint != "" {
+			// Joined late: fetch what the publisher still has.
+			if _, err := s.replay(ctx, 0); err != nil {
+				s.log.Info("replay on first contact failed", "err", err)
+			}
+		}
+		if !s.hasLast || seq > s.last {
+			s.apply(seq, payload)
+		}
+		if st := s.Status(); st.State == StateSyncing {
+			s.setState(StateExact, fmt.Sprintf("joined the stream at sequence %d", seq))
+		}
+	case seq == s.last+1:
+		s.apply(seq, payload)
+	case seq <= s.last:
+		if s.duplicate(seq, payload) {
+			s.m.duplicates.Inc()
+			return
+		}
+		s.lost(StateDegraded, fmt.Sprintf("sequence went back from %d to %d: the engine restarted; its blocks were cleared", s.last, seq), s.m.clearRestart)
+		s.hasLast = false
+		if seq > 0 && s.cfg.ReplayEndpoint != "" {
+			if _, err := s.replay(ctx, 0); err != nil {
+				s.log.Info("replay after restart failed", "err", err)
+			}
+		}
+		if !s.hasLast || seq > s.last {
+			s.apply(seq, payload)
+		}
+		s.recovering = true
+	default:
+		s.gap(ctx, seq, payload)
+	}
+}
+
+// gap recovers the sequences between the last applied one and seq.
+func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) {
+	from, to := s.last+1, seq-1
+	s.m.gaps.Inc()
+	span := fmt.Sprintf("%d–%d", from, to)
+	if from == to {
+		span = strconv.FormatUint(from, 10)
+	}
+	s.setState(StateDegraded, "recovering sequences "+span+" by replay")
+	why := "no replay endpoint"
+	if s.cfg.ReplayEndpoint != "" {
+		_, err := s.replay(ctx, from)
+		switch {
+		case s.last >= to:
+			if seq > s.last {
+				s.apply(seq, payload)
+			}
+			s.recovering = false
+			s.setState(StateExact, "replay recovered sequences "+span)
+			return
+		case err != nil:
+			why = err.Error()
+		default:
+			why = "replay ended early"
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	s.lost(StateDegraded, fmt.Sprintf("replay could not cover sequences %s (%s); the worker rank was cleared", span, why), s.m.clearGap)
+	s.last = seq - 1
+	s.apply(seq, payload)
+	s.recovering = true
+}
+
+// lost clears the worker rank after events were lost.
+func (s *Subscriber) lost(st State, reason string, c interface{ Inc() }) {
+	c.Inc()
+	s.log.Warn("KV events lost; clearing the worker rank", "reason", reason)
+	s.dec.Reset()
+	s.h.Apply(s.last, []kvevent.Event{{Worker: s.cfg.Worker, Kind: kvevent.Cleared}})
+	s.setState(st, reason)
+}
+
+// apply decodes one in-order batch and hands its events on.
+func (s *Subscriber) apply(seq uint64, payload []byte) {
+	contiguous := s.hasLast && seq == s.last+1
+	s.last, s.hasLast = seq, true
+	s.ring[seq%dedupWindow] = recent{seq: seq, hash: xxh3.Hash(payload), ok: true}
+	s.m.lastSeq.Set(float64(seq))
+	s.mu.Lock()
+	s.status.LastSeq, s.status.HasSeq = seq, true
+	s.mu.Unlock()
+
+	res, err := s.dec.Decode(payload)
+	if err != nil {
+		s.m.malformed.Inc()
+		s.lost(StateDegraded, fmt.Sprintf("batch %d could not be decoded (%v); the worker rank was cleared", seq, err), s.m.clearMalformed)
+		s.recovering = true
+		return
+	}
+	s.m.batches.Inc()
+	for _, r := range res.Refused {
+		s.m.refused[r.Reason].Inc()
+		s.log.Debug("KV event refused", "seq", seq, "refusal", r.String())
+	}
+	if len(res.Events) > 0 {
+		s.m.applied.Add(float64(len(res.Events)))
+		s.h.Apply(seq, res.Events)
+	}
+	if s.recovering && contiguous {
+		s.recovering = false
+		s.setState(StateExact, fmt.Sprintf("stream contiguous again at sequence %d", seq))
+	}
+}
+
+// duplicate reports whether seq was applied recently with the same payload.
+func (s *Subscriber) duplicate(seq uint64, payload []byte) bool {
+	r := s.ring[seq%dedupWindow]
+	return r.ok && r.seq == seq && s.last-seq < dedupWindow && r.hash == xxh3.Hash(payload)
+}
+
+// replay asks the replay socket for every batch from `from` on and applies
+// those that extend the stream; it stops at the END marker, at a hole, or
+// on error. It returns how many batches it applied.
+func (s *Subscriber) replay(ctx context.Context, from uint64) (int, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	d := zmq4.NewDealer(rctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	defer d.Close()
+	applied, err := s.replayOn(rctx, d, from)
+	if err != nil {
+		s.m.replayFailed.Inc()
+		return applied, err
+	}
+	s.m.replayOK.Inc()
+	return applied, nil
+}
+
+func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (int, error) {
+	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
+		return 0, fmt.Errorf("dialling replay endpoint %s: %w", s.cfg.ReplayEndpoint, err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom([]byte{}, seqFrame(from))); err != nil {
+		return 0, fmt.Errorf("sending replay request: %w", err)
+	}
+	applied := 0
+	for {
+		m, err := d.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("replay timed out after %v", s.cfg.ReplayTimeout)
+			}
+			return applied, err
+		}
+		var seqB, payload []byte
+		switch len(m.Frames) {
+		case 3: // ["", seq, payload]: older vLLM, SGLang
+			seqB, payload = m.Frames[1], m.Frames[2]
+		case 4: // ["", topic, seq, payload]: current vLLM
+			seqB, payload = m.Frames[2], m.Frames[3]
+		default:
+			s.log.Warn("ignoring replay reply", "frames", len(m.Frames))
+			continue
+		}
+		if bytes.Equal(seqB, endSeq) {
+			return applied, nil
+		}
+		seq, ok := parseSeq(seqB)
+		if !ok {
+			continue
+		}
+		switch {
+		case !s.hasLast || seq == s.last+1:
+			s.apply(seq, payload)
+			applied++
+		case seq <= s.last:
+			// already applied
+		default:
+			// A hole: the publisher no longer buffers what we need.
+			return applied, fmt.Errorf("the publisher's buffer resumes at sequence %d (buffer overrun or lost batches)", seq)
+		}
+	}
+}
+
+// setState records and reports a state when it changes.
+func (s *Subscriber) setState(st State, reason string) {
+	s.mu.Lock()
+	changed := s.status.State != st || s.status.Reason != reason
+	s.status.State, s.status.Reason = st, reason
+	s.mu.Unlock()
+	if changed {
+		s.log.Info("KV event stream state", "state", st.String(), "reason", reason)
+		s.h.StateChanged(StateChange{Worker: s.cfg.Worker, State: st, Reason: reason})
+	}
+}
