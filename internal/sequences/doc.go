@@ -19,9 +19,12 @@
 //     a worker are prefix-closed for every request: if block i of a prompt is
 //     active, so are blocks 0..i-1. The new blocks a candidate request would
 //     add on a worker are therefore all blocks from the worker's first missing
-//     block on (DESIGN §2, prefix semantics); the tracker finds that boundary
-//     for every worker at once by binary search over a shared hash → holders
-//     bitmap, so the cost grows with log(blocks), not blocks × workers.
+//     block on (DESIGN §2, prefix semantics). Each worker rank keeps its
+//     running requests' hashes in a radix trie (edges are runs of hashes
+//     shared by reference, nodes count the requests through them), so
+//     booking, freeing and finding the first missing block are walks over
+//     a few nodes with sequential comparisons, not a hash-map operation per
+//     block (which made booking a 1,024-block prompt cost ~0.4 ms).
 //   - With ActiveSequenceStride N only every N-th block hash (positions N-1,
 //     2N-1, ...) is tracked and counts for N blocks; the last incomplete group
 //     is left out, as in Dynamo.

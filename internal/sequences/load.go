@@ -51,13 +51,11 @@ func (t *Tracker) load(slot int) Load {
 
 func (t *Tracker) activeBlocks(w *worker) float64 {
 	stride := t.cfg.ActiveSequenceStride
-	n := float64(stride*len(w.refs) + w.private)
+	n := float64(stride*w.active.blocks + w.private)
 	for r := range w.fracReqs {
 		single := r.private + r.output
-		for _, h := range r.tracked {
-			if w.refs[h] == 1 {
-				single += stride
-			}
+		if r.end != nil {
+			single += stride * w.active.singles(r.end)
 		}
 		n += (r.frac - 1) * float64(single)
 	}
@@ -66,8 +64,8 @@ func (t *Tracker) activeBlocks(w *worker) float64 {
 
 // Potential appends to dst[:0] the load of every known worker rank (in
 // Workers order) with NewBlocks set for a candidate request with the given
-// prompt block sequence hashes and reuse override. It finds every worker's
-// first missing block in one pass over the shared holders map.
+// prompt block sequence hashes and reuse override: each worker's first
+// missing block is found by one walk down its trie of running requests.
 func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 	dst = dst[:0]
 	stride := t.cfg.ActiveSequenceStride
@@ -84,66 +82,13 @@ func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 		}
 		return dst
 	}
-	if cap(t.ks) < len(t.slots) {
-		t.ks = make([]int32, len(t.slots))
+	cand := t.cand[:0]
+	for i := range n {
+		cand = append(cand, hashes[(i+1)*stride-1])
 	}
-	ks := t.ks[:len(t.slots)]
-	clear(ks)
-	t.arena = t.arena[:0]
-	set := t.alloc()
-	any := false
-	for _, s := range t.order {
-		if len(t.slots[s].refs) > 0 {
-			set.set(s)
-			any = true
-		}
-	}
-	if any {
-		t.solve(hashes, stride, 0, n, set, ks)
-	}
+	t.cand = cand
 	for i, s := range t.order {
-		dst[i].NewBlocks = (n - int(ks[s])) * stride
+		dst[i].NewBlocks = (n - t.slots[s].active.held(cand)) * stride
 	}
 	return dst
-}
-
-func (t *Tracker) alloc() bitset {
-	w := t.hold.words
-	if cap(t.arena)-len(t.arena) < w {
-		t.arena = make([]uint64, 0, max(64, 2*cap(t.arena)))
-	}
-	b := t.arena[len(t.arena) : len(t.arena)+w]
-	t.arena = t.arena[:len(t.arena)+w]
-	clear(b)
-	return bitset(b)
-}
-
-// solve sets ks[s] for every slot s in set, knowing that each holds between
-// lo and hi leading tracked positions of hashes. Membership is monotone in
-// the position (prefix-closed), so a probe at mid splits the set into the
-// slots holding mid (more than mid leading) and the rest (at most mid).
-func (t *Tracker) solve(hashes []uint64, stride, lo, hi int, set bitset, ks []int32) {
-	for !set.empty() {
-		if lo == hi {
-			set.each(func(s int) { ks[s] = int32(lo) })
-			return
-		}
-		mid := (lo + hi) / 2
-		row := t.hold.row(hashes[(mid+1)*stride-1])
-		if row == nil {
-			hi = mid
-			continue
-		}
-		in := t.alloc()
-		nonEmpty := false
-		for i := range set {
-			in[i] = set[i] & row[i]
-			set[i] &^= row[i]
-			nonEmpty = nonEmpty || in[i] != 0
-		}
-		if nonEmpty {
-			t.solve(hashes, stride, mid+1, hi, in, ks)
-		}
-		hi = mid
-	}
 }

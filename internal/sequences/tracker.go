@@ -62,6 +62,7 @@ type request struct {
 	id          string
 	slot        int
 	tracked     []uint64 // shared tracking hashes (nil when private)
+	end         *tnode   // where tracked ends in the worker's trie
 	private     int      // private prompt blocks (reuse off)
 	output      int      // output blocks (TrackOutputBlocks)
 	prefill     int
@@ -73,7 +74,7 @@ type request struct {
 
 type worker struct {
 	id       kvevent.Worker
-	refs     map[uint64]int32 // tracking hash -> running requests holding it
+	active   trie // tracked hashes of running requests
 	requests int
 	prefill  int
 	private  int // private + output blocks of its requests
@@ -87,13 +88,11 @@ type Tracker struct {
 	slots     []*worker // index = slot; nil = free
 	bySlot    map[kvevent.Worker]int
 	order     []int // live slots, sorted by worker
-	hold      *holders
 	reqs      map[string]*request
 	nextSweep time.Time
 	stats     Stats
 
-	arena []uint64 // scratch for Potential
-	ks    []int32  // scratch: leading held positions per slot
+	cand []uint64 // scratch for Potential: the candidate's tracked hashes
 }
 
 // New returns an empty tracker.
@@ -104,7 +103,6 @@ func New(cfg Config) (*Tracker, error) {
 	return &Tracker{
 		cfg:    cfg,
 		bySlot: make(map[kvevent.Worker]int),
-		hold:   newHolders(),
 		reqs:   make(map[string]*request),
 	}, nil
 }
@@ -125,9 +123,8 @@ func (t *Tracker) AddWorker(w kvevent.Worker) {
 		slot = len(t.slots)
 		t.slots = append(t.slots, nil)
 	}
-	t.slots[slot] = &worker{id: w, refs: make(map[uint64]int32)}
+	t.slots[slot] = &worker{id: w}
 	t.bySlot[w] = slot
-	t.hold.ensure(slot)
 	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.Worker) int { return compareWorker(t.slots[s].id, w) })
 	t.order = slices.Insert(t.order, i, slot)
 }
@@ -212,12 +209,9 @@ func (t *Tracker) AddRequest(req Request, now time.Time) error {
 		if t.reuse(req.Reuse) {
 			r.tracked = make([]uint64, n)
 			for i := range n {
-				h := req.BlockHashes[(i+1)*stride-1]
-				r.tracked[i] = h
-				if w.refs[h]++; w.refs[h] == 1 {
-					t.hold.add(h, slot)
-				}
+				r.tracked[i] = req.BlockHashes[(i+1)*stride-1]
 			}
+			r.end = w.active.add(r.tracked)
 		} else {
 			r.private = n * stride
 			w.private += r.private
@@ -266,11 +260,9 @@ func (t *Tracker) Free(id string) bool {
 func (t *Tracker) free(r *request) {
 	t.completePrefill(r)
 	w := t.slots[r.slot]
-	for _, h := range r.tracked {
-		if w.refs[h]--; w.refs[h] <= 0 {
-			delete(w.refs, h)
-			t.hold.remove(h, r.slot)
-		}
+	if r.end != nil {
+		w.active.remove(r.end)
+		r.end = nil
 	}
 	w.private -= r.private + r.output
 	w.requests--

@@ -2,6 +2,7 @@ package sequences
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -275,5 +276,36 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestManySiblings books more diverging requests than a trie node lists
+// before it indexes its children, frees some, and checks every figure.
+func TestManySiblings(t *testing.T) {
+	tr := newTracker(t, DefaultConfig(), wA)
+	for i := range 12 {
+		must(t, tr.AddRequest(Request{ID: fmt.Sprint(i), Worker: wA, BlockHashes: chain(1, 2, uint64(100+i), 7)}, t0))
+	}
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 2+12*2 {
+		t.Fatalf("12 siblings: %v blocks, want 26", l.ActiveBlocks)
+	}
+	for i := range 12 {
+		if i%3 != 0 {
+			tr.Free(fmt.Sprint(i))
+		}
+	}
+	for i := range 12 {
+		// A live sibling holds 4 of the candidate's 5 blocks; a freed one
+		// leaves only the shared 2.
+		want := 3
+		if i%3 == 0 {
+			want = 1
+		}
+		if p := tr.Potential(chain(1, 2, uint64(100+i), 7, 8), ReuseDefault, nil)[0]; p.NewBlocks != want {
+			t.Fatalf("sibling %d: new blocks %d, want %d", i, p.NewBlocks, want)
+		}
+	}
+	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 2+4*2 {
+		t.Fatalf("4 siblings left: %v blocks, want 10", l.ActiveBlocks)
 	}
 }
