@@ -47,11 +47,16 @@
 //
 // # Known differences from the reference
 //
-//   - The engine treats null/undefined as "" in string concatenation and
-//     prints None as "", where Jinja2 raises or prints "None" (a Qwen3
-//     assistant message with null content renders instead of failing; the
-//     output then equals vLLM's).
-//   - Floats printed directly ({{ 2.0 }}, not via tojson) use Go's %g.
+// Goldens from Python's Jinja2, configured as transformers configures it,
+// back this up: the curated cases are cross-checked (pycheck.py), 200
+// random Qwen3 conversations come from pyrandom.py, and 30 feature probes
+// (pyprobe.py, TestEngineProbe) pin what the engine does differently:
+//
+//   - None prints and concatenates as "" where Jinja2 prints "None" or
+//     raises (a Qwen3 assistant message with null content renders instead
+//     of failing; the output then equals vLLM's).
+//   - Floats printed directly ({{ 2.0 }}, not via tojson) use Go's %g;
+//     dictsort pairs print as lists; no format filter; no 1e3 literals.
 //   - Integers beyond int64 become floats.
 //
 // A compiled Template is immutable and safe for concurrent use; each Render
