@@ -80,7 +80,7 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 		nid := x.kids.find(x.ns, parent, lh)
 		if nid == 0 {
 			nid = x.ns.alloc(parent, lh)
-			x.kids.insert(x.ns, nid)
+			x.kids.link(x.ns, nid)
 			x.growUsed(nid)
 		}
 		n := x.ns.at(nid)

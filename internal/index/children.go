@@ -21,8 +21,15 @@ func childHash(parent uint32, local uint64) uint64 {
 func (t *childTable) find(ns *nodes, parent uint32, local uint64) uint32 {
 	// Fast path: the most recently added child (chains stored in one
 	// event are adjacent in memory, so this is usually a cache hit).
-	if f := ns.at(parent).first; f != 0 && ns.at(f).local == local {
+	f := ns.at(parent).first
+	if f == 0 {
+		return 0 // a leaf: the common case when a chain grows
+	}
+	if ns.at(f).local == local {
 		return f
+	}
+	if ns.at(f).next == 0 {
+		return 0 // the only child did not match
 	}
 	if len(t.slots) == 0 {
 		return 0
@@ -37,6 +44,30 @@ func (t *childTable) find(ns *nodes, parent uint32, local uint64) uint32 {
 		if n.local == local && n.parent == parent {
 			return id
 		}
+	}
+}
+
+// link registers a freshly allocated child (already linked as its
+// parent's first child): when it has siblings, it and the previous first
+// child must be findable through the table.
+func (t *childTable) link(ns *nodes, id uint32) {
+	n := ns.at(id)
+	if n.next == 0 {
+		return // sole child
+	}
+	t.insert(ns, id)
+	n.lower |= inKids
+	if o := ns.at(n.next); o.lower&inKids == 0 {
+		t.insert(ns, n.next)
+		o.lower |= inKids
+	}
+}
+
+// unlink forgets a node about to be freed.
+func (t *childTable) unlink(ns *nodes, id uint32) {
+	if n := ns.at(id); n.lower&inKids != 0 {
+		t.remove(ns, id)
+		n.lower &^= inKids
 	}
 }
 

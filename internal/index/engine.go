@@ -53,7 +53,7 @@ func (t *engineTable) refs(k uint64) uint32 {
 
 // add maps k to node (k must be absent) with count 1.
 func (t *engineTable) add(k uint64, node uint32) {
-	if (t.n+1)*8 > len(t.keys)*7 {
+	if (t.n+1)*4 > len(t.keys)*3 {
 		t.resize(max(8, len(t.keys)*2))
 	}
 	i, _ := t.slot(k)

@@ -29,7 +29,7 @@ var (
 
 // MaxHolders bounds the number of worker ranks (plus predict-on-route
 // shadows) one Index tracks.
-const MaxHolders = 1<<16 - 2
+const MaxHolders = 1<<15 - 2
 
 type holderKind uint8
 
@@ -256,7 +256,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 		nid := x.kids.find(x.ns, parent, b.LocalHash)
 		if nid == 0 {
 			nid = x.ns.alloc(parent, b.LocalHash)
-			x.kids.insert(x.ns, nid)
+			x.kids.link(x.ns, nid)
 			x.growUsed(nid)
 		}
 		n := x.ns.at(nid)
@@ -412,7 +412,7 @@ func (x *Index) deleteEngineEntry(h *holder, t int, nid uint32) {
 }
 
 func (x *Index) freeNode(nid uint32) {
-	x.kids.remove(x.ns, nid)
+	x.kids.unlink(x.ns, nid)
 	x.ns.release(nid)
 }
 

@@ -13,7 +13,7 @@ type node struct {
 	prev   uint32 // previous sibling
 	h      uint32 // n == 1: the holder entry; n >= 2: index into extra
 	n      uint16 // number of holders
-	lower  uint16 // holders whose tier mask is not device-only
+	lower  uint16 // holders whose tier mask is not device-only; top bit: inKids
 }
 
 const (
@@ -28,6 +28,13 @@ func entryID(e uint32) uint32            { return e >> 4 }
 func entryMask(e uint32) uint8           { return uint8(e & 0xf) }
 
 const deviceMask = 1 << 0
+
+// inKids marks (in node.lower) a node present in the child table. Only
+// children of nodes with several children need to be there: a sole child
+// is found through its parent's first pointer.
+const inKids = 1 << 15
+
+func (n *node) lowerCount() uint16 { return n.lower &^ inKids }
 
 type nodes struct {
 	pages [][]node

@@ -85,7 +85,7 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 			for _, e := range x.ns.holders(cn, &single) {
 				act = append(act, active{e: e})
 			}
-		case cn.n == curN && cn.lower == 0 && curLower == 0:
+		case cn.n == curN && cn.lowerCount() == 0 && curLower == 0:
 			// Same holders, all device-only: nothing changes.
 		default:
 			hs := x.ns.holders(cn, &single)
@@ -114,7 +114,7 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 		if x.used != nil {
 			atomic.StoreUint32(&x.used[c], tick)
 		}
-		cur, curN, curLower = c, cn.n, cn.lower
+		cur, curN, curLower = c, cn.n, cn.lowerCount()
 		depth = i + 1
 	}
 	for _, a := range act {
