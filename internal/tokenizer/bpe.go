@@ -52,6 +52,13 @@ func (m *model) appendWord(dst []uint32, word string) []uint32 {
 		}
 		return m.appendHeap(dst, word)
 	}
+	return m.appendScan(dst, word)
+}
+
+// appendScan is the merge loop for short words (2..heapThreshold bytes):
+// find the lowest-ranked pair (leftmost on ties), merge it, update the two
+// neighbouring pair ranks, repeat.
+func (m *model) appendScan(dst []uint32, word string) []uint32 {
 	var symBuf [heapThreshold]uint32
 	var rankBuf [heapThreshold]uint32
 	var idBuf [heapThreshold]uint32
