@@ -33,7 +33,7 @@
 // prints floats of 1e6 and above in exponent form and escapes U+2028/U+2029,
 // unlike Python. The tojson filter is therefore renamed in the template
 // source at compile time (only inside tags, outside string literals) and
-// served by pyToJSON, a port of json.dumps's output rules including
+// served by pyToJSON, written here to follow json.dumps's output rules, including
 // indent, separators, sort_keys and ensure_ascii.
 //
 // # Messages as the template sees them

@@ -67,8 +67,9 @@ func (r *ChatRequest) Options() Options {
 	}
 }
 
-// Render renders the request's conversation with t; opts overrides are
-// applied by the caller through the returned Options if needed.
+// Render renders the request's conversation with t using r.Options() and
+// the given preprocessing (PreprocessVLLM to predict a vLLM worker's
+// prompt). Callers needing other options call t.Render themselves.
 func (r *ChatRequest) Render(t *Template, preprocess Preprocess) (string, error) {
 	o := r.Options()
 	o.Preprocess = preprocess
