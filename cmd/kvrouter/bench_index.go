@@ -78,7 +78,8 @@ func runBenchIndex(ctx context.Context, args []string, _ io.Reader, stdout, stde
 		}
 		return 0
 	}
-	fmt.Fprintf(stdout, "apply, one writer          %12.0f block-ops/s   (target >= 10 M)\n", r.BlockOpsPerSec)
+	fmt.Fprintf(stdout, "apply, one writer          %12.0f block-ops/s   (target >= 10 M; %.0f per CPU-second; load average %.1f)\n",
+		r.BlockOpsPerSec, r.BlockOpsPerCPUSec, r.LoadAvg1m)
 	fmt.Fprintf(stdout, "apply, %d writers           %12.0f block-ops/s\n", r.Writers, r.ConcurrentBlockOpsPerSec)
 	fmt.Fprintf(stdout, "query latency p50/p99/p999 %8.2f / %.2f / %.2f µs   (target p99 <= 10; mean %.1f blocks matched)\n",
 		r.QueryP50us, r.QueryP99us, r.QueryP999us, r.QueryMeanDepth)

@@ -51,6 +51,21 @@ func (t *engineTable) refs(k uint64) uint32 {
 	return 1 + t.multi[k]
 }
 
+// reserve makes room for one more key and returns k's slot and whether k
+// is present; a following fill(i, ...) for an absent k needs no new probe.
+func (t *engineTable) reserve(k uint64) (int, bool) {
+	if (t.n+1)*4 > len(t.keys)*3 {
+		t.resize(max(8, len(t.keys)*2))
+	}
+	return t.slot(k)
+}
+
+// fill stores an absent k at the slot reserve returned.
+func (t *engineTable) fill(i int, k uint64, node uint32) {
+	t.keys[i], t.nodes[i] = k, node
+	t.n++
+}
+
 // add maps k to node (k must be absent) with count 1.
 func (t *engineTable) add(k uint64, node uint32) {
 	if (t.n+1)*4 > len(t.keys)*3 {

@@ -242,7 +242,9 @@ func (x *Index) store(ev *kvevent.Event) error {
 	}
 	bit := uint8(1) << ev.Tier
 	for i, b := range ev.Blocks {
-		if nid := m.get(b.EngineHash); nid != 0 {
+		slot, present := m.reserve(b.EngineHash)
+		if present {
+			nid := m.nodes[slot]
 			n := x.ns.at(nid)
 			if n.parent != parent || n.local != b.LocalHash {
 				x.stats.conflicts++
@@ -270,7 +272,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 		if !held {
 			h.blocks++
 		}
-		m.add(b.EngineHash, nid)
+		m.fill(slot, b.EngineHash, nid)
 		h.entries++
 		x.touch(nid)
 		x.stats.blockOps++

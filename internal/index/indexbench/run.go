@@ -31,8 +31,16 @@ type Result struct {
 	BlockOps int `json:"block_ops"`
 	Workers  int `json:"workers"`
 
-	// BlockOpsPerSec is the apply rate on one writer (plain Index).
+	// BlockOpsPerSec is the apply rate on one writer (plain Index), wall
+	// clock.
 	BlockOpsPerSec float64 `json:"block_ops_per_sec"`
+	// BlockOpsPerCPUSec is the same rate per second of the applying
+	// thread's CPU time (Linux only; 0 elsewhere): the figure that does not
+	// depend on how busy the machine is.
+	BlockOpsPerCPUSec float64 `json:"block_ops_per_cpu_sec"`
+	// LoadAvg1m is the machine's 1-minute load average when the run
+	// started (Linux only).
+	LoadAvg1m float64 `json:"load_avg_1m"`
 	// ConcurrentBlockOpsPerSec is the apply rate through the concurrent
 	// index (enqueue to applied, Writers goroutines).
 	ConcurrentBlockOpsPerSec float64 `json:"concurrent_block_ops_per_sec"`
@@ -75,11 +83,18 @@ func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
 	if err != nil {
 		return r, err
 	}
+	r.LoadAvg1m = loadAvg()
+	runtime.LockOSThread()
+	cpu0, cpuOK := threadCPU()
 	start := time.Now()
 	for i := range s.Events {
 		_ = x.Apply(&s.Events[i])
 	}
 	r.BlockOpsPerSec = float64(s.BlockOps) / time.Since(start).Seconds()
+	if cpu1, ok := threadCPU(); ok && cpuOK && cpu1 > cpu0 {
+		r.BlockOpsPerCPUSec = float64(s.BlockOps) / (cpu1 - cpu0).Seconds()
+	}
+	runtime.UnlockOSThread()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	st := x.Stats()

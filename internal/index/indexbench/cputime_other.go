@@ -1,0 +1,9 @@
+//go:build !linux
+
+package indexbench
+
+import "time"
+
+func threadCPU() (time.Duration, bool) { return 0, false }
+
+func loadAvg() float64 { return 0 }
