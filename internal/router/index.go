@@ -13,14 +13,16 @@ import (
 // Apply and RemoveWorker change exact state; Record (approximate mode) and
 // Predict (predict-on-route) note the router's own decisions; all of them
 // take ownership of the slices they are given and may apply asynchronously.
-// Query fills dst with every worker rank's leading overlap, per tier, for
-// the request's local block hashes; it must be safe to call concurrently
-// with itself and with the writers.
+// Expire drops recorded and predicted entries whose TTL ended at or before
+// now. Query fills dst with every worker rank's leading overlap, per tier,
+// for the request's local block hashes; it must be safe to call
+// concurrently with itself and with the writers.
 type Index interface {
 	Apply(ev kvevent.Event) error
 	RemoveWorker(id kvevent.WorkerID) error
 	Record(w kvevent.Worker, local []uint64, now time.Time) error
 	Predict(w kvevent.Worker, local []uint64, now time.Time) error
+	Expire(now time.Time) error
 	Query(local []uint64, dst *index.Scores)
 }
 
@@ -67,6 +69,14 @@ func (s *Serial) Predict(w kvevent.Worker, local []uint64, now time.Time) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.x.Predict(w, local, now)
+}
+
+// Expire implements Index.
+func (s *Serial) Expire(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.x.Expire(now)
+	return nil
 }
 
 // Query implements Index. Queries share a read lock (the index's query

@@ -387,11 +387,20 @@ func (r *Router) ApplyRemote(ev LifecycleEvent) bool {
 }
 
 // Sweep runs the tracker's lazy expiry now (it also runs on every
-// booking) and returns the ids it freed.
+// booking) and returns the ids it freed, then drops approximate and
+// predicted index entries whose TTL has passed. Call it periodically from
+// the edge (e.g. every few seconds); the core starts no timers.
 func (r *Router) Sweep() []string {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seq.Expire(r.clock())
+	now := r.clock()
+	ids := r.seq.Expire(now)
+	r.mu.Unlock()
+	if err := r.idx.Expire(now); err != nil {
+		r.mu.Lock()
+		r.stats.IndexErrors++
+		r.mu.Unlock()
+	}
+	return ids
 }
 
 // Loads returns every worker rank's current load, sorted by worker rank.
