@@ -39,6 +39,7 @@ func BenchmarkEncode(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			tok.Encode(text, false)
 			b.SetBytes(int64(len(text)))
+			defer reportCPU(b, len(text))()
 			for b.Loop() {
 				tok.Encode(text, false)
 			}
@@ -61,6 +62,7 @@ func BenchmarkEncodeNoCache(b *testing.B) {
 		text := benchTexts(b)[name]
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
+			defer reportCPU(b, len(text))()
 			for b.Loop() {
 				tok.Encode(text, false)
 			}
@@ -114,6 +116,18 @@ func BenchmarkLoad(b *testing.B) {
 	}
 	// CPU time is steadier than wall time on a shared machine.
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(n), "cpu-ms/op")
+}
+
+// reportCPU, deferred as defer reportCPU(b, n)(), reports throughput per
+// CPU-second ("cpu-MB/s"): on a shared machine the wall-clock MB/s of
+// SetBytes drops with the load of other processes, CPU time much less so.
+func reportCPU(b *testing.B, bytesPerOp int) func() {
+	start := cpuTime()
+	return func() {
+		if d := cpuTime() - start; d > 0 && b.N > 0 {
+			b.ReportMetric(float64(bytesPerOp)*float64(b.N)/d.Seconds()/1e6, "cpu-MB/s")
+		}
+	}
 }
 
 // cpuTime returns the process's user plus system CPU time so far.

@@ -112,12 +112,13 @@ func (m *model) appendHeap(dst []uint32, word string) []uint32 {
 	h := make(mergeHeap, 0, n)
 	for i := 0; i+1 < n; i++ {
 		if r, id := m.rank(syms[i].id, syms[i+1].id); r != noRank {
-			h.push(mergeCand{rank: r, pos: int32(i), left: syms[i].id, right: syms[i+1].id, id: id})
+			h.push(mergeCand{key: candKey(r, int32(i)), left: syms[i].id, right: syms[i+1].id, id: id})
 		}
 	}
 	for len(h) > 0 {
 		c := h.pop()
-		l := &syms[c.pos]
+		pos := c.pos()
+		l := &syms[pos]
 		if !l.alive || l.id != c.left || l.next < 0 {
 			continue
 		}
@@ -129,18 +130,18 @@ func (m *model) appendHeap(dst []uint32, word string) []uint32 {
 		r.alive = false
 		l.next = r.next
 		if r.next >= 0 {
-			syms[r.next].prev = c.pos
+			syms[r.next].prev = pos
 		}
 		if l.prev >= 0 {
 			p := &syms[l.prev]
 			if rk, id := m.rank(p.id, l.id); rk != noRank {
-				h.push(mergeCand{rank: rk, pos: l.prev, left: p.id, right: l.id, id: id})
+				h.push(mergeCand{key: candKey(rk, l.prev), left: p.id, right: l.id, id: id})
 			}
 		}
 		if l.next >= 0 {
 			nx := &syms[l.next]
 			if rk, id := m.rank(l.id, nx.id); rk != noRank {
-				h.push(mergeCand{rank: rk, pos: c.pos, left: l.id, right: nx.id, id: id})
+				h.push(mergeCand{key: candKey(rk, pos), left: l.id, right: nx.id, id: id})
 			}
 		}
 	}
@@ -156,24 +157,24 @@ type heapSym struct {
 	alive      bool
 }
 
+// mergeCand is a candidate merge; key packs (rank, position) so that one
+// integer comparison orders the heap.
 type mergeCand struct {
-	rank  uint32
-	pos   int32
+	key   uint64
 	left  uint32
 	right uint32
 	id    uint32
 }
 
+func candKey(rank uint32, pos int32) uint64 { return uint64(rank)<<32 | uint64(uint32(pos)) }
+
+func (c mergeCand) pos() int32 { return int32(uint32(c.key)) }
+
 // mergeHeap is a binary min-heap of merge candidates by (rank, position),
 // written out to avoid boxing each candidate in an interface.
 type mergeHeap []mergeCand
 
-func (c mergeCand) less(o mergeCand) bool {
-	if c.rank != o.rank {
-		return c.rank < o.rank
-	}
-	return c.pos < o.pos
-}
+func (c mergeCand) less(o mergeCand) bool { return c.key < o.key }
 
 func (h *mergeHeap) push(c mergeCand) {
 	*h = append(*h, c)
