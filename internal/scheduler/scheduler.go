@@ -88,26 +88,40 @@ func (s *Scheduler) Select(req Request, cands []Candidate, rng *rand.Rand) (Deci
 	case eligible == busy:
 		return d, fmt.Errorf("selecting among %d eligible workers: %w", eligible, ErrAllBusy)
 	}
-	s.elig, s.idx = s.elig[:0], s.idx[:0]
 	for i := range d.Candidates {
-		row := &d.Candidates[i]
-		if row.Excluded != Eligible {
-			continue
+		if row := &d.Candidates[i]; row.Excluded == Eligible {
+			s.cost(req, row, minPrefill)
 		}
-		s.cost(req, row, minPrefill)
-		s.elig = append(s.elig, *row)
-		s.idx = append(s.idx, i)
 	}
-	k := s.policy.Choose(s.elig, temp, rng)
-	if k < 0 || k >= len(s.elig) {
-		k = 0 // a broken policy must not panic the router
+	if eligible-busy == len(cands) {
+		// Everyone is eligible: the policy works on the rows in place.
+		d.Chosen = s.choose(d.Candidates, temp, rng)
+	} else {
+		s.elig, s.idx = s.elig[:0], s.idx[:0]
+		for i, row := range d.Candidates {
+			if row.Excluded == Eligible {
+				s.elig = append(s.elig, row)
+				s.idx = append(s.idx, i)
+			}
+		}
+		k := s.choose(s.elig, temp, rng)
+		for j, i := range s.idx {
+			d.Candidates[i].Probability = s.elig[j].Probability
+		}
+		d.Chosen = s.idx[k]
 	}
-	for j, i := range s.idx {
-		d.Candidates[i].Probability = s.elig[j].Probability
-	}
-	d.Chosen = s.idx[k]
 	d.Worker = d.Candidates[d.Chosen].Worker
 	return d, nil
+}
+
+// choose runs the policy, guarding against an out-of-range answer: a
+// broken policy must not panic the router.
+func (s *Scheduler) choose(rows []Explanation, temp float64, rng *rand.Rand) int {
+	k := s.policy.Choose(rows, temp, rng)
+	if k < 0 || k >= len(rows) {
+		return 0
+	}
+	return k
 }
 
 func eligibility(req Request, c Candidate) Exclusion {
