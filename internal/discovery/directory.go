@@ -1,0 +1,387 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// Origin says where a worker came from.
+type Origin uint8
+
+// Origins.
+const (
+	// OriginStatic: the static list (config file or --worker).
+	OriginStatic Origin = iota + 1
+	// OriginRegistry: the NATS KV registry.
+	OriginRegistry
+)
+
+// String names the origin: "static" or "registry".
+func (o Origin) String() string {
+	switch o {
+	case OriginStatic:
+		return "static"
+	case OriginRegistry:
+		return "registry"
+	}
+	return fmt.Sprintf("Origin(%d)", uint8(o))
+}
+
+// Worker is a worker as the directory knows it.
+type Worker struct {
+	// Record is what the worker declared.
+	Record WorkerRecord
+	// Origin is where the record came from.
+	Origin Origin
+	// Status is its current state with reason and since-time.
+	Status Status
+}
+
+// NoteKind says how the set of routable workers changed.
+type NoteKind uint8
+
+// Notification kinds.
+const (
+	// Added: a worker joined (subscribe to its events, recover its index).
+	Added NoteKind = iota + 1
+	// Updated: a worker's record changed (its URL, capacity...).
+	Updated
+	// Removed: a worker left, expired or was refused (remove its blocks).
+	Removed
+)
+
+// String names the kind.
+func (k NoteKind) String() string {
+	switch k {
+	case Added:
+		return "added"
+	case Updated:
+		return "updated"
+	case Removed:
+		return "removed"
+	}
+	return fmt.Sprintf("NoteKind(%d)", uint8(k))
+}
+
+// Notification tells the router how the worker set changed.
+type Notification struct {
+	// Kind says what happened.
+	Kind NoteKind
+	// Worker is the worker after the change (for Removed, its last record
+	// with the reason in Status).
+	Worker Worker
+}
+
+// Directory merges the static list with the registry, checks every worker
+// against the router's expectations and keeps each worker's status. It is
+// safe for concurrent use.
+type Directory struct {
+	expect Expect
+	log    *slog.Logger
+	m      directoryMetrics
+
+	mu      sync.Mutex
+	workers map[kvevent.WorkerID]*Worker // accepted and refused workers
+	byKey   map[string]kvevent.WorkerID  // registry key -> id it holds
+	static  map[string]kvevent.WorkerID  // static names
+	// conflicted holds registry keys already reported as conflicting, so
+	// that heartbeats do not repeat the warning.
+	conflicted map[string]bool
+}
+
+type directoryMetrics struct {
+	refused   *prometheus.CounterVec
+	conflicts prometheus.Counter
+	invalid   prometheus.Counter
+	workers   *prometheus.GaugeVec
+}
+
+// NewDirectory builds a directory holding the static workers and returns
+// an Added notification for each accepted one. Static workers that fail
+// expect are refused loudly like registered ones. Metrics are registered on
+// reg (nil: not exported); log may be nil.
+func NewDirectory(expect Expect, static []WorkerRecord, reg *prometheus.Registry, log *slog.Logger, now time.Time) (*Directory, []Notification, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Directory{
+		expect:  expect,
+		log:     log,
+		workers: map[kvevent.WorkerID]*Worker{},
+		byKey:   map[string]kvevent.WorkerID{},
+		static:  map[string]kvevent.WorkerID{},
+
+		conflicted: map[string]bool{},
+		m: directoryMetrics{
+			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "kvrouter_discovery_workers_refused_total",
+				Help: "Workers refused because they break the router's contract, by reason (block_size, hash_contract).",
+			}, []string{"reason"}),
+			conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "kvrouter_discovery_conflicts_total",
+				Help: "Registry records ignored because a static worker or another record has the same id or name.",
+			}),
+			invalid: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "kvrouter_discovery_invalid_records_total",
+				Help: "Registry records that could not be decoded or failed validation.",
+			}),
+			workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "kvrouter_discovery_workers",
+				Help: "Known workers by state.",
+			}, []string{"state"}),
+		},
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{d.m.refused, d.m.conflicts, d.m.invalid, d.m.workers} {
+			if err := reg.Register(c); err != nil {
+				return nil, nil, fmt.Errorf("registering discovery metrics: %w", err)
+			}
+		}
+	}
+	var notes []Notification
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rec := range static {
+		if err := rec.Validate(); err != nil {
+			return nil, nil, err
+		}
+		if _, dup := d.workers[rec.ID]; dup {
+			return nil, nil, fmt.Errorf("static worker %q: duplicate id %d", rec.Name, rec.ID)
+		}
+		d.static[rec.Name] = rec.ID
+		w := &Worker{Record: rec, Origin: OriginStatic}
+		d.workers[rec.ID] = w
+		if err := d.expect.Check(rec); err != nil {
+			d.refuse(w, err, now)
+			continue
+		}
+		st, why := rec.InitialStatus()
+		w.Status = w.Status.To(st, why, now)
+		notes = append(notes, Notification{Kind: Added, Worker: *w})
+	}
+	d.updateGauge()
+	return d, notes, nil
+}
+
+// refuse marks w refused with err's text as the reason, loudly.
+func (d *Directory) refuse(w *Worker, err error, now time.Time) {
+	reason := "contract"
+	switch {
+	case errors.Is(err, ErrBlockSizeMismatch):
+		reason = "block_size"
+	case errors.Is(err, ErrHashContractMismatch):
+		reason = "hash_contract"
+	}
+	d.m.refused.WithLabelValues(reason).Inc()
+	w.Status = w.Status.To(StateRefused, err.Error(), now)
+	d.log.Warn("worker REFUSED: it would make routing silently wrong",
+		"worker", w.Record.Name, "worker_id", uint64(w.Record.ID), "origin", w.Origin.String(),
+		"url", w.Record.URL, "reason", err.Error())
+}
+
+// Apply folds one registry change into the directory and returns the
+// notifications it causes (none, one, or Removed then Added).
+func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.updateGauge()
+	switch c.Kind {
+	case Put:
+		return d.put(c.Key, c.Value, now)
+	case Deleted:
+		delete(d.conflicted, c.Key)
+		return d.remove(c.Key, "deregistered", now)
+	case Expired:
+		delete(d.conflicted, c.Key)
+		return d.remove(c.Key, "registration expired (no heartbeat)", now)
+	case Invalid:
+		d.m.invalid.Inc()
+		d.log.Warn("ignoring undecodable registry record", "key", c.Key, "err", c.Err)
+		return d.remove(c.Key, "registry record became invalid", now)
+	}
+	return nil
+}
+
+func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notification {
+	if err := rec.Validate(); err != nil {
+		d.m.invalid.Inc()
+		d.log.Warn("ignoring invalid registry record", "key", key, "err", err)
+		return d.remove(key, "registry record became invalid", now)
+	}
+	if sid, ok := d.static[rec.Name]; ok || d.isStatic(rec.ID) {
+		if !ok {
+			sid = rec.ID
+		}
+		if !d.conflicted[key] {
+			d.conflicted[key] = true
+			d.m.conflicts.Inc()
+			d.log.Warn("registry record conflicts with a static worker; static wins",
+				"key", key, "name", rec.Name, "worker_id", uint64(rec.ID), "static_worker_id", uint64(sid))
+		}
+		return d.remove(key, "conflicts with a static worker", now)
+	}
+	if owner, ok := d.ownerKey(rec.ID); ok && owner != key {
+		if !d.conflicted[key] {
+			d.conflicted[key] = true
+			d.m.conflicts.Inc()
+			d.log.Warn("registry record reuses another record's worker id; ignored",
+				"key", key, "other_key", owner, "worker_id", uint64(rec.ID))
+		}
+		return d.remove(key, "conflicts with another record", now)
+	}
+	delete(d.conflicted, key)
+	var notes []Notification
+	if oldID, ok := d.byKey[key]; ok && oldID != rec.ID {
+		notes = append(notes, d.remove(key, "re-registered under another id", now)...)
+	}
+	d.byKey[key] = rec.ID
+	old, known := d.workers[rec.ID]
+	w := &Worker{Record: rec, Origin: OriginRegistry}
+	if known {
+		w.Status = old.Status
+	}
+	d.workers[rec.ID] = w
+	wasAccepted := known && old.Status.State != StateRefused
+	if err := d.expect.Check(rec); err != nil {
+		if known && old.Status.State == StateRefused && old.Status.Reason == err.Error() {
+			return notes // the same refusal, heartbeat after heartbeat: say it once
+		}
+		d.refuse(w, err, now)
+		if wasAccepted {
+			notes = append(notes, Notification{Kind: Removed, Worker: *w})
+		}
+		return notes
+	}
+	if !wasAccepted {
+		st, why := rec.InitialStatus()
+		w.Status = w.Status.To(st, why, now)
+		d.log.Info("worker added", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
+		return append(notes, Notification{Kind: Added, Worker: *w})
+	}
+	if recordsEqual(old.Record, rec) {
+		return notes // a heartbeat
+	}
+	return append(notes, Notification{Kind: Updated, Worker: *w})
+}
+
+func (d *Directory) isStatic(id kvevent.WorkerID) bool {
+	w, ok := d.workers[id]
+	return ok && w.Origin == OriginStatic
+}
+
+func (d *Directory) ownerKey(id kvevent.WorkerID) (string, bool) {
+	for k, v := range d.byKey {
+		if v == id {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func (d *Directory) remove(key, reason string, now time.Time) []Notification {
+	id, ok := d.byKey[key]
+	if !ok {
+		return nil
+	}
+	delete(d.byKey, key)
+	w, ok := d.workers[id]
+	if !ok || w.Origin != OriginRegistry {
+		return nil
+	}
+	delete(d.workers, id)
+	if w.Status.State == StateRefused {
+		return nil // never announced
+	}
+	w.Status = w.Status.To(StateDown, reason, now)
+	d.log.Info("worker removed", "worker", w.Record.Name, "worker_id", uint64(id), "reason", reason)
+	return []Notification{{Kind: Removed, Worker: *w}}
+}
+
+func recordsEqual(a, b WorkerRecord) bool { return a == b }
+
+// SetStatus moves a known, non-refused worker to state with reason (the
+// router reports EXACT, DEGRADED, DOWN as events flow or stop). It reports
+// whether the worker was found.
+func (d *Directory) SetStatus(id kvevent.WorkerID, state State, reason string, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w, ok := d.workers[id]
+	if !ok || w.Status.State == StateRefused {
+		return false
+	}
+	w.Status = w.Status.To(state, reason, now)
+	d.updateGauge()
+	return true
+}
+
+// Get returns the worker with id.
+func (d *Directory) Get(id kvevent.WorkerID) (Worker, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w, ok := d.workers[id]
+	if !ok {
+		return Worker{}, false
+	}
+	return *w, true
+}
+
+// Workers returns every known worker, refused ones included, sorted by
+// name.
+func (d *Directory) Workers() []Worker {
+	d.mu.Lock()
+	out := make([]Worker, 0, len(d.workers))
+	for _, w := range d.workers {
+		out = append(out, *w)
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Record.Name < out[j].Record.Name })
+	return out
+}
+
+func (d *Directory) updateGauge() {
+	var n [StateRefused + 1]int
+	for _, w := range d.workers {
+		if int(w.Status.State) < len(n) {
+			n[w.Status.State]++
+		}
+	}
+	for s := range n {
+		d.m.workers.WithLabelValues(State(s).String()).Set(float64(n[s]))
+	}
+}
+
+// Follow applies the watcher's changes until ctx ends or the watcher
+// stops, handing each notification to sink (on this goroutine, in order).
+// synced, if not nil, is called once when the registry's initial values
+// have all been applied.
+func (d *Directory) Follow(ctx context.Context, w *Watcher[WorkerRecord], sink func(Notification), synced func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-w.C():
+			if !ok {
+				return
+			}
+			if c.Kind == Synced {
+				if synced != nil {
+					synced()
+					synced = nil
+				}
+				continue
+			}
+			for _, n := range d.Apply(c, time.Now()) {
+				sink(n)
+			}
+		}
+	}
+}

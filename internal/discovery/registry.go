@@ -1,0 +1,81 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// RegistryConfig names the worker registry bucket and its heartbeat TTL.
+type RegistryConfig struct {
+	// Bucket is the NATS KV bucket workers register in. Default
+	// "kvrouter-workers".
+	Bucket string
+	// TTL is how long a registration lives without a heartbeat; owners
+	// heartbeat every TTL/3. Default 10 s, at least 1 s.
+	TTL time.Duration
+}
+
+// DefaultRegistryConfig returns the defaults documented on RegistryConfig.
+func DefaultRegistryConfig() RegistryConfig {
+	return RegistryConfig{Bucket: "kvrouter-workers", TTL: 10 * time.Second}
+}
+
+// Validate checks the configuration.
+func (c RegistryConfig) Validate() error {
+	if c.Bucket == "" {
+		return errors.New("registry: empty bucket name")
+	}
+	if c.TTL < MinTTL {
+		return fmt.Errorf("registry: ttl %v below %v", c.TTL, MinTTL)
+	}
+	return nil
+}
+
+// Registry is the NATS KV registry of workers.
+type Registry struct {
+	b *Bucket[WorkerRecord]
+}
+
+// OpenRegistry creates or opens the registry bucket. log may be nil.
+func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig, log *slog.Logger) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := OpenBucket[WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{b: b}, nil
+}
+
+// RecordKey is the registry key of a worker: its id in decimal.
+func RecordKey(id kvevent.WorkerID) string { return strconv.FormatUint(uint64(id), 10) }
+
+// Register validates rec (deriving its id from the name when 0) and keeps
+// it registered until the returned lease is closed (deregistration) or
+// abandoned (the record then expires after the TTL).
+func (r *Registry) Register(ctx context.Context, rec WorkerRecord) (*Lease[WorkerRecord], error) {
+	if rec.ID == 0 {
+		rec.ID = DeriveID(rec.Name)
+	}
+	if err := rec.Validate(); err != nil {
+		return nil, fmt.Errorf("registering: %w", err)
+	}
+	return r.b.Keep(ctx, RecordKey(rec.ID), rec)
+}
+
+// Watch watches the registry (see Bucket.Watch).
+func (r *Registry) Watch(ctx context.Context) (*Watcher[WorkerRecord], error) {
+	return r.b.Watch(ctx)
+}
+
+// Bucket returns the underlying bucket.
+func (r *Registry) Bucket() *Bucket[WorkerRecord] { return r.b }
