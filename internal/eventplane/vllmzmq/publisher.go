@@ -296,12 +296,12 @@ func (p *Publisher) serveReplay() {
 		id := msg.Frames[0]
 		for _, e := range p.since(start) {
 			if err := p.router.Send(p.reply(id, seqFrame(e.seq), e.payload, false)); err != nil {
-				p.log.Warn("KV event replay send failed", "err", err)
+				p.log.Debug("KV event replay send failed (client gone?)", "err", err)
 				break
 			}
 		}
 		if err := p.router.Send(p.reply(id, endSeq, []byte{}, true)); err != nil && p.ctx.Err() == nil {
-			p.log.Warn("KV event replay END send failed", "err", err)
+			p.log.Debug("KV event replay END send failed (client gone?)", "err", err)
 		}
 	}
 }

@@ -153,6 +153,7 @@ type Subscriber struct {
 	last       uint64
 	hasLast    bool
 	recovering bool // cleared after lost events; EXACT at the next contiguous batch
+	suspect    bool // the connection dropped; the next batch may be a new engine's
 	ring       [dedupWindow]recent
 
 	mu     sync.Mutex
@@ -241,6 +242,13 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 			// restarted engine shows up as a sequence going backwards.
 			s.m.recvErrors.Inc()
 			s.log.Warn("KV event stream receive error; reconnecting", "err", err)
+			// Tell the stream, in order, that what follows may come from a
+			// new engine process.
+			select {
+			case msgs <- zmq4.Msg{}:
+			case <-ctx.Done():
+				return
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -276,6 +284,10 @@ func (s *Subscriber) initialSync(ctx context.Context) {
 
 // live handles one message from the SUB socket.
 func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
+	if m.Frames == nil {
+		s.suspect = true // the connection dropped (see read)
+		return
+	}
 	if len(m.Frames) < 3 || !bytes.HasPrefix(m.Frames[0], []byte(s.cfg.Topic)) {
 		s.log.Debug("ignoring KV event message", "frames", len(m.Frames))
 		return
@@ -287,6 +299,24 @@ func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 		return
 	}
 	payload := m.Frames[2]
+	if s.suspect && s.hasLast && seq != s.last+1 {
+		// After a dropped connection anything but the next sequence may be a
+		// restarted engine whose new sequence passed the old one: resync.
+		s.suspect = false
+		s.lost(StateDegraded, fmt.Sprintf("publisher reconnected at sequence %d after %d: the engine may have restarted; its blocks were cleared", seq, s.last), s.m.clearRestart)
+		s.hasLast = false
+		if s.cfg.ReplayEndpoint != "" {
+			if _, err := s.replay(ctx, 0); err != nil {
+				s.log.Info("replay after reconnect failed", "err", err)
+			}
+		}
+		if !s.hasLast || seq > s.last {
+			s.apply(seq, payload)
+		}
+		s.recovering = true
+		return
+	}
+	s.suspect = false
 	switch {
 	case !s.hasLast:
 		if seq > 0 && s.cfg.ReplayEndpoint != "" {
@@ -431,6 +461,7 @@ func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (
 		return 0, fmt.Errorf("sending replay request: %w", err)
 	}
 	applied := 0
+	var hole error
 	for {
 		m, err := d.Recv()
 		if err != nil {
@@ -438,6 +469,15 @@ func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (
 				err = fmt.Errorf("replay timed out after %v", s.cfg.ReplayTimeout)
 			}
 			return applied, err
+		}
+		if hole != nil {
+			// Read to the END marker anyway: zmq4 v0.17.0 can park a
+			// connection goroutine forever when replies are left unread
+			// at Close.
+			if n := len(m.Frames); n >= 3 && bytes.Equal(m.Frames[n-2], endSeq) {
+				return applied, hole
+			}
+			continue
 		}
 		var seqB, payload []byte
 		switch len(m.Frames) {
@@ -464,7 +504,7 @@ func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (
 			// already applied
 		default:
 			// A hole: the publisher no longer buffers what we need.
-			return applied, fmt.Errorf("the publisher's buffer resumes at sequence %d (buffer overrun or lost batches)", seq)
+			hole = fmt.Errorf("the publisher's buffer resumes at sequence %d (buffer overrun or lost batches)", seq)
 		}
 	}
 }

@@ -93,6 +93,7 @@ func boolU(b bool) uint64 {
 }
 
 type fixture struct {
+	more []*Publisher // closed after the subscriber stops
 	pub  *Publisher
 	rec  *recorder
 	sub  *Subscriber
@@ -134,11 +135,16 @@ func start(t *testing.T, p *Publisher, replay bool) *fixture {
 	done := make(chan error, 1)
 	go func() { done <- f.sub.Run(ctx) }()
 	f.stop = func() {
+		// Subscriber first, publishers after: closing a publisher under a
+		// live subscriber makes zmq4 redial into the closing listener.
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		_ = p.Close()
+		for _, q := range f.more {
+			_ = q.Close()
+		}
 	}
 	t.Cleanup(f.stop)
 	eventually(t, "initial sync", func() bool { return f.sub.Status().State == StateExact })
@@ -243,6 +249,7 @@ func TestGapFilledByReplay(t *testing.T) {
 				want = append(want, storedEvent(i))
 			}
 			f.waitSeq(t, 9)
+			eventually(t, "EXACT", func() bool { return f.sub.Status().State == StateExact })
 			seqs, got, states := f.rec.snapshot()
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
@@ -455,7 +462,7 @@ func TestSubscriberBeforePublisher(t *testing.T) {
 func TestTopicFilterAndRefusalMetrics(t *testing.T) {
 	f := start(t, newPublisher(t, loopback()), false)
 	other := newPublisher(t, PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Topic: "other", BufferSteps: 1})
-	defer other.Close()
+	f.more = append(f.more, other)
 	f.publish(t, 0, FaultNone)
 	bad := batch(1)
 	s := bad.Events[0].(vllm.BlockStored)
@@ -486,5 +493,63 @@ func TestOffsetEndpoint(t *testing.T) {
 		if _, err := OffsetEndpoint(bad, 1); err == nil {
 			t.Errorf("OffsetEndpoint(%q) accepted", bad)
 		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// A restarted engine process (new sockets on the same ports) whose new
+// sequence has already passed the old one is detected through the dropped
+// connection: the rank is cleared and resynced from the new replay buffer.
+func TestPublisherProcessRestart(t *testing.T) {
+	cfg := loopback()
+	cfg.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	cfg.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	p1 := newPublisher(t, cfg)
+	f := start(t, p1, true)
+	for i := range 4 {
+		f.publish(t, i, FaultNone)
+	}
+	f.waitSeq(t, 3)
+	_ = p1.Close()
+	// zmq4 reports the dropped connection only once its automatic redial
+	// succeeded, so the new publisher must come up first.
+	var p2 *Publisher
+	eventually(t, "rebind", func() bool {
+		var err error
+		p2, err = NewPublisher(cfg)
+		return err == nil
+	})
+	f.more = append(f.more, p2)
+	eventually(t, "resubscription", func() bool { return slices.Contains(p2.pub.(zmq4.Topics).Topics(), testTopic) })
+	eventually(t, "receive error", func() bool { return f.counter(t, "kvrouter_vllm_events_receive_errors_total") >= 1 })
+	for i := 10; i < 16; i++ { // new seq 0..5, lost live but replayable
+		if _, err := p2.PublishFault(batch(i), FaultDropLive); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p2.Publish(batch(16)); err != nil { // new seq 6
+		t.Fatal(err)
+	}
+	eventually(t, "resync", func() bool { st := f.sub.Status(); return st.LastSeq == 6 && st.State == StateDegraded })
+	if _, err := p2.Publish(batch(17)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "EXACT again", func() bool { return f.sub.Status().State == StateExact })
+	_, got, _ := f.rec.snapshot()
+	want := []kvevent.Event{storedEvent(0), storedEvent(1), storedEvent(2), storedEvent(3), {Worker: worker, Kind: kvevent.Cleared}}
+	for i := 10; i < 18; i++ {
+		want = append(want, storedEvent(i))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
