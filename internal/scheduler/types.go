@@ -79,14 +79,23 @@ type Exclusion string
 
 // Exclusion reasons.
 const (
-	Eligible          Exclusion = ""
-	ExcludedDown      Exclusion = "down"
-	ExcludedNotAllow  Exclusion = "not in allow-list"
+	// Eligible means the candidate was not excluded.
+	Eligible Exclusion = ""
+	// ExcludedDown means the worker is in state DOWN.
+	ExcludedDown Exclusion = "down"
+	// ExcludedNotAllow means the request's allow-list does not name it.
+	ExcludedNotAllow Exclusion = "not in allow-list"
+	// ExcludedNotPinned means the request is pinned to another worker.
 	ExcludedNotPinned Exclusion = "not the pinned worker"
-	ExcludedDPRank    Exclusion = "dp rank out of range"
-	BusyDecodeBlocks  Exclusion = "busy: active decode blocks over threshold"
+	// ExcludedDPRank means the rank is outside the request's dp range.
+	ExcludedDPRank Exclusion = "dp rank out of range"
+	// BusyDecodeBlocks means active blocks exceed the capacity fraction.
+	BusyDecodeBlocks Exclusion = "busy: active decode blocks over threshold"
+	// BusyPrefillTokens means pending prefill exceeds the absolute limit.
 	BusyPrefillTokens Exclusion = "busy: active prefill tokens over threshold"
-	BusyPrefillFrac   Exclusion = "busy: active prefill tokens over fraction of max batched tokens"
+	// BusyPrefillFrac means pending prefill exceeds the fraction of max
+	// batched tokens.
+	BusyPrefillFrac Exclusion = "busy: active prefill tokens over fraction of max batched tokens"
 )
 
 // Explanation is one candidate's row in a decision.
