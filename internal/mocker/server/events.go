@@ -132,10 +132,6 @@ func (s *faultSink) publish(b Batch) {
 	}
 }
 
-// close stops the delay goroutine (after ctx is done) and closes the sinks.
-func (s *faultSink) close() {
-	s.wg.Wait()
-	for _, k := range s.sinks {
-		_ = k.Close()
-	}
-}
+// wait returns once the delay goroutine (if any) has ended; call it after
+// cancelling the context given to newFaultSink.
+func (s *faultSink) wait() { s.wg.Wait() }

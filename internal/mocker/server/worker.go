@@ -31,11 +31,24 @@ type Worker struct {
 	reg      *prometheus.Registry
 	ranks    []*rank
 	nextID   atomic.Uint64
+	rr       atomic.Uint64
 	done     atomic.Int64
+	armed    atomic.Bool
 	crash    chan struct{}
 	crashOne sync.Once
 	started  time.Time
 	mux      *http.ServeMux
+	closeOne sync.Once
+}
+
+// CloseSinks closes the configured event sinks; Serve does it on return,
+// so call it only for a worker that is never served. Idempotent.
+func (w *Worker) CloseSinks() {
+	w.closeOne.Do(func() {
+		for _, s := range w.cfg.Sinks {
+			_ = s.Close()
+		}
+	})
 }
 
 // New builds a worker; Serve runs it.
@@ -86,8 +99,16 @@ func (w *Worker) Registry() *prometheus.Registry { return w.reg }
 
 // finished counts a request whose response was written in full; the
 // CrashAfter fault fires on the Nth.
+// finished arms the crash; it fires when a connection next goes idle or
+// closes, that is once the Nth response has been sent in full.
 func (w *Worker) finished() {
 	if n := w.done.Add(1); w.cfg.Faults.CrashAfter > 0 && n >= int64(w.cfg.Faults.CrashAfter) {
+		w.armed.Store(true)
+	}
+}
+
+func (w *Worker) connState(_ net.Conn, s http.ConnState) {
+	if (s == http.StateIdle || s == http.StateClosed) && w.armed.Load() {
 		w.crashOne.Do(func() { close(w.crash) })
 	}
 }
@@ -108,7 +129,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 			r.run(rctx)
 		}()
 	}
-	srv := &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second, ConnState: w.connState,
 		BaseContext: func(net.Listener) context.Context { return rctx }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -134,7 +155,9 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 		err = fmt.Errorf("serving http: %w", err)
 	}
 	wg.Wait()
-	sink.close()
+	sink.wait()
+	w.CloseSinks()
+	w.log.Info("mock worker stopped", "addr", ln.Addr().String(), "err", err)
 	return err
 }
 
@@ -162,9 +185,11 @@ func (w *Worker) pickRank(want int) (*rank, error) {
 		}
 		return w.ranks[want], nil
 	}
-	best := w.ranks[0]
-	for _, r := range w.ranks[1:] {
-		if r.inflight.Load() < best.inflight.Load() {
+	// Ties go round-robin, so sequential requests spread over ranks.
+	start := int(w.rr.Add(1))
+	best := w.ranks[start%len(w.ranks)]
+	for i := 1; i < len(w.ranks); i++ {
+		if r := w.ranks[(start+i)%len(w.ranks)]; r.inflight.Load() < best.inflight.Load() {
 			best = r
 		}
 	}
