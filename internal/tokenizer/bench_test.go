@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,9 +32,23 @@ func benchTexts(b testing.TB) map[string]string {
 	return map[string]string{"corpus": corpus.String(), "docs": docs.String(), "cjk": cjk.String()}
 }
 
-// BenchmarkEncode measures single-core throughput with a warm word cache.
+// loadBench loads Qwen3 with cfg.
+func loadBench(b *testing.B, cfg Config) *Tokenizer {
+	raw, err := modelfiles.Qwen3TokenizerJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := LoadJSONConfig(raw, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tok
+}
+
+// BenchmarkEncode measures single-core throughput with a warm word cache
+// and the segment cache off (it would turn the repeated input into lookups).
 func BenchmarkEncode(b *testing.B) {
-	tok := qwen3(b)
+	tok := loadBench(b, Config{CacheWords: DefaultConfig().CacheWords})
 	for _, name := range []string{"corpus", "docs", "cjk"} {
 		text := benchTexts(b)[name]
 		b.Run(name, func(b *testing.B) {
@@ -50,14 +65,7 @@ func BenchmarkEncode(b *testing.B) {
 // BenchmarkEncodeNoCache measures throughput with the word cache disabled
 // (every word goes through BPE merging).
 func BenchmarkEncodeNoCache(b *testing.B) {
-	raw, err := modelfiles.Qwen3TokenizerJSON()
-	if err != nil {
-		b.Fatal(err)
-	}
-	tok, err := LoadJSONConfig(raw, Config{CacheWords: 0})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tok := loadBench(b, Config{})
 	for _, name := range []string{"corpus", "docs", "cjk"} {
 		text := benchTexts(b)[name]
 		b.Run(name, func(b *testing.B) {
@@ -73,7 +81,7 @@ func BenchmarkEncodeNoCache(b *testing.B) {
 // BenchmarkEncodeParallel measures throughput with all cores encoding the
 // corpus through one shared tokenizer.
 func BenchmarkEncodeParallel(b *testing.B) {
-	tok := qwen3(b)
+	tok := loadBench(b, Config{CacheWords: DefaultConfig().CacheWords})
 	text := benchTexts(b)["corpus"]
 	tok.Encode(text, false)
 	b.SetBytes(int64(len(text)))
@@ -83,6 +91,62 @@ func BenchmarkEncodeParallel(b *testing.B) {
 			tok.Encode(text, false)
 		}
 	})
+}
+
+// conversation renders a chat of turns messages in the Qwen3 format, each
+// message about 1 KB of mixed prose.
+func conversation(turns int) []string {
+	paras := []string{
+		"Routing requests by KV-cache overlap saves prefill time on every worker. ",
+		"路由器根据缓存命中选择工作节点，以减少预填充的时间。",
+		"func route(req Request) (Worker, error) { return pick(req.Tokens), nil }\n",
+		"Les caches KV évitent de recalculer le préfixe commun. ",
+	}
+	var prompts []string
+	var sb strings.Builder
+	sb.WriteString("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
+	for i := 0; i < turns; i++ {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		sb.WriteString("<|im_start|>" + role + "\n")
+		for sb.Len() < (i+1)*1100 {
+			sb.WriteString(paras[(i+sb.Len())%len(paras)])
+		}
+		sb.WriteString(strconv.Itoa(i) + "<|im_end|>\n")
+		if role == "user" {
+			prompts = append(prompts, sb.String()+"<|im_start|>assistant\n")
+		}
+	}
+	return prompts
+}
+
+// BenchmarkEncodeConversation encodes the prompts of a 40-turn conversation
+// in order (each re-sends the whole history), as a router sees them, with
+// and without the segment cache. Throughput counts all prompt bytes.
+func BenchmarkEncodeConversation(b *testing.B) {
+	prompts := conversation(40)
+	total := 0
+	for _, p := range prompts {
+		total += len(p)
+	}
+	for _, bc := range []struct {
+		name string
+		cfg  Config
+	}{{"segment-cache", DefaultConfig()}, {"word-cache-only", Config{CacheWords: DefaultConfig().CacheWords}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(total))
+			for b.Loop() {
+				b.StopTimer()
+				tok := loadBench(b, bc.cfg) // cold caches each round
+				b.StartTimer()
+				for _, p := range prompts {
+					tok.Encode(p, false)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkDecode measures decoding the ids of the mixed text.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
 )
 
 type golden struct {
@@ -50,12 +52,19 @@ func qwen3(t testing.TB) *Tokenizer {
 	return tok
 }
 
-// TestQwen3Goldens compares every golden exactly, twice (the second pass runs
-// from the word cache), and with the cache disabled.
+// TestQwen3Goldens compares every golden exactly, twice with the default
+// caches (the second pass runs from them), then with every cache disabled.
 func TestQwen3Goldens(t *testing.T) {
-	tok := qwen3(t)
 	gs := readGoldens(t)
-	for pass := 0; pass < 2; pass++ {
+	raw, err := modelfiles.Qwen3TokenizerJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncached, err := LoadJSONConfig(raw, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass, tok := range []*Tokenizer{qwen3(t), qwen3(t), uncached} {
 		bad := 0
 		for _, g := range gs {
 			got := tok.Encode(g.Text, false)
@@ -85,3 +94,5 @@ func truncIDs(ids []uint32) []uint32 {
 	}
 	return ids
 }
+
+func modelfilesJSON() ([]byte, error) { return modelfiles.Qwen3TokenizerJSON() }

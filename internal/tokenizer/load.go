@@ -30,15 +30,24 @@ type Config struct {
 	// at most 256 bytes) keep their ids in memory. 0 disables the cache.
 	// Default 65536 (a few MB).
 	CacheWords int
+	// SegmentCacheBytes is the memory budget (bytes of text plus ids) for
+	// remembering the ids of stretches of text of at least 256 bytes between
+	// added tokens, such as whole chat messages, so that the history a
+	// multi-turn conversation re-sends is not tokenized again. 0 disables
+	// it. Default 32 MiB.
+	SegmentCacheBytes int
 }
 
 // DefaultConfig returns the configuration Load and LoadJSON use.
-func DefaultConfig() Config { return Config{CacheWords: 1 << 16} }
+func DefaultConfig() Config { return Config{CacheWords: 1 << 16, SegmentCacheBytes: 32 << 20} }
 
 // Validate reports a configuration that cannot be used.
 func (c Config) Validate() error {
 	if c.CacheWords < 0 {
 		return fmt.Errorf("tokenizer: CacheWords must be >= 0, got %d", c.CacheWords)
+	}
+	if c.SegmentCacheBytes < 0 {
+		return fmt.Errorf("tokenizer: SegmentCacheBytes must be >= 0, got %d", c.SegmentCacheBytes)
 	}
 	return nil
 }
@@ -235,7 +244,7 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Tokenizer{cache: newWordCache(cfg.CacheWords)}
+	t := &Tokenizer{cache: newWordCache(cfg.CacheWords), segments: newSegmentCache(cfg.SegmentCacheBytes)}
 	f, err := t.parseFile(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)

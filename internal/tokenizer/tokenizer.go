@@ -37,6 +37,7 @@ type Tokenizer struct {
 	prefix, suffix []uint32
 	hasTemplate    bool
 	cache          *wordCache
+	segments       *segmentCache
 }
 
 // stage is one pre-tokenizer step: an optional prefix space (ByteLevel's
@@ -74,6 +75,21 @@ type encoder struct {
 func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
 
 func (e *encoder) rawSegment(seg string) {
+	if sc := e.t.segments; sc != nil && len(seg) >= minSegment {
+		if ids, ok := sc.get(seg); ok {
+			e.ids = append(e.ids, ids...)
+			return
+		}
+		n := len(e.ids)
+		e.encodeSegment(seg)
+		sc.put(seg, slices.Clone(e.ids[n:]))
+		return
+	}
+	e.encodeSegment(seg)
+}
+
+// encodeSegment encodes a stretch of text between added tokens.
+func (e *encoder) encodeSegment(seg string) {
 	if len(e.t.normForms) > 0 {
 		seg = e.t.normalize(seg)
 	}

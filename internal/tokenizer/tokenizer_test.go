@@ -440,3 +440,53 @@ func TestCacheBounded(t *testing.T) {
 		t.Error("capacity 0 should disable the cache")
 	}
 }
+
+// TestSegmentCacheExact encodes a growing conversation with the segment
+// cache and compares each prompt with an uncached tokenizer; then checks the
+// byte budget and LRU order.
+func TestSegmentCacheExact(t *testing.T) {
+	cached := qwen3(t)
+	raw, err := modelfilesJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := LoadJSONConfig(raw, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		for i, p := range conversation(12) {
+			if got, want := cached.Encode(p, false), plain.Encode(p, false); !slices.Equal(got, want) {
+				t.Fatalf("round %d prompt %d differs with the segment cache", round, i)
+			}
+		}
+	}
+	cost := entryCost(strings.Repeat("x", 300), make([]uint32, 10))
+	c := newSegmentCache(4 * cost)
+	text := func(c byte) string { return strings.Repeat(string(c), 300) }
+	for _, k := range "abde" {
+		c.put(text(byte(k)), make([]uint32, 10))
+	}
+	if _, ok := c.get(text('a')); !ok { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	c.put(text('f'), make([]uint32, 10)) // evicts b, the least recent
+	if _, ok := c.get(text('b')); ok {
+		t.Error("b should have been evicted")
+	}
+	for _, k := range "adef" {
+		if _, ok := c.get(text(byte(k))); !ok {
+			t.Errorf("%c should have survived", k)
+		}
+	}
+	c.put(strings.Repeat("z", 4*cost), nil) // larger than a quarter: not kept
+	if _, ok := c.get(strings.Repeat("z", 4*cost)); ok {
+		t.Error("oversized entry kept")
+	}
+	if c.used > c.budget {
+		t.Errorf("used %d > budget %d", c.used, c.budget)
+	}
+	if newSegmentCache(0) != nil {
+		t.Error("budget 0 should disable the cache")
+	}
+}
