@@ -61,6 +61,12 @@ type parser struct {
 	r   bytes.Reader
 	d   *msgpack.Decoder
 	lim Limits
+	// strs and ints intern the optional values that repeat in every event
+	// ("GPU", "full_attention", group 0), so decoding does not allocate a
+	// pointer for each. Interned pointers are shared: parsed values are
+	// read-only.
+	strs map[string]*string
+	ints [16]*int64
 }
 
 func newParser(lim Limits) *parser {
@@ -213,10 +219,7 @@ func (p *parser) events() ([]RawEvent, error) {
 	}
 	evs := make([]RawEvent, 0, n)
 	for range n {
-		end, err := skip(p.buf, p.off(), 0)
-		if err != nil {
-			return nil, err
-		}
+		start := p.off()
 		ev, err := p.event()
 		if err != nil {
 			var name string
@@ -224,8 +227,14 @@ func (p *parser) events() ([]RawEvent, error) {
 				name = ev.Tag()
 			}
 			ev = MalformedEvent{Name: name, Err: err}
+			// Step over the whole event from its start (the payload was
+			// validated by skip already, so this cannot fail).
+			end, serr := skip(p.buf, start, 0)
+			if serr != nil {
+				return nil, serr
+			}
+			p.seek(end)
 		}
-		p.seek(end)
 		evs = append(evs, ev)
 	}
 	return evs, nil
@@ -261,7 +270,7 @@ func (p *parser) event() (RawEvent, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: event tag is not a string", ErrMalformed)
 		}
-		f.tag = string(tag)
+		f.tag = tagName(tag)
 		var order []string
 		switch f.tag {
 		case "BlockStored":
@@ -304,10 +313,10 @@ func (p *parser) event() (RawEvent, error) {
 				if !ok {
 					return nil, fmt.Errorf("%w: event type is not a string", ErrMalformed)
 				}
-				f.tag = string(tag)
+				f.tag = tagName(tag)
 				continue
 			}
-			if err := p.field(&f, string(key)); err != nil {
+			if err := p.field(&f, fieldName(key)); err != nil {
 				return UnknownEvent{Name: f.tag}, err
 			}
 		}
@@ -335,6 +344,33 @@ func (p *parser) event() (RawEvent, error) {
 		return nil, fmt.Errorf("%w: event without a type", ErrMalformed)
 	}
 	return UnknownEvent{Name: f.tag}, nil
+}
+
+// tagName returns the event tag, without allocating for known ones.
+func tagName(b []byte) string {
+	switch string(b) {
+	case "BlockStored":
+		return "BlockStored"
+	case "BlockRemoved":
+		return "BlockRemoved"
+	case "AllBlocksCleared":
+		return "AllBlocksCleared"
+	}
+	return string(b)
+}
+
+// fieldName maps a map key to the field name field knows ("" for others),
+// without allocating.
+func fieldName(b []byte) string {
+	for _, n := range storedOrder {
+		if string(b) == n {
+			return n
+		}
+	}
+	if string(b) == "cache_salt" {
+		return "cache_salt"
+	}
+	return ""
 }
 
 // field reads the named field into f; unknown names are skipped.
@@ -557,7 +593,7 @@ func (p *parser) optInt(name string) (*int64, error) {
 		if v > math.MaxInt64 {
 			return nil, fmt.Errorf("%w: %s %d out of range", ErrMalformed, name, v)
 		}
-		return Int(int64(v)), nil
+		return p.intern(int64(v)), nil
 	case kInt:
 		v, err := p.d.DecodeInt64()
 		if err != nil {
@@ -578,10 +614,31 @@ func (p *parser) optStr(name string) (*string, error) {
 			return nil, fmt.Errorf("%w: %s of %d bytes", ErrTooLarge, name, n)
 		}
 		b, _ := p.rawString()
-		return Str(string(b)), nil
+		if v, ok := p.strs[string(b)]; ok {
+			return v, nil
+		}
+		v := Str(string(b))
+		if len(b) <= 64 && len(p.strs) < 64 {
+			if p.strs == nil {
+				p.strs = map[string]*string{}
+			}
+			p.strs[*v] = v
+		}
+		return v, nil
 	default:
 		return nil, typeErr(name, k)
 	}
+}
+
+// intern returns a shared pointer for small values.
+func (p *parser) intern(v int64) *int64 {
+	if v < 0 || v >= int64(len(p.ints)) {
+		return Int(v)
+	}
+	if p.ints[v] == nil {
+		p.ints[v] = Int(v)
+	}
+	return p.ints[v]
 }
 
 func (p *parser) extraKeys() ([]ExtraKey, error) {

@@ -30,7 +30,8 @@ var (
 
 // BlockStored announces blocks newly filled and cached by the engine, in
 // chain order. Optional fields are pointers or nil slices; nil means the
-// engine wrote nil or left the field out.
+// engine wrote nil or left the field out. The parser shares the pointers of
+// repeated values between events, so treat parsed values as read-only.
 type BlockStored struct {
 	// BlockHashes are the engine's ids of the stored blocks.
 	BlockHashes []Hash
