@@ -1,0 +1,140 @@
+package frontend
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/sequences"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Router is what the front door needs from the router core.
+//
+// Route books the request on the chosen worker rank; the front door then
+// calls MarkPrefillCompleted once at the first output token, SetGenerated
+// as tokens stream, and Free exactly once when the request ends for any
+// reason (completion, worker error, client disconnect, retry elsewhere).
+// Plan decides without booking. All methods must be safe for concurrent
+// use and return quickly (no I/O).
+type Router interface {
+	Route(req router.Request) (router.Decision, error)
+	Plan(req router.Request) (router.Decision, error)
+	MarkPrefillCompleted(id string) bool
+	Free(id string) bool
+	SetGenerated(id string, tokens int) bool
+	Loads() []sequences.Load
+	Workers() (infos []router.WorkerInfo, down []bool)
+	Config() router.Config
+}
+
+var _ Router = (*router.Router)(nil)
+
+// WorkerEntry is what the directory knows of one worker.
+type WorkerEntry struct {
+	// ID is the worker id the router knows it by.
+	ID kvevent.WorkerID
+	// Name is the operator's name for it ("w1").
+	Name string
+	// URL is its OpenAI server's base URL ("http://10.0.0.5:8000"),
+	// without the /v1 suffix.
+	URL string
+	// Status is its state and reason.
+	Status discovery.Status
+	// LastSequence is the last KV event sequence number applied, when
+	// HasSequence.
+	LastSequence uint64
+	// HasSequence says whether LastSequence is known.
+	HasSequence bool
+	// SendDPRank says the worker serves several data-parallel ranks behind
+	// one URL: requests carry the chosen rank in X-Data-Parallel-Rank.
+	SendDPRank bool
+}
+
+// Directory maps router worker ids to where and how the workers are. The
+// composition root implements it from discovery. Both methods must be safe
+// for concurrent use and must not block on I/O: Lookup is on every
+// request's path.
+type Directory interface {
+	// Lookup returns the worker with this id, or false if unknown.
+	Lookup(id kvevent.WorkerID) (WorkerEntry, bool)
+	// List returns every known worker, in a stable order.
+	List() []WorkerEntry
+}
+
+// Tokenizer turns prompt text into token ids; *tokenizer.Tokenizer
+// satisfies it. It must be safe for concurrent use.
+type Tokenizer interface {
+	Encode(text string, addSpecialTokens bool) []uint32
+}
+
+var _ Tokenizer = (*tokenizer.Tokenizer)(nil)
+
+// vocabulary is optionally implemented by a Tokenizer; the front door then
+// knows the longest token in bytes and refuses prompts that cannot fit
+// MaxPromptTokens before tokenizing them.
+type vocabulary interface {
+	VocabSize() int
+	IDToToken(id uint32) (string, bool)
+}
+
+var _ vocabulary = (*tokenizer.Tokenizer)(nil)
+
+// ChatTemplate renders an OpenAI conversation into the model's prompt
+// text; *chattemplate.Template satisfies it. It must be safe for
+// concurrent use.
+type ChatTemplate interface {
+	Render(messages, tools json.RawMessage, opts chattemplate.Options) (string, error)
+}
+
+var _ ChatTemplate = (*chattemplate.Template)(nil)
+
+// Index answers /v1/query: every worker rank's leading overlap with a list
+// of local block hashes, per tier. *index.Concurrent satisfies it (and
+// also reports each rank's indexed block count). It must be safe for
+// concurrent use.
+type Index interface {
+	Query(local []uint64, dst *index.Scores)
+}
+
+// indexedCounter is optionally implemented by an Index: the number of
+// blocks a worker rank has indexed, shown by /v1/workers.
+type indexedCounter interface {
+	Indexed(w kvevent.Worker) int
+}
+
+var (
+	_ Index          = (*index.Concurrent)(nil)
+	_ indexedCounter = (*index.Concurrent)(nil)
+)
+
+// Deps are the front door's collaborators, wired by the composition root.
+type Deps struct {
+	// Router decides and books; required.
+	Router Router
+	// Directory names workers and gives their URLs; required.
+	Directory Directory
+	// Tokenizer encodes prompts; required.
+	Tokenizer Tokenizer
+	// ChatTemplate renders chat requests; required.
+	ChatTemplate ChatTemplate
+	// Index answers /v1/query directly; nil makes /v1/query use the
+	// router's Plan (and refuse "block_hashes").
+	Index Index
+	// Registry receives the front door's metrics; nil means a fresh one
+	// (never the global registry). /metrics serves this registry.
+	Registry *prometheus.Registry
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source; nil means time.Now.
+	Clock func() time.Time
+	// Ready reports readiness for /ready (nil error = ready); nil means
+	// always ready.
+	Ready func() error
+}

@@ -1,0 +1,203 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+)
+
+// Sentinel errors of request parsing; the HTTP layer maps them to status
+// codes (400, 404, 413).
+var (
+	// ErrBadRequest marks a malformed request (400).
+	ErrBadRequest = errors.New("bad request")
+	// ErrUnknownModel marks a request for a model this router does not
+	// serve (404 model_not_found).
+	ErrUnknownModel = errors.New("model not found")
+	// ErrPromptTooLong marks a prompt over MaxPromptTokens (413).
+	ErrPromptTooLong = errors.New("prompt too long")
+)
+
+// requestFields are the fields of a completion or chat body the front door
+// reads besides the prompt; everything else is forwarded untouched.
+type requestFields struct {
+	Model               string          `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+}
+
+// expectedOutput is the request's max output tokens, 0 when unknown.
+func (f *requestFields) expectedOutput() int {
+	switch {
+	case f.MaxTokens != nil && *f.MaxTokens > 0:
+		return *f.MaxTokens
+	case f.MaxCompletionTokens != nil && *f.MaxCompletionTokens > 0:
+		return *f.MaxCompletionTokens
+	}
+	return 0
+}
+
+// prompt is a parsed prompt: token ids, and whether they came as ids.
+type prompt struct {
+	tokens  []uint32
+	fromIDs bool
+	// batch is the number of prompts in the request (only the first one
+	// is routed on).
+	batch int
+}
+
+// promptParser turns request bodies into token ids within the limits.
+type promptParser struct {
+	model     string
+	aliases   []string
+	tok       Tokenizer
+	tmpl      ChatTemplate
+	maxTokens int
+	// maxTokenBytes is the longest token's length in bytes (0 unknown):
+	// a text of n bytes has at least ceil(n/maxTokenBytes) tokens.
+	maxTokenBytes int
+}
+
+// checkModel accepts the served model, an alias, or an empty name.
+func (p *promptParser) checkModel(name string) error {
+	if name == "" || name == p.model {
+		return nil
+	}
+	for _, a := range p.aliases {
+		if a == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("the model %q does not exist: %w", name, ErrUnknownModel)
+}
+
+// checkTextBound refuses a text that has more than maxTokens tokens for
+// certain, judged by its byte length alone.
+func (p *promptParser) checkTextBound(n int) error {
+	if p.maxTokens == 0 || p.maxTokenBytes == 0 {
+		return nil
+	}
+	if minTokens := (n + p.maxTokenBytes - 1) / p.maxTokenBytes; minTokens > p.maxTokens {
+		return fmt.Errorf("prompt of %d bytes has at least %d tokens, more than the limit of %d: %w", n, minTokens, p.maxTokens, ErrPromptTooLong)
+	}
+	return nil
+}
+
+func (p *promptParser) checkCount(n int) error {
+	if p.maxTokens > 0 && n > p.maxTokens {
+		return fmt.Errorf("prompt has %d tokens, more than the limit of %d: %w", n, p.maxTokens, ErrPromptTooLong)
+	}
+	return nil
+}
+
+// encode tokenizes text within the limits.
+func (p *promptParser) encode(text string, special bool) ([]uint32, error) {
+	if err := p.checkTextBound(len(text)); err != nil {
+		return nil, err
+	}
+	ids := p.tok.Encode(text, special)
+	if err := p.checkCount(len(ids)); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// completionPrompt reads OpenAI's completion prompt: a string, a list of
+// token ids, a list of strings or a list of token-id lists. Batches are
+// routed on their first prompt.
+func (p *promptParser) completionPrompt(raw json.RawMessage) (prompt, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return prompt{}, fmt.Errorf("prompt is required: %w", ErrBadRequest)
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return prompt{}, fmt.Errorf("prompt: %v: %w", err, ErrBadRequest)
+		}
+		ids, err := p.encode(s, true)
+		return prompt{tokens: ids, batch: 1}, err
+	case '[':
+	default:
+		return prompt{}, fmt.Errorf("prompt must be a string, a list of strings or a list of token ids: %w", ErrBadRequest)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return prompt{}, fmt.Errorf("prompt: %v: %w", err, ErrBadRequest)
+	}
+	if len(items) == 0 {
+		return prompt{}, fmt.Errorf("prompt must not be empty: %w", ErrBadRequest)
+	}
+	first := bytes.TrimSpace(items[0])
+	if len(first) > 0 && first[0] == '"' {
+		// A batch of texts: route on the first.
+		var s string
+		if err := json.Unmarshal(first, &s); err != nil {
+			return prompt{}, fmt.Errorf("prompt[0]: %v: %w", err, ErrBadRequest)
+		}
+		ids, err := p.encode(s, true)
+		return prompt{tokens: ids, batch: len(items)}, err
+	}
+	if len(first) > 0 && first[0] == '[' {
+		// A batch of token-id lists: route on the first.
+		ids, err := tokenIDs(first)
+		if err != nil {
+			return prompt{}, fmt.Errorf("prompt[0]: %w", err)
+		}
+		if err := p.checkCount(len(ids)); err != nil {
+			return prompt{}, err
+		}
+		return prompt{tokens: ids, fromIDs: true, batch: len(items)}, nil
+	}
+	ids, err := tokenIDs(raw)
+	if err != nil {
+		return prompt{}, fmt.Errorf("prompt: %w", err)
+	}
+	if err := p.checkCount(len(ids)); err != nil {
+		return prompt{}, err
+	}
+	return prompt{tokens: ids, fromIDs: true, batch: 1}, nil
+}
+
+// tokenIDs decodes a JSON list of token ids, each in [0, 2^32).
+func tokenIDs(raw json.RawMessage) ([]uint32, error) {
+	var vals []float64
+	if err := json.Unmarshal(raw, &vals); err != nil {
+		return nil, fmt.Errorf("token ids must be a list of integers: %w", ErrBadRequest)
+	}
+	ids := make([]uint32, len(vals))
+	for i, v := range vals {
+		if v < 0 || v > math.MaxUint32 || v != math.Trunc(v) {
+			return nil, fmt.Errorf("token id %v at %d is not an integer in [0, 2^32): %w", v, i, ErrBadRequest)
+		}
+		ids[i] = uint32(v)
+	}
+	return ids, nil
+}
+
+// chatPrompt renders a chat body with the model's template as vLLM's
+// server would and tokenizes it.
+func (p *promptParser) chatPrompt(body []byte) (prompt, error) {
+	cr, err := chattemplate.ParseChatRequest(body)
+	if err != nil {
+		return prompt{}, fmt.Errorf("%v: %w", err, ErrBadRequest)
+	}
+	if err := p.checkModel(cr.Model); err != nil {
+		return prompt{}, err
+	}
+	o := cr.Options()
+	o.Preprocess = chattemplate.PreprocessVLLM
+	text, err := p.tmpl.Render(cr.Messages, cr.Tools, o)
+	if err != nil {
+		return prompt{}, fmt.Errorf("rendering chat template: %v: %w", err, ErrBadRequest)
+	}
+	ids, err := p.encode(text, false)
+	return prompt{tokens: ids, batch: 1}, err
+}

@@ -1,0 +1,559 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+)
+
+// Response headers the front door adds.
+const (
+	// HeaderWorker names the worker that served the request.
+	HeaderWorker = "X-Kvrouter-Worker"
+	// HeaderOverlapBlocks is the chosen worker's predicted device overlap
+	// in blocks.
+	HeaderOverlapBlocks = "X-Kvrouter-Overlap-Blocks"
+)
+
+func (f *Frontend) handleCompletions(rw http.ResponseWriter, r *http.Request) {
+	f.serveOpenAI(rw, r, false)
+}
+
+func (f *Frontend) handleChat(rw http.ResponseWriter, r *http.Request) {
+	f.serveOpenAI(rw, r, true)
+}
+
+// readBody reads the request body within MaxBodyBytes; it answers 413 or
+// 400 itself and returns false on failure.
+func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() {
+		writeError(rw, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeTooLarge, "",
+			fmt.Sprintf("request body larger than %d bytes", f.cfg.MaxBodyBytes))
+	}
+	if r.ContentLength > f.cfg.MaxBodyBytes {
+		tooLarge()
+		return nil, false
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(min(r.ContentLength, f.cfg.MaxBodyBytes), 512)+1))
+	_, err := buf.ReadFrom(http.MaxBytesReader(rw, r.Body, f.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			tooLarge()
+			return nil, false
+		}
+		writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", "reading request body: "+err.Error())
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// writeParseError maps a parsing error to its status.
+func writeParseError(rw http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrUnknownModel):
+		writeError(rw, http.StatusNotFound, typeNotFound, codeModelNotFound, "model", err.Error())
+	case errors.Is(err, ErrPromptTooLong):
+		writeError(rw, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeContextLength, "prompt", err.Error())
+	default:
+		writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
+	}
+}
+
+// exchange is one client request on its way through the proxy.
+type exchange struct {
+	start    time.Time
+	endpoint string
+	path     string
+	body     []byte
+	tokens   []uint32
+	expected int
+	rec      record
+}
+
+func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat bool) {
+	start := f.clock()
+	body, ok := f.readBody(rw, r)
+	if !ok {
+		return
+	}
+	var fields requestFields
+	if err := json.Unmarshal(body, &fields); err != nil {
+		writeError(rw, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "", "invalid JSON body: "+err.Error())
+		return
+	}
+	if err := f.parser.checkModel(fields.Model); err != nil {
+		writeParseError(rw, err)
+		return
+	}
+	var (
+		p   prompt
+		err error
+	)
+	endpoint := "completions"
+	if chat {
+		endpoint = "chat"
+		p, err = f.parser.chatPrompt(body)
+	} else {
+		p, err = f.parser.completionPrompt(fields.Prompt)
+	}
+	if err != nil {
+		writeParseError(rw, err)
+		return
+	}
+	fwd := body
+	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
+		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
+			writeParseError(rw, err)
+			return
+		}
+	}
+	f.m.inflight.Inc()
+	defer f.m.inflight.Dec()
+	f.m.promptTokens.Add(float64(len(p.tokens)))
+	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
+		expected: fields.expectedOutput()}
+	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
+	f.forward(rw, r, ex)
+	ex.rec.Duration = f.clock().Sub(start)
+	f.finish(ex.rec)
+}
+
+// withTokenIDs replaces the body's "prompt" with token ids.
+func withTokenIDs(body []byte, ids []uint32) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("request body must be a JSON object: %w", ErrBadRequest)
+	}
+	b := make([]byte, 0, len(ids)*7+2)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(id), 10)
+	}
+	m["prompt"] = append(b, ']')
+	return json.Marshal(m)
+}
+
+// failure is why an attempt did not produce a response, kept to answer
+// the client when every attempt failed.
+type failure struct {
+	reason string // connect, status_5xx, read, unknown_worker
+	worker string
+	err    error
+	status int
+	header http.Header
+	body   []byte
+}
+
+// forward routes the request and proxies it, retrying other workers when
+// one fails before its first response byte.
+func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange) {
+	var excluded []kvevent.WorkerID
+	var last *failure
+	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
+		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected}
+		if len(excluded) > 0 {
+			req.AllowedWorkers = f.allowedExcept(excluded)
+			if len(req.AllowedWorkers) == 0 {
+				break
+			}
+		}
+		t0 := f.clock()
+		d, err := f.router.Route(req)
+		f.m.decision.Observe(f.clock().Sub(t0).Seconds())
+		ex.rec.RequestID = req.ID
+		ex.rec.Attempts = attempt + 1
+		if err != nil {
+			if last != nil {
+				break // report the worker failure rather than "no candidate left"
+			}
+			ex.rec.Decision = f.decisionView(d, false)
+			ex.rec.Outcome, ex.rec.Status = "refused: "+err.Error(), f.writeRouteError(rw, err, nil)
+			return
+		}
+		f.m.overlap.Observe(float64(d.OverlapBlocks))
+		ex.rec.Decision = f.decisionView(d, true)
+		ex.rec.Worker = f.workerName(d.Worker.ID)
+		ex.rec.OverlapBlocks = d.OverlapBlocks
+		ex.rec.Predicted = d.OverlapBlocks * f.blockSize
+		entry, ok := f.dir.Lookup(d.Worker.ID)
+		if !ok || entry.URL == "" {
+			f.free(req.ID)
+			excluded = append(excluded, d.Worker.ID)
+			last = &failure{reason: "unknown_worker", worker: ex.rec.Worker, err: errors.New("worker has no URL in the directory")}
+			f.m.retries.WithLabelValues(last.reason).Inc()
+			continue
+		}
+		fail := f.attempt(rw, r, ex, req.ID, d, entry)
+		if fail == nil {
+			return
+		}
+		last = fail
+		excluded = append(excluded, d.Worker.ID)
+		if r.Context().Err() != nil {
+			ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
+			return
+		}
+		f.log.Warn("worker failed before the first byte; retrying", "worker", fail.worker, "reason", fail.reason,
+			"err", fail.err, "request_id", req.ID, "attempt", attempt+1)
+		if attempt < f.cfg.MaxRetries {
+			f.m.retries.WithLabelValues(fail.reason).Inc()
+		}
+	}
+	if last == nil {
+		// Every worker was excluded before any attempt (cannot happen on
+		// the first pass); answer as "no worker".
+		ex.rec.Outcome, ex.rec.Status = "no worker left", f.writeRouteError(rw, scheduler.ErrNoCandidates, nil)
+		return
+	}
+	ex.rec.Outcome = fmt.Sprintf("worker %s failed (%s): %v", last.worker, last.reason, last.err)
+	if last.status >= 500 && last.body != nil {
+		copyHeader(rw.Header(), last.header)
+		rw.Header().Set(HeaderWorker, last.worker)
+		rw.WriteHeader(last.status)
+		_, _ = rw.Write(last.body)
+		ex.rec.Status = last.status
+		return
+	}
+	ex.rec.Status = http.StatusBadGateway
+	writeError(rw, http.StatusBadGateway, typeUpstream, codeWorkerFailed, "",
+		fmt.Sprintf("worker %s failed before responding (%s): %v", last.worker, last.reason, last.err))
+}
+
+// writeRouteError answers a router refusal and returns the status.
+func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[string]any) int {
+	status, typ, code := http.StatusInternalServerError, typeServer, ""
+	switch {
+	case errors.Is(err, scheduler.ErrAllBusy):
+		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codeOverloaded
+	case errors.Is(err, scheduler.ErrNoCandidates):
+		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codeNoWorker
+	case errors.Is(err, router.ErrRequest):
+		status, typ = http.StatusBadRequest, typeInvalidRequest
+	}
+	if status == http.StatusServiceUnavailable {
+		writeRetryAfter(rw, f.cfg.RetryAfter)
+	}
+	if extra == nil {
+		writeError(rw, status, typ, code, "", err.Error())
+		return status
+	}
+	e := apiErrorInfo{Message: err.Error(), Type: typ}
+	if code != "" {
+		e.Code = &code
+	}
+	extra["error"] = e
+	writeJSON(rw, status, extra)
+	return status
+}
+
+// allowedExcept lists the router's workers minus the excluded ones.
+func (f *Frontend) allowedExcept(excluded []kvevent.WorkerID) []kvevent.WorkerID {
+	infos, down := f.router.Workers()
+	out := make([]kvevent.WorkerID, 0, len(infos))
+	for i, w := range infos {
+		if !down[i] && !slices.Contains(excluded, w.ID) {
+			out = append(out, w.ID)
+		}
+	}
+	return out
+}
+
+func (f *Frontend) free(id string) {
+	f.m.lifecycleCall("free", f.router.Free(id))
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// hopHeaders are not copied between connections.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		if !hopHeaders[k] {
+			dst[k] = vs
+		}
+	}
+}
+
+// attempt sends the request to one worker and, once the worker's first
+// response byte arrives, streams the response to the client. It returns
+// nil when the client got a response (or left), or the failure when the
+// worker failed before its first byte and another worker may be tried.
+// The booking is freed either way.
+func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange, id string, d router.Decision, entry WorkerEntry) *failure {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	freed := false
+	free := func() {
+		if !freed {
+			freed = true
+			f.free(id)
+		}
+	}
+	defer free()
+	fail := func(reason string, err error) *failure {
+		return &failure{reason: reason, worker: ex.rec.Worker, err: err}
+	}
+
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(entry.URL, "/")+ex.path, bytes.NewReader(ex.body))
+	if err != nil {
+		return fail("connect", err)
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if a := r.Header.Get("Accept"); a != "" {
+		up.Header.Set("Accept", a)
+	}
+	up.Header.Set("X-Request-Id", id)
+	if entry.SendDPRank {
+		up.Header.Set("X-Data-Parallel-Rank", strconv.FormatUint(uint64(d.Worker.Rank), 10))
+	}
+	resp, err := f.client.Do(up)
+	if err != nil {
+		return fail("connect", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		fl := fail("status_5xx", fmt.Errorf("status %d", resp.StatusCode))
+		fl.status, fl.header, fl.body = resp.StatusCode, resp.Header.Clone(), b
+		return fl
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	n, rerr := readSome(resp.Body, buf)
+	if n == 0 && rerr != nil && !errors.Is(rerr, io.EOF) {
+		return fail("read", rerr)
+	}
+
+	// Committed: from here the client gets this worker's response.
+	h := rw.Header()
+	copyHeader(h, resp.Header)
+	h.Set(HeaderWorker, ex.rec.Worker)
+	h.Set(HeaderOverlapBlocks, strconv.Itoa(d.OverlapBlocks))
+	rw.WriteHeader(resp.StatusCode)
+	ex.rec.Status = resp.StatusCode
+	rc := http.NewResponseController(rw)
+
+	ok2xx := resp.StatusCode < 300
+	sse := ok2xx && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	tr := &tracker{f: f, id: id, trackOutput: f.router.Config().Sequences.TrackOutputBlocks}
+	var captured []byte
+	capture := ok2xx && !sse && f.cfg.UsageCaptureBytes > 0
+	first := true
+	for {
+		if n > 0 {
+			chunk := buf[:n]
+			switch {
+			case sse:
+				tr.feed(chunk, ex)
+			case first && ok2xx:
+				tr.firstToken(ex)
+			}
+			first = false
+			if capture {
+				if len(captured)+n <= f.cfg.UsageCaptureBytes {
+					captured = append(captured, chunk...)
+				} else {
+					capture, captured = false, nil
+				}
+			}
+			if _, werr := rw.Write(chunk); werr != nil {
+				ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
+				return nil
+			}
+			_ = rc.Flush()
+		}
+		if rerr != nil {
+			break
+		}
+		n, rerr = readSome(resp.Body, buf)
+	}
+	switch {
+	case errors.Is(rerr, io.EOF):
+		ex.rec.Outcome = "ok"
+		if !ok2xx {
+			ex.rec.Outcome = "worker answered " + strconv.Itoa(resp.StatusCode)
+		}
+	case r.Context().Err() != nil:
+		ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
+		return nil
+	default:
+		ex.rec.Outcome = "worker failed mid-response: " + rerr.Error()
+		if sse {
+			// Tell a streaming client in-band; a non-streaming one sees a
+			// truncated body.
+			b, _ := json.Marshal(apiError{Error: apiErrorInfo{Message: "worker failed mid-stream: " + rerr.Error(), Type: typeUpstream}})
+			_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
+			_ = rc.Flush()
+		}
+	}
+	free()
+	if capture && captured != nil {
+		tr.usage(captured)
+	}
+	f.accuracy(ex, tr)
+	return nil
+}
+
+// readSome reads until it gets at least one byte or an error.
+func readSome(r io.Reader, buf []byte) (int, error) {
+	for range 100 {
+		n, err := r.Read(buf)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+	return 0, io.ErrNoProgress
+}
+
+// accuracy exports predicted versus actual cached tokens.
+func (f *Frontend) accuracy(ex *exchange, tr *tracker) {
+	if !tr.haveUsage {
+		return
+	}
+	ex.rec.Actual = tr.cached
+	w := ex.rec.Worker
+	f.m.cachedError.WithLabelValues(w).Observe(float64(tr.cached - ex.rec.Predicted))
+	f.m.cachedPred.WithLabelValues(w).Add(float64(ex.rec.Predicted))
+	f.m.cachedActual.WithLabelValues(w).Add(float64(tr.cached))
+	prompt := tr.promptTokens
+	if prompt == 0 {
+		prompt = ex.rec.InputTokens
+	}
+	f.m.promptByWorker.WithLabelValues(w).Add(float64(prompt))
+	f.mu.Lock()
+	f.totals.UsageRequests++
+	f.totals.UsagePrompt += int64(prompt)
+	f.totals.Actual += int64(tr.cached)
+	f.mu.Unlock()
+}
+
+// finish records a finished request for the status page.
+func (f *Frontend) finish(rec record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recent.add(rec)
+	f.reqs.add(rec.Time)
+	f.totals.Requests++
+	if rec.Status >= 400 || rec.Status == 0 {
+		f.totals.Failed++
+	}
+	f.totals.PromptTokens += int64(rec.InputTokens)
+	f.totals.Predicted += int64(rec.Predicted)
+}
+
+// tracker follows a response for the router lifecycle and the metrics:
+// the first token, the generated count, inter-token gaps and usage.
+type tracker struct {
+	f            *Frontend
+	id           string
+	trackOutput  bool
+	started      bool
+	lastToken    time.Time
+	generated    int
+	line         []byte
+	haveUsage    bool
+	cached       int
+	promptTokens int
+}
+
+func (t *tracker) firstToken(ex *exchange) {
+	now := t.f.clock()
+	t.started, t.lastToken = true, now
+	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
+	t.f.m.lifecycleCall("mark_prefill_completed", t.f.router.MarkPrefillCompleted(t.id))
+}
+
+// feed scans SSE bytes for complete "data:" lines.
+func (t *tracker) feed(b []byte, ex *exchange) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if len(t.line) < 1<<20 {
+				t.line = append(t.line, b...)
+			}
+			return
+		}
+		var line []byte
+		if len(t.line) > 0 {
+			t.line = append(t.line, b[:i]...)
+			line = t.line
+		} else {
+			line = b[:i]
+		}
+		t.event(bytes.TrimRight(line, "\r"), ex)
+		t.line = t.line[:0]
+		b = b[i+1:]
+	}
+}
+
+var (
+	dataPrefix   = []byte("data:")
+	doneMarker   = []byte("[DONE]")
+	choicesKey   = []byte(`"choices"`)
+	emptyChoices = []byte(`"choices":[]`)
+	cachedKey    = []byte(`"cached_tokens"`)
+)
+
+func (t *tracker) event(line []byte, ex *exchange) {
+	if !bytes.HasPrefix(line, dataPrefix) {
+		return
+	}
+	p := bytes.TrimSpace(line[len(dataPrefix):])
+	if len(p) == 0 || bytes.Equal(p, doneMarker) {
+		return
+	}
+	if bytes.Contains(p, choicesKey) && !bytes.Contains(p, emptyChoices) {
+		if !t.started {
+			t.firstToken(ex)
+		} else {
+			now := t.f.clock()
+			t.f.m.itl.Observe(now.Sub(t.lastToken).Seconds())
+			t.lastToken = now
+		}
+		t.generated++
+		if t.trackOutput && t.generated%max(t.f.blockSize, 1) == 0 {
+			t.f.router.SetGenerated(t.id, t.generated)
+		}
+	}
+	if bytes.Contains(p, cachedKey) {
+		t.usage(p)
+	}
+}
+
+// usage reads usage.prompt_tokens_details.cached_tokens from a JSON body.
+func (t *tracker) usage(b []byte) {
+	var v struct {
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens *int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(b, &v) != nil || v.Usage == nil || v.Usage.PromptTokensDetails == nil || v.Usage.PromptTokensDetails.CachedTokens == nil {
+		return
+	}
+	t.haveUsage, t.cached, t.promptTokens = true, *v.Usage.PromptTokensDetails.CachedTokens, v.Usage.PromptTokens
+}

@@ -1,0 +1,57 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// Server serves a Frontend on a listener with a graceful shutdown.
+type Server struct {
+	f    *Frontend
+	srv  *http.Server
+	ln   net.Listener
+	once sync.Once
+}
+
+// NewServer prepares to serve f on ln; Serve starts it.
+func (f *Frontend) NewServer(ln net.Listener) *Server {
+	return &Server{f: f, ln: ln, srv: &http.Server{
+		Handler:           f.Handler(),
+		ReadHeaderTimeout: f.cfg.ReadHeaderTimeout,
+		ErrorLog:          nil,
+	}}
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts connections until Shutdown; it returns nil after a
+// shutdown and the listener's error otherwise.
+func (s *Server) Serve() error {
+	err := s.srv.Serve(s.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, waits for in-flight requests —
+// streams included — to finish, for at most Config.ShutdownTimeout or
+// until ctx ends, then closes whatever is still open (those requests'
+// upstream calls are cancelled and their bookings freed). It returns
+// ctx's error or context.DeadlineExceeded when it had to force-close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		sctx, cancel := context.WithTimeout(ctx, s.f.cfg.ShutdownTimeout)
+		defer cancel()
+		if err = s.srv.Shutdown(sctx); err != nil {
+			_ = s.srv.Close()
+		}
+		s.f.CloseIdleConnections()
+	})
+	return err
+}
