@@ -2,10 +2,14 @@ package discovery
 
 import (
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"pgregory.net/rapid"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
 func kinds(ns []Notification) []NoteKind {
@@ -120,4 +124,82 @@ func TestNewDirectoryRejectsDuplicateStaticIDs(t *testing.T) {
 	if _, _, err := NewDirectory(Expect{}, []WorkerRecord{rec("", 16)}, nil, nil, time.Now()); err == nil {
 		t.Fatal("invalid static record accepted")
 	}
+}
+
+// The directory against a naive model: after any sequence of registry
+// changes, the announced workers (replaying its notifications) and its
+// accepted registry workers are exactly the present records that have the
+// router's block size and do not clash with the static worker.
+func TestDirectoryMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		static, err := BuildStatic([]StaticWorker{{Name: "s", URL: "http://h:1"}}, 16, DefaultHashContract())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, static, nil, nil, time.Unix(0, 0))
+		if err != nil || len(initial) != 1 {
+			t.Fatal(initial, err)
+		}
+		names := []string{"a", "b", "c", "s"} // key i always holds names[i]
+		present := map[string]WorkerRecord{}
+		announced := map[kvevent.WorkerID]bool{}
+		now := time.Unix(1, 0)
+		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			i := rapid.IntRange(0, len(names)-1).Draw(t, "key")
+			key := "k" + names[i]
+			var c Change[WorkerRecord]
+			switch op := rapid.IntRange(0, 3).Draw(t, "op"); op {
+			case 0, 1:
+				r := rec(names[i], rapid.SampledFrom([]int{16, 32}).Draw(t, "bs"))
+				r.ID = DeriveID(names[i])
+				r.MaxBatchedTokens = uint64(rapid.IntRange(0, 2).Draw(t, "mbt"))
+				c = Change[WorkerRecord]{Kind: Put, Key: key, Value: r}
+				present[key] = r
+			case 2:
+				c = Change[WorkerRecord]{Kind: Deleted, Key: key}
+				delete(present, key)
+			case 3:
+				c = Change[WorkerRecord]{Kind: Expired, Key: key}
+				delete(present, key)
+			}
+			now = now.Add(time.Second)
+			for _, n := range d.Apply(c, now) {
+				id := n.Worker.Record.ID
+				switch n.Kind {
+				case Added:
+					if announced[id] {
+						t.Fatalf("step %d: %s added twice", step, n.Worker.Record.Name)
+					}
+					announced[id] = true
+				case Updated:
+					if !announced[id] {
+						t.Fatalf("step %d: update of unannounced %s", step, n.Worker.Record.Name)
+					}
+				case Removed:
+					if !announced[id] {
+						t.Fatalf("step %d: removal of unannounced %s", step, n.Worker.Record.Name)
+					}
+					delete(announced, id)
+				}
+			}
+			want := map[kvevent.WorkerID]bool{}
+			for _, r := range present {
+				if r.Name != "s" && r.BlockSize == 16 {
+					want[r.ID] = true
+				}
+			}
+			got := map[kvevent.WorkerID]bool{}
+			for _, w := range d.Workers() {
+				if w.Origin == OriginRegistry && w.Status.State.Routable() {
+					got[w.Record.ID] = true
+				}
+				if w.Record.Name == "s" && w.Origin != OriginStatic {
+					t.Fatalf("step %d: static worker replaced", step)
+				}
+			}
+			if !maps.Equal(want, got) || !maps.Equal(want, announced) {
+				t.Fatalf("step %d: want %v, directory %v, announced %v", step, want, got, announced)
+			}
+		}
+	})
 }
