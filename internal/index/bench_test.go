@@ -12,6 +12,17 @@ import (
 // entries.
 func queryFixture(tb testing.TB) (*Index, [][]uint64) {
 	x := mustNew(tb, DefaultConfig())
+	chains, evs := queryEvents()
+	for i := range evs {
+		if err := x.Apply(&evs[i]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return x, chains
+}
+
+func queryEvents() ([][]uint64, []kvevent.Event) {
+	var evs []kvevent.Event
 	rng := rand.New(rand.NewPCG(1, 2))
 	chains := make([][]uint64, 400)
 	for c := range chains {
@@ -30,12 +41,10 @@ func queryFixture(tb testing.TB) (*Index, [][]uint64) {
 			for i, l := range chains[c] {
 				ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: engineHash(chains[c][:i+1], 0), LocalHash: l})
 			}
-			if err := x.Apply(&ev); err != nil {
-				tb.Fatal(err)
-			}
+			evs = append(evs, ev)
 		}
 	}
-	return x, chains
+	return chains, evs
 }
 
 func BenchmarkQuery256Blocks100Workers(b *testing.B) {
@@ -56,8 +65,8 @@ func BenchmarkConcurrentQuery256Blocks100Workers(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	x, chains := queryFixture(b)
-	for _, ev := range x.Dump() {
+	chains, evs := queryEvents()
+	for _, ev := range evs {
 		_ = c.Apply(ev)
 	}
 	_ = c.Flush()

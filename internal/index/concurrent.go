@@ -90,7 +90,7 @@ type Concurrent struct {
 
 // maxBatch bounds the block operations one writer applies per write-lock
 // hold, so queries wait at most that long.
-const maxBatch = 256
+const maxBatch = 64
 
 // NewConcurrent starts the writer goroutines; call Close to stop them.
 func NewConcurrent(cfg ConcurrentConfig) (*Concurrent, error) {
@@ -215,15 +215,9 @@ func (c *Concurrent) Predict(w kvevent.Worker, local []uint64, now time.Time) er
 	return c.send(c.writerOf(w.ID), op{kind: opPredict, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
-// Expire enqueues, on every writer, the expiry of approximate and
-// predicted entries whose TTL ended at or before now.
+// Expire enqueues the expiry of approximate and predicted entries whose
+// TTL ended at or before now. The tree is shared, so one writer does it.
 func (c *Concurrent) Expire(now time.Time) error {
-	// Expiry touches every worker's entries, so it must not overtake a
-	// Record still queued on another writer: one writer does it after a
-	// flush of the others.
-	if err := c.Flush(); err != nil {
-		return err
-	}
 	return c.send(c.writers[0], op{kind: opExpire, now: now})
 }
 

@@ -101,6 +101,9 @@ func (t *engineTable) decr(k uint64) bool {
 
 // del removes k entirely, whatever its count.
 func (t *engineTable) del(k uint64) {
+	if t.n == 0 {
+		return
+	}
 	i, ok := t.slot(k)
 	if !ok {
 		return

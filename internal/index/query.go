@@ -72,14 +72,28 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 	nxt := dst.nxt[:0]
 	var single [1]uint32
 	cur := uint32(0)
+	curNode := x.ns.at(0)
 	var curN, curLower uint16
 	depth := 0
 	for i, lh := range local {
-		c := x.kids.find(x.ns, cur, lh)
-		if c == 0 {
+		// The next block is usually the current node's first child.
+		c := curNode.first
+		var cn *node
+		if c != 0 {
+			cn = x.ns.at(c)
+			if cn.local != lh {
+				if cn.next == 0 {
+					break
+				}
+				c = x.kids.find(x.ns, cur, lh)
+				if c == 0 {
+					break
+				}
+				cn = x.ns.at(c)
+			}
+		} else {
 			break
 		}
-		cn := x.ns.at(c)
 		switch {
 		case i == 0:
 			for _, e := range x.ns.holders(cn, &single) {
@@ -114,7 +128,7 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 		if x.used != nil {
 			atomic.StoreUint32(&x.used[c], tick)
 		}
-		cur, curN, curLower = c, cn.n, cn.lowerCount()
+		cur, curNode, curN, curLower = c, cn, cn.n, cn.lowerCount()
 		depth = i + 1
 	}
 	for _, a := range act {

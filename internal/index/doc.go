@@ -1,0 +1,68 @@
+// Package index is the router's global prefix index: which worker rank
+// holds which prompt prefix, on which storage tier, and how many leading
+// blocks of a request each worker already has.
+//
+// # Model
+//
+// The tree is keyed by local block hashes (kvhash, recomputed by the router
+// from token ids), so engines never need to share a hash seed. Engine block
+// hashes are opaque ids kept per (worker, dp rank, tier) in a table from
+// engine hash to node with a reference count: the same block stored twice
+// needs two removals. A stored event finds its parent through that table
+// (its own tier first, then the worker's other tiers, so a host-tier store
+// may hang below a device block); an unknown parent refuses that event
+// only. A removal of an unknown hash is counted and the rest of the batch
+// applies. Cleared drops one (worker, dp rank); RemoveWorker drops every
+// rank of a worker. A node no worker holds is freed at once.
+//
+// # Removal in the middle of a chain
+//
+// A block is reusable only with its whole prefix, so a worker's score stops
+// at its first missing block. We chose to drop, for that worker, every
+// block it held below a removed block (prefix semantics enforced at write
+// time), rather than keep them indexed as vLLM keeps them in its cache.
+// That keeps the invariant "a worker holding a node holds its parent",
+// which is what makes a query cost O(depth) plus O(holder changes) instead
+// of O(depth × workers): along a path the holder set only shrinks, so an
+// unchanged holder count means an unchanged set. The cost: re-storing the
+// missing block does not revive the blocks below it (the engine re-stores
+// them when a request recomputes them), and their later removals count as
+// unknown removals. Engines evict chains from their tail (vLLM frees a
+// request's blocks in reverse order), so this is rare.
+//
+// # Memory layout
+//
+// Nodes are 32-byte structs in fixed pages, named by uint32 ids: local
+// hash, parent, first child, sibling links, and the holders — inline when
+// one worker holds the node, else a sorted list of (worker id, tier mask)
+// entries. A node's children are reached through its first-child pointer
+// (a chain's next block is usually the only child); only children of nodes
+// with several children go into one open-addressing table keyed by
+// (parent, local hash) whose keys live in the nodes. Engine-hash tables are
+// open addressing with 12-byte slots. No per-node maps, no pointers for the
+// garbage collector to scan.
+//
+// # Modes
+//
+// Exact workers are fed by KV events (Apply). Approximate workers, which
+// publish no events, are fed by the router's own decisions (Record) with a
+// TTL and a size cap pruned earliest-expiry first, shallower first on ties.
+// Predict-on-route entries (Predict) are short-TTL guesses for an exact
+// worker between a routing decision and its stored event; a query takes
+// the maximum of a worker's real and predicted scores. All three live in
+// one tree. Time is always an argument; the index reads no clock.
+//
+// # Concurrency
+//
+// Index is single-threaded. Concurrent is one Index behind a read-write
+// lock with N writer goroutines: a worker (all its dp ranks) is pinned to
+// one writer, so its events apply in order, and Cleared/RemoveWorker reach
+// the writer holding all its ranks. A writer takes the write lock for a
+// batch of whole operations (about 64 blocks), so a query, which runs
+// on the caller's goroutine under the read lock, never sees half an event.
+// We measured sharding the tree by worker (one tree and lock per writer)
+// and rejected it: a query must then walk every shard, multiplying its
+// cost by the shard count (about 4x slower on the 100-worker benchmark),
+// and on a 2-core machine the extra write parallelism buys little because
+// apply is memory-bound. Flush waits until everything enqueued is applied.
+package index
