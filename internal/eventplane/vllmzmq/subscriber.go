@@ -154,6 +154,7 @@ type Subscriber struct {
 	hasLast    bool
 	recovering bool // cleared after lost events; EXACT at the next contiguous batch
 	suspect    bool // the connection dropped; the next batch may be a new engine's
+	warnedRank bool // logged a dp-rank mismatch once
 	ring       [dedupWindow]recent
 
 	mu     sync.Mutex
@@ -416,6 +417,11 @@ func (s *Subscriber) apply(seq uint64, payload []byte) {
 		return
 	}
 	s.m.batches.Inc()
+	if res.DPRank != nil && *res.DPRank != int64(s.cfg.Worker.Rank) && !s.warnedRank {
+		s.warnedRank = true
+		s.log.Warn("KV event batches carry another data-parallel rank than this subscriber's: check the endpoint's port offset",
+			"batch_rank", *res.DPRank, "rank", s.cfg.Worker.Rank)
+	}
 	for _, r := range res.Refused {
 		s.m.refused[r.Reason].Inc()
 		s.log.Debug("KV event refused", "seq", seq, "refusal", r.String())

@@ -229,7 +229,9 @@ func (d *Decoder) stored(e *BlockStored) (kvevent.Event, Reason, string) {
 	case e.CacheSalt != nil:
 		salt = *e.CacheSalt
 	case hasParent:
-		salt = d.salts[parent].ns
+		if len(d.salts) > 0 {
+			salt = d.salts[parent].ns
+		}
 	case len(e.ExtraKeys) > 0:
 		salt = saltOf(e.ExtraKeys[0], lora)
 	}
