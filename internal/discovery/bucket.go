@@ -84,7 +84,7 @@ func (b *Bucket[T]) Keep(ctx context.Context, key string, v T) (*Lease[T], error
 	if err := b.Put(ctx, key, v); err != nil {
 		return nil, err
 	}
-	l := &Lease[T]{b: b, key: key, v: v, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease[T]{b: b, key: key, v: v, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l, nil
 }
@@ -96,8 +96,11 @@ type Lease[T any] struct {
 	mu   sync.Mutex
 	v    T
 	once sync.Once
+	kick chan struct{} // put now (after a reconnect)
 	stop chan struct{}
 	done chan struct{}
+
+	removeHook func()
 }
 
 func (l *Lease[T]) run() {
@@ -108,17 +111,39 @@ func (l *Lease[T]) run() {
 		select {
 		case <-l.stop:
 			return
+		case <-l.kick:
+			t.Reset(max(l.b.ttl/3, 10*time.Millisecond))
+			l.beat()
 		case <-t.C:
-			l.mu.Lock()
-			v := l.v
-			l.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), l.b.ttl/3)
-			if err := l.b.Put(ctx, l.key, v); err != nil {
-				l.b.log.Warn("heartbeat failed", "bucket", l.b.name, "key", l.key, "err", err)
-			}
-			cancel()
+			l.beat()
 		}
 	}
+}
+
+func (l *Lease[T]) beat() {
+	l.mu.Lock()
+	v := l.v
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), l.b.ttl/3)
+	defer cancel()
+	if err := l.b.Put(ctx, l.key, v); err != nil {
+		l.b.log.Warn("heartbeat failed", "bucket", l.b.name, "key", l.key, "err", err)
+	}
+}
+
+// RefreshOnReconnect makes the lease re-put its record as soon as the
+// connection comes back, instead of at the next tick: register is called
+// once with the hook to run after each reconnect and returns a function
+// that unregisters it (natsbus.Bus.OnReconnect has this shape). The hook
+// never blocks. It is unregistered when the lease ends. Call it at most
+// once.
+func (l *Lease[T]) RefreshOnReconnect(register func(hook func()) (remove func())) {
+	l.removeHook = register(func() {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // Update replaces the record and puts it now.
@@ -141,7 +166,12 @@ func (l *Lease[T]) Refresh(ctx context.Context) error {
 // Abandon stops the heartbeats and leaves the record to expire, as a
 // crashed owner would.
 func (l *Lease[T]) Abandon() {
-	l.once.Do(func() { close(l.stop) })
+	l.once.Do(func() {
+		if l.removeHook != nil {
+			l.removeHook()
+		}
+		close(l.stop)
+	})
 	<-l.done
 }
 

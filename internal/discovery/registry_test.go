@@ -347,3 +347,44 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) flo
 	t.Fatalf("metric %s{%s} not found", name, label)
 	return 0
 }
+
+func TestLeaseRefreshOnReconnect(t *testing.T) {
+	bus := startBus(t)
+	ctx := ctxT(t)
+	b, err := OpenBucket[WorkerRecord](ctx, bus.JetStream(), "r", 30*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if c := <-w.C(); c.Kind != Synced {
+		t.Fatalf("%+v", c)
+	}
+	l, err := b.Keep(ctx, "k", rec("a", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := <-w.C(); c.Kind != Put {
+		t.Fatalf("first put: %+v", c)
+	}
+	var hook func()
+	removed := false
+	l.RefreshOnReconnect(func(h func()) func() { hook = h; return func() { removed = true } })
+	hook() // a reconnect: the next heartbeat (10 s away) is not awaited
+	hook() // hooks never block, even when a refresh is already pending
+	select {
+	case c := <-w.C():
+		if c.Kind != Put || c.Key != "k" {
+			t.Fatalf("refresh: %+v", c)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no refresh after the reconnect hook")
+	}
+	l.Abandon()
+	if !removed {
+		t.Error("hook not unregistered when the lease ended")
+	}
+}

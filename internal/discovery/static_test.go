@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -230,4 +231,31 @@ func FuzzParseWorkerFlag(f *testing.F) {
 			t.Fatalf("bad record from %q: %+v", s, rec)
 		}
 	})
+}
+
+// The registry record's JSON is a wire format (agents and mockers write
+// it): pin it.
+func TestWorkerRecordJSON(t *testing.T) {
+	r := WorkerRecord{
+		ID: 42, Name: "w1", Model: "qwen3", URL: "http://10.0.0.5:8000", BlockSize: 16, DPStart: 0, DPSize: 2,
+		KVCapacityBlocks: 4096, MaxBatchedTokens: 8192,
+		Events:       EventSource{Kind: EventsZMQ, Endpoint: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558", Topic: "kv"},
+		Hash:         DefaultHashContract(),
+		RegisteredBy: "agent",
+	}
+	const want = `{"worker_id":42,"name":"w1","model":"qwen3","url":"http://10.0.0.5:8000","block_size":16,"dp_start":0,"dp_size":2,` +
+		`"kv_capacity_blocks":4096,"max_batched_tokens":8192,` +
+		`"events":{"kind":"zmq","endpoint":"tcp://10.0.0.5:5557","replay":"tcp://10.0.0.5:5558","topic":"kv"},` +
+		`"hash":{"scheme":"xxh3-1337-v1","lora_salt":true,"namespace_salt":true},"registered_by":"agent"}`
+	got, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("json\n got %s\nwant %s", got, want)
+	}
+	var back WorkerRecord
+	if err := json.Unmarshal([]byte(want), &back); err != nil || back != r {
+		t.Errorf("decode: %+v %v", back, err)
+	}
 }
