@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,5 +217,20 @@ func TestRedact(t *testing.T) {
 	got := redact("nats://u:pw@h1:4222, nats://h2:4222")
 	if strings.Contains(got, "pw") || !strings.Contains(got, "h2") {
 		t.Errorf("redact = %q", got)
+	}
+}
+
+func TestBindFlags(t *testing.T) {
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--nats-url", "nats://a:1,nats://b:2", "--nats-token", "t", "--nats-reconnect-wait", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.URL != "nats://a:1,nats://b:2" || c.Token != "t" || c.ReconnectWait != 3*time.Second || c.Port != 4222 || c.Host != "127.0.0.1" {
+		t.Errorf("after flags: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
 	}
 }
