@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -79,3 +80,10 @@ func (r *Registry) Watch(ctx context.Context) (*Watcher[WorkerRecord], error) {
 
 // Bucket returns the underlying bucket.
 func (r *Registry) Bucket() *Bucket[WorkerRecord] { return r.b }
+
+// BindFlags registers --registry-bucket and --registry-ttl on fs, writing
+// into c (whose current values are the defaults shown).
+func (c *RegistryConfig) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Bucket, "registry-bucket", c.Bucket, "NATS KV bucket workers register in")
+	fs.DurationVar(&c.TTL, "registry-ttl", c.TTL, "how long a worker registration lives without a heartbeat (heartbeats every ttl/3)")
+}

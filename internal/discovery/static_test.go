@@ -259,3 +259,22 @@ func TestWorkerRecordJSON(t *testing.T) {
 		t.Errorf("decode: %+v %v", back, err)
 	}
 }
+
+func TestRegistryConfig(t *testing.T) {
+	c := DefaultRegistryConfig()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--registry-ttl", "500ms"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Bucket != "kvrouter-workers" || c.TTL != 500*time.Millisecond {
+		t.Errorf("%+v", c)
+	}
+	if err := c.Validate(); err == nil {
+		t.Error("ttl below MinTTL accepted")
+	}
+	c.TTL, c.Bucket = time.Second, ""
+	if err := c.Validate(); err == nil {
+		t.Error("empty bucket accepted")
+	}
+}

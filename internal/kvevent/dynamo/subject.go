@@ -2,6 +2,12 @@ package dynamo
 
 import "strings"
 
+// Dynamo's default namespace and component names (--namespace, --component).
+const (
+	DefaultNamespace = "dynamo"
+	DefaultComponent = "backend"
+)
+
 // Subject returns the NATS subject Dynamo publishes a component's KV events
 // on: "namespace.{ns}.component.{comp}.kv-events".
 func Subject(namespace, component string) string {
