@@ -1,0 +1,347 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const testModel = "Qwen/Qwen3-0.6B"
+
+var (
+	tmplOnce sync.Once
+	tmpl     *chattemplate.Template
+	tmplErr  error
+)
+
+func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func testTemplate(t testing.TB) *chattemplate.Template {
+	t.Helper()
+	tmplOnce.Do(func() { tmpl, tmplErr = chattemplate.Load(modelfiles.Qwen3TokenizerConfig(), chattemplate.DefaultConfig()) })
+	if tmplErr != nil {
+		t.Fatal(tmplErr)
+	}
+	return tmpl
+}
+
+// testDir is a Directory backed by a map.
+type testDir struct {
+	mu    sync.Mutex
+	m     map[kvevent.WorkerID]WorkerEntry
+	order []kvevent.WorkerID
+}
+
+func (d *testDir) set(e WorkerEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[kvevent.WorkerID]WorkerEntry{}
+	}
+	if _, ok := d.m[e.ID]; !ok {
+		d.order = append(d.order, e.ID)
+	}
+	d.m[e.ID] = e
+}
+
+func (d *testDir) Lookup(id kvevent.WorkerID) (WorkerEntry, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.m[id]
+	return e, ok
+}
+
+func (d *testDir) List() []WorkerEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]WorkerEntry, 0, len(d.order))
+	for _, id := range d.order {
+		out = append(out, d.m[id])
+	}
+	return out
+}
+
+var _ Directory = (*testDir)(nil)
+
+// mock is a mock vLLM worker on a loopback port.
+type mock struct {
+	w    *server.Worker
+	url  string
+	stop func()
+}
+
+func startMock(t testing.TB, id uint64, speedup float64) *mock {
+	t.Helper()
+	c := server.DefaultConfig()
+	c.Model = testModel
+	c.WorkerID = id
+	c.Engine.BlockSize = 16
+	c.Engine.NumGPUBlocks = 2048
+	c.Engine.SpeedupRatio = speedup
+	c.Tokenizer = testTokenizer(t)
+	c.Logger = slog.New(slog.DiscardHandler)
+	w, err := server.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Serve(ctx, ln) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-errc }) }
+	t.Cleanup(stop)
+	return &mock{w: w, url: "http://" + ln.Addr().String(), stop: stop}
+}
+
+// fleet is a front door over n mock workers in approximate mode.
+type fleet struct {
+	t       testing.TB
+	r       *router.Router
+	idx     *router.Serial
+	dir     *testDir
+	f       *Frontend
+	reg     *prometheus.Registry
+	front   *httptest.Server
+	mocks   []*mock
+	client  *http.Client
+	ready   error
+	readyMu sync.Mutex
+}
+
+type fleetOpt struct {
+	workers int
+	speedup float64
+	cfg     func(*Config)
+	rcfg    func(*router.Config)
+	wrap    func(Router) Router
+}
+
+func newFleet(t testing.TB, o fleetOpt) *fleet {
+	t.Helper()
+	if o.speedup == 0 {
+		o.speedup = 1000
+	}
+	rc := router.DefaultConfig()
+	rc.BlockSize = 16
+	rc.Seed = 7
+	if o.rcfg != nil {
+		o.rcfg(&rc)
+	}
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &fleet{t: t, idx: router.NewSerial(x), dir: &testDir{}, reg: prometheus.NewRegistry()}
+	fl.r, err = router.New(rc, fl.idx, time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range o.workers {
+		id := uint64(i + 1)
+		m := startMock(t, id, o.speedup)
+		fl.mocks = append(fl.mocks, m)
+		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: router.Approximate, KVCapacityBlocks: 2048}); err != nil {
+			t.Fatal(err)
+		}
+		fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + string(rune('0'+id)), URL: m.url,
+			Status: discovery.Status{State: discovery.StateApprox, Reason: "no events", Since: time.Now()}})
+	}
+	cfg := DefaultConfig()
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	var rt Router = fl.r
+	if o.wrap != nil {
+		rt = o.wrap(fl.r)
+	}
+	fl.f, err = New(cfg, Deps{Router: rt, Directory: fl.dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
+		Index: fl.idx, Registry: fl.reg, Logger: slog.New(slog.DiscardHandler),
+		Ready: func() error { fl.readyMu.Lock(); defer fl.readyMu.Unlock(); return fl.ready }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.front = httptest.NewServer(fl.f.Handler())
+	fl.client = &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() {
+		fl.front.Close()
+		fl.client.CloseIdleConnections()
+		fl.f.CloseIdleConnections()
+	})
+	return fl
+}
+
+// do sends a request to the front door and returns the response with its
+// whole body read.
+func (fl *fleet) do(method, path string, body any, hdr ...string) (*http.Response, []byte) {
+	fl.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			fl.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, fl.front.URL+path, rd)
+	if err != nil {
+		fl.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := fl.client.Do(req)
+	if err != nil {
+		fl.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fl.t.Fatal(err)
+	}
+	return resp, b
+}
+
+// activeRequests sums the router's running requests.
+func (fl *fleet) activeRequests() int {
+	n := 0
+	for _, l := range fl.r.Loads() {
+		n += l.ActiveRequests
+	}
+	return n
+}
+
+// waitIdle polls until the router tracks no running request.
+func (fl *fleet) waitIdle() {
+	fl.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for fl.activeRequests() != 0 {
+		if time.Now().After(deadline) {
+			fl.t.Fatalf("router still tracks %d running requests: %+v", fl.activeRequests(), fl.r.Loads())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metric sums a metric family's samples in the registry (counter and
+// gauge values, histogram sample counts), over the series whose labels
+// include every given name=value pair.
+func (fl *fleet) metric(name string, labels ...string) float64 {
+	fl.t.Helper()
+	mfs, err := fl.reg.Gather()
+	if err != nil {
+		fl.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// words returns n distinct-ish words seeded by seed, as prompt text.
+func words(seed, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("w")
+		b.WriteString(strings.Repeat(string(rune('a'+(seed+i*7)%26)), 1+(i+seed)%3))
+	}
+	return b.String()
+}
+
+// sseEvents splits an SSE body into its data payloads.
+func sseEvents(body []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if p, ok := strings.CutPrefix(line, "data: "); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+type usageBody struct {
+	Usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// newLoopbackServer serves h on a loopback port and returns its URL.
+func newLoopbackServer(t testing.TB, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}

@@ -1,0 +1,254 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCompletionNonStreaming(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2})
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"model": testModel, "prompt": words(1, 50), "max_tokens": 5})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if w := resp.Header.Get(HeaderWorker); w != "w1" && w != "w2" {
+		t.Fatalf("worker header %q", w)
+	}
+	if resp.Header.Get(HeaderOverlapBlocks) != "0" {
+		t.Fatalf("overlap header %q on a cold fleet", resp.Header.Get(HeaderOverlapBlocks))
+	}
+	var u usageBody
+	if err := json.Unmarshal(body, &u); err != nil {
+		t.Fatal(err)
+	}
+	want := len(testTokenizer(t).Encode(words(1, 50), true))
+	if u.Usage.PromptTokens != want || u.Usage.CompletionTokens != 5 {
+		t.Fatalf("usage %+v, want %d prompt tokens and 5 completion tokens", u.Usage, want)
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_time_to_first_token_seconds"); got != 1 {
+		t.Fatalf("ttft samples %v, want 1", got)
+	}
+	if got := fl.metric("kvrouter_frontend_lifecycle_calls_total", "op", "free", "result", "ok"); got != 1 {
+		t.Fatalf("free calls %v, want 1", got)
+	}
+	if got := fl.metric("kvrouter_frontend_requests_total", "route", "completions", "status", "200"); got != 1 {
+		t.Fatalf("requests_total %v", got)
+	}
+}
+
+func TestCompletionStreamingAndChat(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2})
+	cases := []struct {
+		name, path string
+		body       map[string]any
+	}{
+		{"completion stream", "/v1/completions", map[string]any{"prompt": words(2, 40), "max_tokens": 6, "stream": true,
+			"stream_options": map[string]any{"include_usage": true}}},
+		{"completion token ids stream", "/v1/completions", map[string]any{"prompt": []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, "max_tokens": 6, "stream": true}},
+		{"chat", "/v1/chat/completions", map[string]any{"model": testModel, "messages": []map[string]string{{"role": "user", "content": words(3, 30)}}, "max_tokens": 4}},
+		{"chat stream", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "system", "content": "be brief"}, {"role": "user", "content": words(4, 30)}},
+			"max_tokens": 6, "stream": true, "stream_options": map[string]any{"include_usage": true}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := fl.do("POST", c.path, c.body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			stream, _ := c.body["stream"].(bool)
+			if !stream {
+				if !strings.Contains(string(body), `"choices"`) {
+					t.Fatalf("body %s", body)
+				}
+				return
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+				t.Fatalf("content type %q", ct)
+			}
+			ev := sseEvents(body)
+			if len(ev) < 7 || ev[len(ev)-1] != "[DONE]" {
+				t.Fatalf("events %q", ev)
+			}
+		})
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_lifecycle_calls_total", "op", "mark_prefill_completed", "result", "ok"); got != 4 {
+		t.Fatalf("mark prefill calls %v, want 4", got)
+	}
+	if got := fl.metric("kvrouter_frontend_inter_token_latency_seconds"); got < 3*5 {
+		t.Fatalf("itl samples %v, want at least 15", got)
+	}
+}
+
+// The chat prompt the router renders must be the one the worker computes:
+// the worker's reported prompt tokens equal the router's count.
+func TestChatPromptMatchesWorker(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1})
+	msgs := []map[string]string{{"role": "user", "content": "hello there"}}
+	_, body := fl.do("POST", "/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 1})
+	var u usageBody
+	if err := json.Unmarshal(body, &u); err != nil {
+		t.Fatal(err)
+	}
+	resp, rb := fl.do("POST", "/v1/route", map[string]any{"messages": msgs})
+	var d decisionJSON
+	if err := json.Unmarshal(rb, &d); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("route %d %s", resp.StatusCode, rb)
+	}
+	if d.InputTokens != u.Usage.PromptTokens || d.InputTokens == 0 {
+		t.Fatalf("router counts %d prompt tokens, worker %d", d.InputTokens, u.Usage.PromptTokens)
+	}
+}
+
+func TestRepeatedPromptLandsOnCachedWorker(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 3})
+	prompt := words(9, 400) // ~800 tokens, 50 blocks
+	first, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
+	if first.StatusCode != 200 {
+		t.Fatalf("status %d: %s", first.StatusCode, body)
+	}
+	fl.waitIdle()
+	worker := first.Header.Get(HeaderWorker)
+	for i := range 3 {
+		resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		if got := resp.Header.Get(HeaderWorker); got != worker {
+			t.Fatalf("repeat %d went to %s, the cache is on %s", i, got, worker)
+		}
+		overlap, _ := strconv.Atoi(resp.Header.Get(HeaderOverlapBlocks))
+		var u usageBody
+		if err := json.Unmarshal(body, &u); err != nil {
+			t.Fatal(err)
+		}
+		full := u.Usage.PromptTokens / 16
+		if overlap != full {
+			t.Fatalf("predicted overlap %d blocks, the prompt has %d full blocks", overlap, full)
+		}
+		if c := u.Usage.PromptTokensDetails.CachedTokens; c < (full-1)*16 {
+			t.Fatalf("worker reports %d cached tokens, want about %d", c, full*16)
+		}
+		fl.waitIdle()
+	}
+	if got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker); got != 4 {
+		t.Fatalf("accuracy samples for %s: %v, want 4", worker, got)
+	}
+	pred := fl.metric("kvrouter_frontend_predicted_cached_tokens_total", "worker", worker)
+	act := fl.metric("kvrouter_frontend_actual_cached_tokens_total", "worker", worker)
+	if pred == 0 || act < pred-3*16 || act > pred {
+		t.Fatalf("predicted %v vs actual %v cached tokens", pred, act)
+	}
+}
+
+func TestClientDisconnectFreesBooking(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2, speedup: 5})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := json.Marshal(map[string]any{"prompt": words(5, 60), "max_tokens": 2000, "stream": true})
+	req, _ := http.NewRequestWithContext(ctx, "POST", fl.front.URL+"/v1/completions", strings.NewReader(string(b)))
+	resp, err := fl.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	if fl.activeRequests() != 1 {
+		t.Fatalf("router tracks %d requests mid-stream, want 1", fl.activeRequests())
+	}
+	cancel()
+	resp.Body.Close()
+	fl.waitIdle()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fl.f.mu.Lock()
+		recs := fl.f.recent.list()
+		fl.f.mu.Unlock()
+		if len(recs) == 1 && recs[0].Outcome == "client disconnected" && recs[0].Status == 499 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records %+v, want one client disconnect", recs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWorkerKilledRetriedElsewhere(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2})
+	prompt := words(11, 200)
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	fl.waitIdle()
+	cached := resp.Header.Get(HeaderWorker)
+	idx := int(cached[1] - '1')
+	fl.mocks[idx].stop() // killed; the directory still lists it
+	for i := range 4 {
+		p := prompt
+		if i > 0 {
+			p = words(20+i, 100)
+		}
+		resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": p, "max_tokens": 2, "stream": i%2 == 1})
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get(HeaderWorker); got == cached {
+			t.Fatalf("request %d served by the dead worker %s", i, got)
+		}
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_retries_total", "reason", "connect"); got < 1 {
+		t.Fatalf("connect retries %v, want at least 1 (the cached prompt prefers the dead worker)", got)
+	}
+	if unk := fl.metric("kvrouter_frontend_lifecycle_calls_total", "result", "unknown"); unk != 0 {
+		t.Fatalf("%v lifecycle calls on unknown ids", unk)
+	}
+}
+
+func TestAllWorkersDeadGives502(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2})
+	for _, m := range fl.mocks {
+		m.stop()
+	}
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2})
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"type":"upstream_error"`) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	fl.waitIdle()
+}
+
+func TestWorker5xxRetriedThenPassedThrough(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.MaxRetries = 3 }})
+	calls := 0
+	bad := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		calls++
+		rw.Header().Set("Content-Type", "application/json")
+		rw.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(rw, `{"error":{"message":"boom","type":"InternalServerError","code":500}}`)
+	})
+	srv := newLoopbackServer(t, bad)
+	// Worker 1's URL now points to a failing server: every attempt is a
+	// 5xx; with one worker, the first attempt excludes it and the error
+	// passes through.
+	e, _ := fl.dir.Lookup(1)
+	e.URL = srv
+	fl.dir.set(e)
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hello", "max_tokens": 2})
+	if resp.StatusCode != 500 || !strings.Contains(string(body), "boom") || calls != 1 {
+		t.Fatalf("status %d, %d calls: %s", resp.StatusCode, calls, body)
+	}
+	fl.waitIdle()
+}
