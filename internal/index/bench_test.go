@@ -2,7 +2,9 @@ package index
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -47,16 +49,44 @@ func queryEvents() ([][]uint64, []kvevent.Event) {
 	return chains, evs
 }
 
+// cpuTimer reports the benchmark goroutine's thread CPU time per op as
+// "cpu-ns/op" next to the wall-clock ns/op.
+type cpuTimer struct {
+	b     *testing.B
+	start time.Duration
+	ok    bool
+}
+
+func startCPU(b *testing.B) *cpuTimer {
+	runtime.LockOSThread()
+	t := &cpuTimer{b: b}
+	t.start, t.ok = threadCPU()
+	return t
+}
+
+func (t *cpuTimer) stop() {
+	end, ok := threadCPU()
+	runtime.UnlockOSThread()
+	if ok && t.ok && t.b.N > 0 {
+		t.b.ReportMetric(float64((end-t.start).Nanoseconds())/float64(t.b.N), "cpu-ns/op")
+	}
+}
+
 func BenchmarkQuery256Blocks100Workers(b *testing.B) {
 	x, chains := queryFixture(b)
 	b.ReportMetric(float64(x.Stats().Entries), "entries")
 	var s Scores
 	b.ReportAllocs()
 	i := 0
+	var ct *cpuTimer
 	for b.Loop() {
+		if ct == nil {
+			ct = startCPU(b)
+		}
 		x.Query(chains[i%len(chains)], &s)
 		i++
 	}
+	ct.stop()
 }
 
 func BenchmarkConcurrentQuery256Blocks100Workers(b *testing.B) {
@@ -96,11 +126,16 @@ func BenchmarkApply(b *testing.B) {
 	}
 	b.ReportAllocs()
 	i := 0
+	var ct *cpuTimer
 	for b.Loop() {
+		if ct == nil {
+			ct = startCPU(b)
+		}
 		e := &evs[i%len(evs)]
 		_ = x.Apply(&e[0])
 		_ = x.Apply(&e[1])
 		i++
 	}
+	ct.stop()
 	b.ReportMetric(float64(2*n*b.N)/b.Elapsed().Seconds(), "block-ops/s")
 }
