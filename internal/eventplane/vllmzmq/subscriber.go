@@ -289,17 +289,15 @@ func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 		s.suspect = true // the connection dropped (see read)
 		return
 	}
-	if len(m.Frames) < 3 || !bytes.HasPrefix(m.Frames[0], []byte(s.cfg.Topic)) {
-		s.log.Debug("ignoring KV event message", "frames", len(m.Frames))
-		return
-	}
-	seq, ok := parseSeq(m.Frames[1])
+	topic, seq, payload, ok := splitLive(m.Frames)
 	if !ok {
 		s.m.malformed.Inc()
-		s.log.Warn("ignoring KV event message with a bad sequence frame", "bytes", len(m.Frames[1]))
+		s.log.Warn("ignoring a message that is not [topic, seq, payload]", "frames", len(m.Frames))
 		return
 	}
-	payload := m.Frames[2]
+	if !bytes.HasPrefix(topic, []byte(s.cfg.Topic)) {
+		return
+	}
 	if s.suspect && s.hasLast && seq != s.last+1 {
 		// After a dropped connection anything but the next sequence may be a
 		// restarted engine whose new sequence passed the old one: resync.
@@ -480,27 +478,18 @@ func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (
 			// Read to the END marker anyway: zmq4 v0.17.0 can park a
 			// connection goroutine forever when replies are left unread
 			// at Close.
-			if n := len(m.Frames); n >= 3 && bytes.Equal(m.Frames[n-2], endSeq) {
+			if _, _, end, _ := splitReply(m.Frames); end {
 				return applied, hole
 			}
 			continue
 		}
-		var seqB, payload []byte
-		switch len(m.Frames) {
-		case 3: // ["", seq, payload]: older vLLM, SGLang
-			seqB, payload = m.Frames[1], m.Frames[2]
-		case 4: // ["", topic, seq, payload]: current vLLM
-			seqB, payload = m.Frames[2], m.Frames[3]
-		default:
-			s.log.Warn("ignoring replay reply", "frames", len(m.Frames))
+		seq, payload, end, ok := splitReply(m.Frames)
+		switch {
+		case !ok:
+			s.log.Warn("ignoring malformed replay reply", "frames", len(m.Frames))
 			continue
-		}
-		if bytes.Equal(seqB, endSeq) {
+		case end:
 			return applied, nil
-		}
-		seq, ok := parseSeq(seqB)
-		if !ok {
-			continue
 		}
 		switch {
 		case !s.hasLast || seq == s.last+1:

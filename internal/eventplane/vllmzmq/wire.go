@@ -1,6 +1,7 @@
 package vllmzmq
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -102,4 +103,35 @@ func dialable(endpoint string) string {
 		return "tcp://" + net.JoinHostPort("127.0.0.1", port)
 	}
 	return endpoint
+}
+
+// splitLive reads a live message: [topic, seq, payload]. Extra frames are
+// ignored; fewer, or a sequence frame that is not 1..8 bytes, is not a KV
+// event message.
+func splitLive(frames [][]byte) (topic []byte, seq uint64, payload []byte, ok bool) {
+	if len(frames) < 3 {
+		return nil, 0, nil, false
+	}
+	seq, ok = parseSeq(frames[1])
+	return frames[0], seq, frames[2], ok
+}
+
+// splitReply reads a replay reply as the DEALER receives it, in either
+// format: ["", seq, payload] (legacy) or ["", topic, seq, payload]
+// (current vLLM). end is true for the END marker.
+func splitReply(frames [][]byte) (seq uint64, payload []byte, end, ok bool) {
+	var seqB []byte
+	switch len(frames) {
+	case 3:
+		seqB, payload = frames[1], frames[2]
+	case 4:
+		seqB, payload = frames[2], frames[3]
+	default:
+		return 0, nil, false, false
+	}
+	if bytes.Equal(seqB, endSeq) {
+		return 0, nil, true, true
+	}
+	seq, ok = parseSeq(seqB)
+	return seq, payload, false, ok
 }
