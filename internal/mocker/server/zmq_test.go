@@ -92,11 +92,15 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 		name                     string
 		encoding, schema, replay string
 		drop, dup                float64
+		delay                    time.Duration
+		restartEvery             int
 		dp                       int
 	}{
 		{name: "map", encoding: "map", dp: 2},
 		{name: "array-legacy", encoding: "array", schema: "lora_name", replay: "legacy", dp: 1},
 		{name: "drops-replayed", encoding: "map", drop: 0.3, dup: 0.2, dp: 1},
+		{name: "delayed", encoding: "map", delay: 20 * time.Millisecond, dp: 1},
+		{name: "restarts", encoding: "map", restartEvery: 7, dp: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig()
@@ -104,6 +108,7 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 			c.Engine.NumCPUBlocks = 10
 			c.DataParallelSize = tc.dp
 			c.Faults.DropEvents, c.Faults.DuplicateEvents, c.Faults.Seed = tc.drop, tc.dup, 7
+			c.Faults.DelayEvents, c.Faults.RestartEventsEvery = tc.delay, tc.restartEvery
 			opts, err := ParseZMQOptions(tc.encoding, tc.schema, tc.replay)
 			if err != nil {
 				t.Fatal(err)
@@ -167,6 +172,12 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 				if code != 200 {
 					t.Fatalf("request %d: %d %s", i, code, body)
 				}
+			}
+			if tc.restartEvery > 0 {
+				// A restarted sequence is an engine restart to the router:
+				// it clears the rank (blocks still cached become invisible).
+				waitFor(t, func() bool { return metricSum(t, reg, "kvrouter_vllm_events_clears_total") > 0 })
+				return
 			}
 			for rank := range tc.dp {
 				want := localSet(r.w, rank)
