@@ -34,6 +34,13 @@
 // decoders do (String::from_utf8_lossy: each maximal invalid subsequence
 // becomes U+FFFD), because the reference only accepts valid strings.
 //
-// A *Tokenizer is immutable after Load except for its word cache, which is
+// Two caches make repeated text cheap without changing any id: a word cache
+// (pre-tokenized piece → ids, bounded by count) and a segment cache (a whole
+// stretch of at least 256 bytes between added tokens → ids, LRU under a byte
+// budget). Stretches between added tokens are tokenized independently of
+// each other by the reference pipeline itself, so a chat message re-sent in
+// every turn of a conversation is looked up instead of tokenized again.
+//
+// A *Tokenizer is immutable after Load except for its caches, which are
 // safe for concurrent use: one tokenizer serves all requests.
 package tokenizer
