@@ -87,3 +87,32 @@ func BenchmarkMooncakeConversation8(b *testing.B) {
 	b.ReportMetric(r.makespan.Seconds(), "sim-s")
 	b.ReportMetric(float64(r.cachedTokens)/float64(r.promptTokens), "hit-ratio")
 }
+
+// BenchmarkStepDecode256 is one decode step of a full batch: 256 running
+// requests of 512-token prompts, each producing one token (the batch is
+// rebuilt, off the clock, when it runs out of tokens).
+func BenchmarkStepDecode256(b *testing.B) {
+	var e *Engine
+	fresh := func() {
+		e = mustEngine(b, DefaultConfig())
+		for i := range 256 {
+			if err := e.Add(Request{ID: uint64(i), Tokens: seqTokens(i*4096, 512), MaxTokens: 3000}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for e.Stats().Waiting > 0 || e.Stats().Running < 256 {
+			e.Step()
+		}
+		e.Step() // the last prefill chunk's first tokens
+	}
+	fresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if res := e.Step(); res.DecodeTokens != 256 {
+			b.StopTimer()
+			fresh()
+			b.StartTimer()
+		}
+	}
+}
