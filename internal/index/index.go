@@ -49,6 +49,7 @@ type holder struct {
 	engine  [kvevent.NumTiers]*engineTable // engine hash -> node, per tier
 	entries int                            // engine entries (all tiers)
 	expiry  map[uint32]int64               // approx/predict: node -> expiry (unix ns)
+	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
 }
 
 type holderKey struct {
@@ -114,7 +115,24 @@ func (x *Index) holderID(w kvevent.Worker, kind holderKind, create bool) (uint32
 	x.holders[id] = holder{worker: w, kind: kind, live: true}
 	x.byKey[holderKey{w, kind}] = id
 	x.byWorker[w.ID] = append(x.byWorker[w.ID], id)
+	x.markTwins(w)
 	return id, nil
+}
+
+// markTwins flags the holders of worker rank w when there is more than one
+// (a query then merges their scores).
+func (x *Index) markTwins(w kvevent.Worker) {
+	n := 0
+	for _, id := range x.byWorker[w.ID] {
+		if x.holders[id].worker == w {
+			n++
+		}
+	}
+	for _, id := range x.byWorker[w.ID] {
+		if x.holders[id].worker == w {
+			x.holders[id].twin = n > 1
+		}
+	}
 }
 
 // dropHolder removes every block of holder id and forgets it.
@@ -128,8 +146,10 @@ func (x *Index) dropHolder(id uint32) {
 	} else {
 		x.byWorker[h.worker.ID] = ids
 	}
+	w := h.worker
 	*h = holder{}
 	x.freeIDs = append(x.freeIDs, id)
+	x.markTwins(w)
 }
 
 // clearHolder removes every block of holder id, keeping the holder.

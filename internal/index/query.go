@@ -2,6 +2,7 @@ package index
 
 import (
 	"math/bits"
+	"slices"
 	"sync/atomic"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
@@ -30,7 +31,7 @@ type Scores struct {
 	List []Score
 
 	act, nxt []active
-	kinds    []holderKind
+	twin     []bool
 }
 
 // Get returns worker rank w's score (zero Blocks when absent).
@@ -58,9 +59,9 @@ func fastest(mask uint8) int { return bits.TrailingZeros8(mask) }
 // along the path; workers that do not match cost nothing.
 func (x *Index) Query(local []uint64, dst *Scores) {
 	dst.List = dst.List[:0]
-	dst.kinds = dst.kinds[:0]
+	dst.twin = dst.twin[:0]
 	x.queryAppend(local, dst)
-	x.mergePredicted(dst, 0)
+	x.mergeTwins(dst, 0)
 }
 
 func (x *Index) queryAppend(local []uint64, dst *Scores) {
@@ -141,60 +142,44 @@ func (x *Index) finish(dst *Scores, a active, depth int) {
 	a.tiers[fastest(entryMask(a.e))] += int32(depth) - a.start
 	h := &x.holders[entryID(a.e)]
 	s := Score{Worker: h.worker, Blocks: depth, Indexed: h.blocks}
+	if h.twin || h.kind == kindPredict {
+		s.Indexed = x.Indexed(h.worker) // predicted blocks are not indexed
+	}
 	for t := range s.Tiers {
 		s.Tiers[t] = int(a.tiers[t])
 	}
 	dst.List = append(dst.List, s)
-	dst.kinds = append(dst.kinds, h.kind)
+	dst.twin = append(dst.twin, h.twin)
 }
 
-// mergePredicted folds predict-on-route scores into their worker's real
-// score, keeping the larger.
-func (x *Index) mergePredicted(dst *Scores, from int) {
-	any := false
-	for _, k := range dst.kinds[from:] {
-		if k == kindPredict {
-			any = true
-			break
-		}
-	}
-	if !any {
+// mergeTwins keeps one score per worker rank when it has several holders
+// (exact or approximate entries plus predict-on-route ones): the one with
+// the most blocks.
+func (x *Index) mergeTwins(dst *Scores, from int) {
+	if !slices.Contains(dst.twin[from:], true) {
 		return
 	}
-	const gone = holderKind(255)
 	n := len(dst.List)
 	for i := from; i < n; i++ {
-		if dst.kinds[i] != kindPredict {
+		if !dst.twin[i] {
 			continue
 		}
-		p := dst.List[i]
-		dst.kinds[i] = gone
-		real := -1
-		for j := from; j < n; j++ {
-			if dst.kinds[j] != kindPredict && dst.kinds[j] != gone && dst.List[j].Worker == p.Worker {
-				real = j
-				break
+		for j := i + 1; j < n; j++ {
+			if dst.twin[j] && dst.List[j].Worker == dst.List[i].Worker {
+				if dst.List[j].Blocks > dst.List[i].Blocks {
+					dst.List[i] = dst.List[j]
+				}
+				dst.twin[j] = false
+				dst.List[j].Blocks = -1 // drop below
 			}
-		}
-		if real < 0 {
-			p.Indexed = x.Indexed(p.Worker)
-			dst.List = append(dst.List, p)
-			dst.kinds = append(dst.kinds, kindExact)
-			continue
-		}
-		if dst.List[real].Blocks < p.Blocks {
-			p.Indexed = dst.List[real].Indexed
-			dst.List[real] = p
 		}
 	}
 	out := dst.List[:from]
-	kinds := dst.kinds[:from]
-	for i, s := range dst.List[from:] {
-		i += from
-		if dst.kinds[i] != gone {
+	for _, s := range dst.List[from:] {
+		if s.Blocks >= 0 {
 			out = append(out, s)
-			kinds = append(kinds, dst.kinds[i])
 		}
 	}
-	dst.List, dst.kinds = out, kinds
+	dst.List = out
+	dst.twin = dst.twin[:0]
 }
