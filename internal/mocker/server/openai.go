@@ -196,10 +196,16 @@ func (w *Worker) checkIDs(ids []int64) ([]uint32, error) {
 	return out, nil
 }
 
+// maxBatchPrompts bounds the prompts of one completions request.
+const maxBatchPrompts = 1024
+
 // checkLength applies vLLM's prompt checks.
 func (w *Worker) checkLength(prompts [][]uint32, maxTok int) error {
 	if len(prompts) == 0 {
 		return errors.New("prompt is required")
+	}
+	if len(prompts) > maxBatchPrompts {
+		return fmt.Errorf("a batch holds at most %d prompts, got %d", maxBatchPrompts, len(prompts))
 	}
 	limit := w.cfg.maxModelLen()
 	for _, p := range prompts {

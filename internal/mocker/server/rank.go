@@ -107,6 +107,7 @@ func (r *rank) apply(c rankCmd) {
 	default:
 		if r.eng.Abort(c.abort) {
 			r.inflight.Add(-1)
+			r.metrics.update(r.eng.Stats())
 		}
 		delete(r.streams, c.abort)
 	}

@@ -363,3 +363,31 @@ func TestShutdownEndsStreams(t *testing.T) {
 	}
 	<-errc
 }
+
+// A client that goes away mid-stream frees its request on the engine.
+func TestClientCancelAborts(t *testing.T) {
+	c := testConfig()
+	c.Engine.SpeedupRatio = 1
+	r := start(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	b, _ := json.Marshal(map[string]any{"prompt": "a b c", "max_tokens": 4000, "stream": true})
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/v1/completions", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read the first token, then hang up.
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.w.ranks[0].inflight.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("request still in flight after the client left")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
