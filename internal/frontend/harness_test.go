@@ -49,7 +49,9 @@ func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
 
 func testTemplate(t testing.TB) *chattemplate.Template {
 	t.Helper()
-	tmplOnce.Do(func() { tmpl, tmplErr = chattemplate.Load(modelfiles.Qwen3TokenizerConfig(), chattemplate.DefaultConfig()) })
+	tmplOnce.Do(func() {
+		tmpl, tmplErr = chattemplate.Load(modelfiles.Qwen3TokenizerConfig(), chattemplate.DefaultConfig())
+	})
 	if tmplErr != nil {
 		t.Fatal(tmplErr)
 	}

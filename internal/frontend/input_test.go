@@ -1,0 +1,214 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+func TestBadInput(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.MaxPromptTokens = 1000
+	}})
+	long := strings.Repeat("hello ", 2000) // ~2000 tokens, 12 KB: under the body limit
+	cases := []struct {
+		name, path string
+		body       string
+		status     int
+		typ, code  string
+	}{
+		{"malformed json", "/v1/completions", `{"prompt": "hi"`, 400, typeInvalidRequest, codeInvalidJSON},
+		{"malformed chat json", "/v1/chat/completions", `[1,2`, 400, typeInvalidRequest, codeInvalidJSON},
+		{"no prompt", "/v1/completions", `{"max_tokens": 3}`, 400, typeInvalidRequest, ""},
+		{"prompt wrong type", "/v1/completions", `{"prompt": {"a":1}}`, 400, typeInvalidRequest, ""},
+		{"negative token id", "/v1/completions", `{"prompt": [1, -2, 3]}`, 400, typeInvalidRequest, ""},
+		{"fractional token id", "/v1/completions", `{"prompt": [1.5]}`, 400, typeInvalidRequest, ""},
+		{"empty prompt list", "/v1/completions", `{"prompt": []}`, 400, typeInvalidRequest, ""},
+		{"messages not a list", "/v1/chat/completions", `{"messages": "hi"}`, 400, typeInvalidRequest, ""},
+		{"message without role", "/v1/chat/completions", `{"messages": [{"content": "hi"}]}`, 400, typeInvalidRequest, ""},
+		{"unknown model", "/v1/completions", `{"model": "gpt-9", "prompt": "hi"}`, 404, typeNotFound, codeModelNotFound},
+		{"unknown model chat", "/v1/chat/completions", `{"model": "gpt-9", "messages": [{"role":"user","content":"hi"}]}`, 404, typeNotFound, codeModelNotFound},
+		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 70<<10) + `"}`, 413, typeInvalidRequest, codeTooLarge},
+		{"prompt too many tokens", "/v1/completions", `{"prompt": "` + long + `"}`, 413, typeInvalidRequest, codeContextLength},
+		{"token ids too many", "/v1/completions", `{"prompt": [` + strings.Repeat("1,", 1000) + `1]}`, 413, typeInvalidRequest, codeContextLength},
+		{"chat too many tokens", "/v1/chat/completions", `{"messages": [{"role":"user","content":"` + long + `"}]}`, 413, typeInvalidRequest, codeContextLength},
+		{"unknown path", "/v2/nothing", `{}`, 404, typeNotFound, "not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := fl.do("POST", c.path, c.body)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, body)
+			}
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" {
+				t.Fatalf("not an OpenAI error body: %s", body)
+			}
+			code := ""
+			if e.Error.Code != nil {
+				code = *e.Error.Code
+			}
+			if e.Error.Type != c.typ || code != c.code {
+				t.Fatalf("type %q code %q, want %q %q", e.Error.Type, code, c.typ, c.code)
+			}
+		})
+	}
+	if fl.activeRequests() != 0 || fl.metric("kvrouter_frontend_lifecycle_calls_total") != 0 {
+		t.Fatal("refused requests reached the router")
+	}
+}
+
+// The byte bound refuses a huge prompt without tokenizing it: a text of n
+// bytes has at least n / longest-token-bytes tokens.
+func TestPromptBoundBeforeTokenizing(t *testing.T) {
+	counting := &countingTokenizer{Tokenizer: testTokenizer(t)}
+	p := promptParser{model: "m", tok: counting, maxTokens: 100, maxTokenBytes: longestToken(testTokenizer(t))}
+	if p.maxTokenBytes < 16 || p.maxTokenBytes > 1024 {
+		t.Fatalf("longest token %d bytes", p.maxTokenBytes)
+	}
+	big := strings.Repeat("a", 101*p.maxTokenBytes)
+	if _, err := p.encode(big, true); err == nil || counting.calls != 0 {
+		t.Fatalf("err %v after %d encodes, want a refusal without encoding", err, counting.calls)
+	}
+	// Just within the byte bound: tokenized, then counted.
+	if _, err := p.encode(strings.Repeat("a", 100*p.maxTokenBytes), true); err == nil || counting.calls != 1 {
+		t.Fatalf("err %v after %d encodes", err, counting.calls)
+	}
+}
+
+type countingTokenizer struct {
+	Tokenizer
+	calls int
+}
+
+func (c *countingTokenizer) Encode(s string, special bool) []uint32 {
+	c.calls++
+	return c.Tokenizer.Encode(s, special)
+}
+
+func TestAllBusyGives503(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, speedup: 5, rcfg: func(c *router.Config) {
+		c.Scheduler.ActiveDecodeBlocksThreshold = 0.001 // 2 of 2048 blocks
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := json.Marshal(map[string]any{"prompt": words(3, 100), "max_tokens": 2000, "stream": true})
+	req, _ := http.NewRequestWithContext(ctx, "POST", fl.front.URL+"/v1/completions", strings.NewReader(string(b)))
+	resp, err := fl.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	r2, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 1})
+	if r2.StatusCode != 503 || r2.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), codeOverloaded) {
+		t.Fatalf("status %d retry-after %q: %s", r2.StatusCode, r2.Header.Get("Retry-After"), body)
+	}
+	// /v1/route explains the refusal.
+	r3, body := fl.do("POST", "/v1/route", map[string]any{"prompt": "hi"})
+	if r3.StatusCode != 503 || !strings.Contains(string(body), "busy: active decode blocks over threshold") {
+		t.Fatalf("route: status %d: %s", r3.StatusCode, body)
+	}
+	cancel()
+	resp.Body.Close()
+	fl.waitIdle()
+}
+
+func TestAuth(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
+		c.APIKeys = []string{"user-key"}
+		c.AdminKeys = []string{"admin-key"}
+	}})
+	completion := `{"prompt": "hi", "max_tokens": 1}`
+	cases := []struct {
+		method, path, body, key string
+		status                  int
+	}{
+		{"POST", "/v1/completions", completion, "", 401},
+		{"POST", "/v1/completions", completion, "wrong", 401},
+		{"POST", "/v1/completions", completion, "user-key", 200},
+		{"POST", "/v1/completions", completion, "admin-key", 200},
+		{"GET", "/v1/models", "", "", 401},
+		{"GET", "/v1/models", "", "user-key", 200},
+		{"POST", "/v1/route", `{"prompt":"hi"}`, "user-key", 403},
+		{"POST", "/v1/route", `{"prompt":"hi"}`, "admin-key", 200},
+		{"POST", "/v1/query", `{"prompt":"hi"}`, "", 401},
+		{"POST", "/v1/query", `{"prompt":"hi"}`, "admin-key", 200},
+		{"GET", "/v1/workers", "", "user-key", 403},
+		{"GET", "/v1/workers", "", "admin-key", 200},
+		{"GET", "/metrics", "", "", 401},
+		{"GET", "/metrics", "", "admin-key", 200},
+		{"GET", "/", "", "", 401},
+		{"GET", "/?key=admin-key", "", "", 200},
+		{"GET", "/health", "", "", 200},
+		{"GET", "/ready", "", "", 200},
+	}
+	for _, c := range cases {
+		var hdr []string
+		if c.key != "" {
+			hdr = []string{"Authorization", "Bearer " + c.key}
+		}
+		var body any
+		if c.body != "" {
+			body = c.body
+		}
+		resp, b := fl.do(c.method, c.path, body, hdr...)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s key %q: status %d, want %d: %s", c.method, c.path, c.key, resp.StatusCode, c.status, b)
+		}
+		if resp.StatusCode == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s %s: 401 without WWW-Authenticate", c.method, c.path)
+		}
+	}
+	fl.waitIdle()
+}
+
+// With API keys but no admin keys, admin endpoints take the API keys:
+// setting keys never leaves the admin surface open.
+func TestAuthAdminFallsBackToAPIKeys(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.APIKeys = []string{"k"} }})
+	if resp, _ := fl.do("GET", "/v1/workers", nil); resp.StatusCode != 401 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if resp, _ := fl.do("GET", "/v1/workers", nil, "Authorization", "Bearer k"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+func FuzzCompletionPrompt(f *testing.F) {
+	for _, s := range []string{`"hi"`, `[1,2,3]`, `["a","b"]`, `[[1,2],[3]]`, `[]`, `null`, `[[[1]]]`, `[-1]`, `[1e40]`, `["x",1]`, `{"a":1}`, `"\ud800"`} {
+		f.Add(s)
+	}
+	tok := testTokenizer(f)
+	p := promptParser{model: "m", tok: tok, maxTokens: 64, maxTokenBytes: longestToken(tok)}
+	f.Fuzz(func(t *testing.T, raw string) {
+		pr, err := p.completionPrompt([]byte(raw))
+		if err == nil && (len(pr.tokens) > 64 || pr.batch < 1) {
+			t.Fatalf("accepted %d tokens, batch %d", len(pr.tokens), pr.batch)
+		}
+	})
+}
+
+func FuzzNativeRequest(f *testing.F) {
+	for _, s := range []string{`{"tokens":[1,2]}`, `{"prompt":"x"}`, `{"messages":[{"role":"user","content":"x"}]}`, `{"block_hashes":[1]}`, `{}`, `[`, `{"tokens":[1],"prompt":"x"}`} {
+		f.Add(s)
+	}
+	fl := newFleet(f, fleetOpt{workers: 0})
+	f.Fuzz(func(t *testing.T, raw string) {
+		_, _, _ = fl.f.nativeTokens([]byte(raw), true)
+	})
+}
