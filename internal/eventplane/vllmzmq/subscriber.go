@@ -148,6 +148,7 @@ type Subscriber struct {
 	log *slog.Logger
 	dec *vllm.Decoder
 	m   workerMetrics
+	rp  replayer // nil without a replay endpoint
 
 	// Stream state, owned by the Run goroutine.
 	last       uint64
@@ -181,6 +182,9 @@ func NewSubscriber(cfg SubscriberConfig, h Handler) (*Subscriber, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("worker", cfg.Worker.String(), "endpoint", cfg.Endpoint)
+	if cfg.ReplayEndpoint != "" {
+		s.rp = &dealerReplayer{endpoint: cfg.ReplayEndpoint, retry: cfg.DialRetry, timeout: cfg.ReplayTimeout, log: s.log}
+	}
 	return s, nil
 }
 
@@ -268,7 +272,7 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 // initialSync replays whatever the publisher still buffers, so a router
 // that starts next to a running engine sees its recent blocks.
 func (s *Subscriber) initialSync(ctx context.Context) {
-	if s.cfg.ReplayEndpoint == "" {
+	if s.rp == nil {
 		s.setState(StateExact, "no replay endpoint: blocks stored before the router connected are invisible until stored again")
 		return
 	}
@@ -298,35 +302,33 @@ func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 	if !bytes.HasPrefix(topic, []byte(s.cfg.Topic)) {
 		return
 	}
-	if s.suspect && s.hasLast && seq != s.last+1 {
-		// After a dropped connection anything but the next sequence may be a
-		// restarted engine whose new sequence passed the old one: resync.
+	if s.suspect {
+		// The connection dropped: the engine process may have restarted,
+		// and a new engine's sequence can pass or even continue the old
+		// one. Ask its replay buffer whether it still has our last batch.
 		s.suspect = false
-		s.lost(StateDegraded, fmt.Sprintf("publisher reconnected at sequence %d after %d: the engine may have restarted; its blocks were cleared", seq, s.last), s.m.clearRestart)
-		s.hasLast = false
-		if s.cfg.ReplayEndpoint != "" {
-			if _, err := s.replay(ctx, 0); err != nil {
-				s.log.Info("replay after reconnect failed", "err", err)
+		if s.hasLast && !s.sameEngine(ctx) {
+			s.lost(StateDegraded, fmt.Sprintf("publisher reconnected (sequence %d after %d) and could not be shown to be the same engine; its blocks were cleared", seq, s.last), s.m.clearRestart)
+			s.hasLast = false
+			if s.rp != nil {
+				if _, err := s.replay(ctx, 0); err != nil {
+					s.log.Info("replay after reconnect failed", "err", err)
+				}
 			}
+			s.resume(ctx, seq, payload)
+			s.recovering = true
+			return
 		}
-		if !s.hasLast || seq > s.last {
-			s.apply(seq, payload)
-		}
-		s.recovering = true
-		return
 	}
-	s.suspect = false
 	switch {
 	case !s.hasLast:
-		if seq > 0 && s.cfg.ReplayEndpoint != "" {
+		if seq > 0 && s.rp != nil {
 			// Joined late: fetch what the publisher still has.
 			if _, err := s.replay(ctx, 0); err != nil {
 				s.log.Info("replay on first contact failed", "err", err)
 			}
 		}
-		if !s.hasLast || seq > s.last {
-			s.apply(seq, payload)
-		}
+		s.resume(ctx, seq, payload)
 		if st := s.Status(); st.State == StateSyncing {
 			s.setState(StateExact, fmt.Sprintf("joined the stream at sequence %d", seq))
 		}
@@ -339,15 +341,26 @@ func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 		}
 		s.lost(StateDegraded, fmt.Sprintf("sequence went back from %d to %d: the engine restarted; its blocks were cleared", s.last, seq), s.m.clearRestart)
 		s.hasLast = false
-		if seq > 0 && s.cfg.ReplayEndpoint != "" {
+		if seq > 0 && s.rp != nil {
 			if _, err := s.replay(ctx, 0); err != nil {
 				s.log.Info("replay after restart failed", "err", err)
 			}
 		}
-		if !s.hasLast || seq > s.last {
-			s.apply(seq, payload)
-		}
+		s.resume(ctx, seq, payload)
 		s.recovering = true
+	default:
+		s.gap(ctx, seq, payload)
+	}
+}
+
+// resume hands on a live batch after a resync replay: applied if it
+// extends the stream, dropped if the replay already applied it, a gap if
+// the replay stopped short of it.
+func (s *Subscriber) resume(ctx context.Context, seq uint64, payload []byte) {
+	switch {
+	case !s.hasLast || seq == s.last+1:
+		s.apply(seq, payload)
+	case seq <= s.last:
 	default:
 		s.gap(ctx, seq, payload)
 	}
@@ -363,7 +376,7 @@ func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) {
 	}
 	s.setState(StateDegraded, "recovering sequences "+span+" by replay")
 	why := "no replay endpoint"
-	if s.cfg.ReplayEndpoint != "" {
+	if s.rp != nil {
 		_, err := s.replay(ctx, from)
 		switch {
 		case s.last >= to:
@@ -434,63 +447,92 @@ func (s *Subscriber) apply(seq uint64, payload []byte) {
 	}
 }
 
+// sameEngine reports whether the publisher's replay buffer still holds the
+// last batch applied, byte for byte: then it is the same engine process.
+// Without a replay socket it cannot be shown.
+func (s *Subscriber) sameEngine(ctx context.Context) bool {
+	r := s.ring[s.last%dedupWindow]
+	if s.rp == nil || !r.ok || r.seq != s.last {
+		return false
+	}
+	same, first := false, true
+	err := s.rp.Replay(ctx, s.last, func(seq uint64, payload []byte) bool {
+		if first {
+			first = false
+			same = seq == s.last && xxh3.Hash(payload) == r.hash
+		}
+		return false
+	})
+	return err == nil && same
+}
+
 // duplicate reports whether seq was applied recently with the same payload.
 func (s *Subscriber) duplicate(seq uint64, payload []byte) bool {
 	r := s.ring[seq%dedupWindow]
 	return r.ok && r.seq == seq && s.last-seq < dedupWindow && r.hash == xxh3.Hash(payload)
 }
 
-// replay asks the replay socket for every batch from `from` on and applies
-// those that extend the stream; it stops at the END marker, at a hole, or
-// on error. It returns how many batches it applied.
-func (s *Subscriber) replay(ctx context.Context, from uint64) (int, error) {
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
-	defer cancel()
-	d := zmq4.NewDealer(rctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
-	defer d.Close()
-	applied, err := s.replayOn(rctx, d, from)
-	if err != nil {
-		s.m.replayFailed.Inc()
-		return applied, err
-	}
-	s.m.replayOK.Inc()
-	return applied, nil
+// replayer fetches batches from a publisher's replay buffer. Stream logic
+// depends only on this, so it can be tested without sockets.
+type replayer interface {
+	// Replay requests every batch from `from` on and calls fn for each, in
+	// the order received, until the END marker. Once fn returns false it
+	// is not called again, but the replies are still read to the END.
+	Replay(ctx context.Context, from uint64, fn func(seq uint64, payload []byte) bool) error
 }
 
-func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (int, error) {
-	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
-		return 0, fmt.Errorf("dialling replay endpoint %s: %w", s.cfg.ReplayEndpoint, err)
+var _ replayer = (*dealerReplayer)(nil)
+
+// dealerReplayer asks over a fresh DEALER socket per replay.
+type dealerReplayer struct {
+	endpoint string
+	retry    time.Duration
+	timeout  time.Duration
+	log      *slog.Logger
+}
+
+func (r *dealerReplayer) Replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	defer d.Close()
+	if err := d.Dial(r.endpoint); err != nil {
+		return fmt.Errorf("dialling replay endpoint %s: %w", r.endpoint, err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, seqFrame(from))); err != nil {
-		return 0, fmt.Errorf("sending replay request: %w", err)
+		return fmt.Errorf("sending replay request: %w", err)
 	}
-	applied := 0
-	var hole error
+	wanted := true
 	for {
 		m, err := d.Recv()
 		if err != nil {
 			if ctx.Err() != nil {
-				err = fmt.Errorf("replay timed out after %v", s.cfg.ReplayTimeout)
+				err = fmt.Errorf("replay timed out after %v", r.timeout)
 			}
-			return applied, err
-		}
-		if hole != nil {
-			// Read to the END marker anyway: zmq4 v0.17.0 can park a
-			// connection goroutine forever when replies are left unread
-			// at Close.
-			if _, _, end, _ := splitReply(m.Frames); end {
-				return applied, hole
-			}
-			continue
+			return err
 		}
 		seq, payload, end, ok := splitReply(m.Frames)
 		switch {
 		case !ok:
-			s.log.Warn("ignoring malformed replay reply", "frames", len(m.Frames))
-			continue
+			r.log.Warn("ignoring malformed replay reply", "frames", len(m.Frames))
 		case end:
-			return applied, nil
+			return nil
+		case wanted:
+			// Unwanted replies are still read to the END: zmq4 v0.17.0 can
+			// park a connection goroutine forever when replies are left
+			// unread at Close.
+			wanted = fn(seq, payload)
 		}
+	}
+}
+
+// replay asks for every batch from `from` on and applies those that extend
+// the stream; a later batch than the next one needed is a hole, which
+// replay cannot fill. It returns how many batches it applied.
+func (s *Subscriber) replay(ctx context.Context, from uint64) (int, error) {
+	applied := 0
+	var hole error
+	err := s.rp.Replay(ctx, from, func(seq uint64, payload []byte) bool {
 		switch {
 		case !s.hasLast || seq == s.last+1:
 			s.apply(seq, payload)
@@ -498,10 +540,20 @@ func (s *Subscriber) replayOn(ctx context.Context, d zmq4.Socket, from uint64) (
 		case seq <= s.last:
 			// already applied
 		default:
-			// A hole: the publisher no longer buffers what we need.
 			hole = fmt.Errorf("the publisher's buffer resumes at sequence %d (buffer overrun or lost batches)", seq)
+			return false
 		}
+		return true
+	})
+	if err == nil {
+		err = hole
 	}
+	if err != nil {
+		s.m.replayFailed.Inc()
+		return applied, err
+	}
+	s.m.replayOK.Inc()
+	return applied, nil
 }
 
 // setState records and reports a state when it changes.
