@@ -1,4 +1,7 @@
-package mocker
+// Package indexcheck tests the mock engine against the router's index: it
+// holds tests only, apart from the mocker core so that the core's own tests
+// never depend on the index package building.
+package indexcheck
 
 import (
 	"errors"
@@ -7,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/mocker"
 	"pgregory.net/rapid"
 )
 
@@ -16,13 +20,13 @@ import (
 // after every step.
 func TestEventsIntoRouterIndex(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		c := DefaultConfig()
+		c := mocker.DefaultConfig()
 		c.BlockSize = 2
 		c.NumGPUBlocks = rapid.IntRange(6, 40).Draw(t, "gpu")
 		c.NumCPUBlocks = rapid.SampledFrom([]int{0, 12}).Draw(t, "cpu")
 		c.MaxNumBatchedTokens = rapid.IntRange(2, 16).Draw(t, "budget")
 		c.Watermark = 0
-		e, err := NewEngine(c)
+		e, err := mocker.NewEngine(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,30 +38,25 @@ func TestEventsIntoRouterIndex(t *testing.T) {
 		var prompts [][]uint32
 		var scores index.Scores
 		check := func() {
+			dev := toSet(e.CachedHashes(kvevent.TierDevice, nil))
+			host := toSet(e.CachedHashes(kvevent.TierHostPinned, nil))
 			for _, p := range prompts {
 				local, _ := kvhash.LocalHashes(p, kvhash.Options{BlockSize: c.BlockSize}, nil)
 				seq := kvhash.SequenceHashes(local, nil)
-				dev, any := 0, 0
-				for dev < len(seq) {
-					if _, ok := e.pool.byHash[seq[dev]]; !ok {
-						break
-					}
-					dev++
+				nDev, nAny := 0, 0
+				for nDev < len(seq) && dev[mocker.EngineHash(seq[nDev], c.HashSeed)] {
+					nDev++
 				}
-				for any < len(seq) {
-					_, ok := e.pool.byHash[seq[any]]
-					if !ok && (e.cpu == nil || !cpuHas(e.cpu, seq[any])) {
-						break
-					}
-					any++
+				for nAny < len(seq) && (dev[mocker.EngineHash(seq[nAny], c.HashSeed)] || host[mocker.EngineHash(seq[nAny], c.HashSeed)]) {
+					nAny++
 				}
 				ix.Query(local, &scores)
 				s := scores.Get(w)
 				// With a host tier the index may under-report the host
 				// extension: a device removal drops the worker's blocks
 				// below it on every tier (see the report of issue 4).
-				if s.Tiers[kvevent.TierDevice] != dev || s.Blocks > any || (e.cpu == nil && s.Blocks != any) {
-					t.Fatalf("prompt %v: index scores device %d / any %d, engine holds %d / %d", p, s.Tiers[kvevent.TierDevice], s.Blocks, dev, any)
+				if s.Tiers[kvevent.TierDevice] != nDev || s.Blocks > nAny || (c.NumCPUBlocks == 0 && s.Blocks != nAny) {
+					t.Fatalf("prompt %v: index scores device %d / any %d, engine holds %d / %d", p, s.Tiers[kvevent.TierDevice], s.Blocks, nDev, nAny)
 				}
 			}
 		}
@@ -65,13 +64,13 @@ func TestEventsIntoRouterIndex(t *testing.T) {
 		for i := range n {
 			toks := rapid.SliceOfN(rapid.Uint32Range(0, 2), 1, 14).Draw(t, "toks")
 			prompts = append(prompts, toks)
-			_ = e.Add(Request{ID: uint64(i), Tokens: toks, MaxTokens: rapid.IntRange(1, 4).Draw(t, "max")})
+			_ = e.Add(mocker.Request{ID: uint64(i), Tokens: toks, MaxTokens: rapid.IntRange(1, 4).Draw(t, "max")})
 			for range rapid.IntRange(0, 3).Draw(t, "steps") {
 				for _, ev := range e.Step().Events {
 					kv := ev.KVEvent(w)
 					// With a host tier, a host block the index already
 					// dropped (see above) comes back as an unknown removal.
-					if err := ix.Apply(&kv); err != nil && !(e.cpu != nil && errors.Is(err, index.ErrUnknownBlock)) {
+					if err := ix.Apply(&kv); err != nil && !(c.NumCPUBlocks > 0 && errors.Is(err, index.ErrUnknownBlock)) {
 						t.Fatalf("index refused %+v: %v", kv, err)
 					}
 				}
@@ -81,4 +80,10 @@ func TestEventsIntoRouterIndex(t *testing.T) {
 	})
 }
 
-func cpuHas(c *cpuPool, h uint64) bool { _, ok := c.byHash[h]; return ok }
+func toSet(hs []uint64) map[uint64]bool {
+	m := make(map[uint64]bool, len(hs))
+	for _, h := range hs {
+		m[h] = true
+	}
+	return m
+}
