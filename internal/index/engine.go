@@ -2,15 +2,24 @@ package index
 
 // engineTable maps one worker rank's engine block hashes (on one tier) to
 // tree nodes, with a reference count (an engine may store the same block
-// twice). It is an open-addressing table with parallel key and node arrays
-// (12 bytes a slot instead of a Go map's 16 plus control bytes); counts
-// above one, which are rare, live in a side map.
+// twice). It is an open-addressing table (linear probing, backward-shift
+// deletion) of 12-byte slots holding key and node together, so a lookup
+// touches one cache line; a Go map would take 16 bytes a slot plus
+// control bytes. Counts above one, which are rare, live in a side map.
 type engineTable struct {
-	keys  []uint64
-	nodes []uint32 // 0 = empty slot (node 0 is the root, never mapped)
+	slots []engineSlot
 	n     int
 	multi map[uint64]uint32 // refcount - 1 for hashes stored more than once
 }
+
+// engineSlot is one slot, the key split in two words so that the slot
+// needs no padding.
+type engineSlot struct {
+	lo, hi uint32
+	node   uint32 // 0 = empty slot (node 0 is the root, never mapped)
+}
+
+func (s *engineSlot) key() uint64 { return uint64(s.hi)<<32 | uint64(s.lo) }
 
 func engineHash64(k uint64) uint64 {
 	k ^= k >> 33
@@ -20,12 +29,14 @@ func engineHash64(k uint64) uint64 {
 }
 
 func (t *engineTable) slot(k uint64) (int, bool) {
-	mask := len(t.keys) - 1
+	mask := len(t.slots) - 1
+	lo, hi := uint32(k), uint32(k>>32)
 	for i := int(engineHash64(k)) & mask; ; i = (i + 1) & mask {
-		if t.nodes[i] == 0 {
+		s := &t.slots[i]
+		if s.node == 0 {
 			return i, false
 		}
-		if t.keys[i] == k {
+		if s.lo == lo && s.hi == hi {
 			return i, true
 		}
 	}
@@ -40,7 +51,7 @@ func (t *engineTable) get(k uint64) uint32 {
 	if !ok {
 		return 0
 	}
-	return t.nodes[i]
+	return t.slots[i].node
 }
 
 // refs returns k's reference count (0 when absent).
@@ -54,25 +65,15 @@ func (t *engineTable) refs(k uint64) uint32 {
 // reserve makes room for one more key and returns k's slot and whether k
 // is present; a following fill(i, ...) for an absent k needs no new probe.
 func (t *engineTable) reserve(k uint64) (int, bool) {
-	if (t.n+1)*4 > len(t.keys)*3 {
-		t.resize(max(8, len(t.keys)*2))
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.resize(max(8, len(t.slots)*2))
 	}
 	return t.slot(k)
 }
 
 // fill stores an absent k at the slot reserve returned.
 func (t *engineTable) fill(i int, k uint64, node uint32) {
-	t.keys[i], t.nodes[i] = k, node
-	t.n++
-}
-
-// add maps k to node (k must be absent) with count 1.
-func (t *engineTable) add(k uint64, node uint32) {
-	if (t.n+1)*4 > len(t.keys)*3 {
-		t.resize(max(8, len(t.keys)*2))
-	}
-	i, _ := t.slot(k)
-	t.keys[i], t.nodes[i] = k, node
+	t.slots[i] = engineSlot{lo: uint32(k), hi: uint32(k >> 32), node: node}
 	t.n++
 }
 
@@ -109,28 +110,28 @@ func (t *engineTable) del(k uint64) {
 		return
 	}
 	delete(t.multi, k)
-	mask := len(t.keys) - 1
-	for j := (i + 1) & mask; t.nodes[j] != 0; j = (j + 1) & mask {
-		home := int(engineHash64(t.keys[j])) & mask
+	mask := len(t.slots) - 1
+	for j := (i + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
+		home := int(engineHash64(t.slots[j].key())) & mask
 		if (j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j)) {
-			t.keys[i], t.nodes[i] = t.keys[j], t.nodes[j]
+			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
-	t.nodes[i] = 0
+	t.slots[i] = engineSlot{}
 	t.n--
-	if len(t.keys) > 64 && t.n*8 < len(t.keys) {
-		t.resize(len(t.keys) / 2)
+	if len(t.slots) > 64 && t.n*8 < len(t.slots) {
+		t.resize(len(t.slots) / 2)
 	}
 }
 
 func (t *engineTable) resize(size int) {
-	ok, on := t.keys, t.nodes
-	t.keys, t.nodes = make([]uint64, size), make([]uint32, size)
-	for i, nd := range on {
-		if nd != 0 {
-			j, _ := t.slot(ok[i])
-			t.keys[j], t.nodes[j] = ok[i], nd
+	old := t.slots
+	t.slots = make([]engineSlot, size)
+	for _, s := range old {
+		if s.node != 0 {
+			j, _ := t.slot(s.key())
+			t.slots[j] = s
 		}
 	}
 }
@@ -140,9 +141,9 @@ func (t *engineTable) each(f func(k uint64, node uint32, refs uint32)) {
 	if t == nil {
 		return
 	}
-	for i, nd := range t.nodes {
-		if nd != 0 {
-			f(t.keys[i], nd, 1+t.multi[t.keys[i]])
+	for i := range t.slots {
+		if s := &t.slots[i]; s.node != 0 {
+			f(s.key(), s.node, 1+t.multi[s.key()])
 		}
 	}
 }
@@ -151,5 +152,5 @@ func (t *engineTable) bytes() int64 {
 	if t == nil {
 		return 0
 	}
-	return int64(len(t.keys))*12 + int64(len(t.multi))*16
+	return int64(len(t.slots))*12 + int64(len(t.multi))*16
 }

@@ -264,7 +264,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 	for i, b := range ev.Blocks {
 		slot, present := m.reserve(b.EngineHash)
 		if present {
-			nid := m.nodes[slot]
+			nid := m.slots[slot].node
 			n := x.ns.at(nid)
 			if n.parent != parent || n.local != b.LocalHash {
 				x.stats.conflicts++
