@@ -11,11 +11,10 @@ import (
 
 // ConcurrentConfig tunes a Concurrent index.
 type ConcurrentConfig struct {
-	// Index configures each shard's index (the byte budget and approximate
-	// size cap apply per shard). Default DefaultConfig().
+	// Index configures the underlying index. Default DefaultConfig().
 	Index Config
-	// Writers is the number of writer goroutines, one shard of workers
-	// each (--router-event-threads). Default 4.
+	// Writers is the number of writer goroutines, each handling a fixed
+	// subset of the workers (--router-event-threads). Default 4.
 	Writers int
 	// QueueLen is each writer's queue length in operations; a full queue
 	// blocks the caller. Default 4096.

@@ -12,9 +12,10 @@ type Config struct {
 	// ApproxTTL is how long a block recorded in approximate mode (Record)
 	// stays indexed after its last recording. Default 120 s.
 	ApproxTTL time.Duration
-	// ApproxMaxBlocks caps the number of approximate (worker, block)
-	// entries; above it the index prunes down to ApproxMaxBlocks*PruneRatio,
-	// earliest expiry first, shallower blocks first on ties. Default 2^20.
+	// ApproxMaxBlocks caps the number of approximate and predicted
+	// (worker, block) entries; above it the index prunes down to
+	// ApproxMaxBlocks*PruneRatio, earliest expiry first, shallower blocks
+	// first on ties. Default 2^20.
 	ApproxMaxBlocks int
 	// PruneRatio is the fraction of ApproxMaxBlocks kept after a size
 	// prune, in (0, 1]. Default 0.8.

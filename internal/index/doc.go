@@ -60,9 +60,9 @@
 // the writer holding all its ranks. A writer takes the write lock for a
 // batch of whole operations (about 64 blocks), so a query, which runs
 // on the caller's goroutine under the read lock, never sees half an event.
-// We measured sharding the tree by worker (one tree and lock per writer)
-// and rejected it: a query must then walk every shard, multiplying its
-// cost by the shard count (about 4x slower on the 100-worker benchmark),
-// and on a 2-core machine the extra write parallelism buys little because
-// apply is memory-bound. Flush waits until everything enqueued is applied.
+// Our first version sharded the tree by worker (one tree and lock per
+// writer); we dropped it: a query must then walk every shard, so its cost
+// multiplies by the shard count (it measured several times slower on the
+// 100-worker query benchmark), and on a 2-core machine the extra write
+// parallelism buys little because apply is memory-bound. Flush waits until everything enqueued is applied.
 package index
