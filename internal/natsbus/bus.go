@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	neturl "net/url"
 	"path/filepath"
 	"strings"
@@ -140,6 +141,7 @@ func (b *Bus) startServer() error {
 	}
 	b.srv = srv
 	b.url = srv.ClientURL()
+	b.url = selfURL(b.cfg.Host, srv.ClientURL())
 	b.log.Info("embedded nats server started", "url", b.url, "jetstream", b.cfg.JetStream, "store", o.StoreDir)
 	return nil
 }
@@ -248,6 +250,21 @@ func (b *Bus) WaitForShutdown() {
 	if b.srv != nil {
 		b.srv.WaitForShutdown()
 	}
+}
+
+// selfURL is the URL the process uses to reach its own embedded server:
+// the server's client URL, over loopback when it listens on every interface.
+func selfURL(host, clientURL string) string {
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsUnspecified() {
+		return clientURL
+	}
+	u, err := neturl.Parse(clientURL)
+	if err != nil {
+		return clientURL
+	}
+	u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	return u.String()
 }
 
 // redact hides credentials embedded in a URL list.

@@ -234,3 +234,17 @@ func TestBindFlags(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestSelfURL(t *testing.T) {
+	cases := map[[2]string]string{
+		{"0.0.0.0", "nats://0.0.0.0:4222"}:     "nats://127.0.0.1:4222",
+		{"::", "nats://[::]:4333"}:             "nats://127.0.0.1:4333",
+		{"127.0.0.1", "nats://127.0.0.1:4222"}: "nats://127.0.0.1:4222",
+		{"10.1.2.3", "nats://10.1.2.3:4222"}:   "nats://10.1.2.3:4222",
+	}
+	for in, want := range cases {
+		if got := selfURL(in[0], in[1]); got != want {
+			t.Errorf("selfURL(%q, %q) = %q, want %q", in[0], in[1], got, want)
+		}
+	}
+}
