@@ -13,6 +13,7 @@ import (
 	_ "github.com/nats-io/nats.go"
 	_ "github.com/nats-io/nats.go/jetstream"
 	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/prometheus/client_golang/prometheus/testutil"
 	_ "github.com/schollz/progressbar/v3"
 	_ "github.com/vmihailenco/msgpack/v5"
 	_ "github.com/zeebo/xxh3"
