@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -36,13 +37,31 @@ func TestConcurrentStress(t *testing.T) {
 			for !stop.Load() {
 				c.Query(path, &s)
 				for _, sc := range s.List {
-					if sc.Blocks != depth && sc.Blocks != 0 {
+					if sc.Worker.ID < nw && sc.Blocks != depth && sc.Blocks != 0 {
 						bad.Add(1)
 					}
 				}
 			}
 		}()
 	}
+	// Approximate workers and removals churn alongside.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		now := t0
+		for i := 0; !stop.Load(); i++ {
+			w := kvevent.Worker{ID: kvevent.WorkerID(100 + i%5)}
+			now = now.Add(time.Second)
+			_ = c.Record(w, path[:1+i%depth], now)
+			_ = c.Predict(kvevent.Worker{ID: kvevent.WorkerID(i % nw)}, path, now) // full path: scores stay 0 or depth
+			if i%7 == 0 {
+				_ = c.RemoveWorker(w.ID)
+			}
+			if i%11 == 0 {
+				_ = c.Expire(now)
+			}
+		}
+	}()
 	for r := range rounds {
 		for w := range kvevent.WorkerID(nw) {
 			wk := kvevent.Worker{ID: w}
@@ -61,6 +80,10 @@ func TestConcurrentStress(t *testing.T) {
 	if n := bad.Load(); n > 0 {
 		t.Fatalf("%d queries saw a half-applied event", n)
 	}
+	for id := range kvevent.WorkerID(200) {
+		_ = c.RemoveWorker(id)
+	}
+	_ = c.Flush()
 	if s := c.Stats(); s.Nodes != 0 || s.Events != nw*rounds {
 		t.Fatalf("final stats %+v", s)
 	}
