@@ -12,7 +12,7 @@
 // (its own tier first, then the worker's other tiers, so a host-tier store
 // may hang below a device block); an unknown parent refuses that event
 // only. A removal of an unknown hash is counted and the rest of the batch
-// applies. Cleared drops one (worker, dp rank); RemoveWorker drops every
+// applies. Cleared drops one (worker, dp rank), all tiers; RemoveWorker drops every
 // rank of a worker. A node no worker holds is freed at once.
 //
 // # Removal in the middle of a chain
