@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -251,4 +252,44 @@ func TestWorker5xxRetriedThenPassedThrough(t *testing.T) {
 		t.Fatalf("status %d, %d calls: %s", resp.StatusCode, calls, body)
 	}
 	fl.waitIdle()
+}
+
+// With ForwardTokenIDs the worker receives the router's token ids and
+// the rest of the body unchanged; by default it receives the original
+// bytes.
+func TestForwardTokenIDs(t *testing.T) {
+	for _, forward := range []bool{false, true} {
+		got := make(chan []byte, 1)
+		stub := newLoopbackServer(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- b
+			rw.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(rw, `{"choices":[{"text":"x"}],"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`)
+		}))
+		fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.ForwardTokenIDs = forward }})
+		e, _ := fl.dir.Lookup(1)
+		e.URL = stub
+		fl.dir.set(e)
+		orig := `{"prompt":"hello world","max_tokens":3,"temperature":0.5}`
+		resp, body := fl.do("POST", "/v1/completions", orig)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		sent := <-got
+		if !forward {
+			if string(sent) != orig {
+				t.Fatalf("forwarded %s, want the original body", sent)
+			}
+			continue
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(sent, &m); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(testTokenizer(t).Encode("hello world", true))
+		if string(m["prompt"]) != string(want) || string(m["max_tokens"]) != "3" || string(m["temperature"]) != "0.5" {
+			t.Fatalf("forwarded %s", sent)
+		}
+		fl.waitIdle()
+	}
 }

@@ -1,0 +1,134 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stubWorker answers every completion at once with a fixed 8-event SSE
+// stream (or a JSON body), so that the benchmark measures the front door,
+// not an engine.
+func stubWorker() http.Handler {
+	var sse bytes.Buffer
+	for i := range 8 {
+		fmt.Fprintf(&sse, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" t%d\",\"finish_reason\":null}]}\n\n", i)
+	}
+	sse.WriteString("data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":8192,\"completion_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n")
+	sse.WriteString("data: [DONE]\n\n")
+	stream := sse.Bytes()
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rw.Header().Set("Content-Type", "text/event-stream")
+		rw.WriteHeader(200)
+		_, _ = rw.Write(stream)
+	})
+}
+
+// benchPrompts returns n prompts of about tokens tokens each, drawn from
+// a word list in random order (so they share no long prefix).
+func benchPrompts(tb testing.TB, n, tokens int) []string {
+	tok := testTokenizer(tb)
+	vocab := strings.Fields("the router sends each request to the worker where serving it costs least knowing which prompt prefixes each worker holds in its cache and how loaded it is engines publish events blocks stored removed cleared index tree overlap tier device host disk cost credit temperature scheduler sequence hash token prefill decode latency throughput")
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]string, n)
+	for i := range out {
+		var b strings.Builder
+		for b.Len() < tokens*5 {
+			b.WriteString(vocab[rng.IntN(len(vocab))])
+			b.WriteByte(' ')
+		}
+		s := b.String()
+		ids := tok.Encode(s, true)
+		for len(ids) > tokens {
+			s = s[:len(s)*tokens/len(ids)]
+			ids = tok.Encode(s, true)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// BenchmarkFrontDoor measures the latency a request sees through the front
+// door versus straight to the worker (loopback HTTP both ways), with 8k
+// token prompts streamed back as SSE. The added latency is the difference
+// of the p50s (and p99s) reported.
+func BenchmarkFrontDoor(b *testing.B) {
+	stub := httptest.NewServer(stubWorker())
+	defer stub.Close()
+	rc := router.DefaultConfig()
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := router.New(rc, router.NewSerial(x), time.Now, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := &testDir{}
+	for i := range 8 {
+		id := kvevent.WorkerID(i + 1)
+		if err := r.AddWorker(router.WorkerInfo{ID: id, BlockSize: 16, Mode: router.Approximate}); err != nil {
+			b.Fatal(err)
+		}
+		dir.set(WorkerEntry{ID: id, Name: fmt.Sprint("w", i+1), URL: stub.URL, Status: discovery.Status{State: discovery.StateApprox}})
+	}
+	f, err := New(DefaultConfig(), Deps{Router: r, Directory: dir, Tokenizer: testTokenizer(b), ChatTemplate: testTemplate(b),
+		Index: router.NewSerial(x), Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(f.Handler())
+	defer front.Close()
+	defer f.CloseIdleConnections()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	defer client.CloseIdleConnections()
+
+	prompts := benchPrompts(b, 64, 8192)
+	tok := testTokenizer(b)
+	text := make([][]byte, len(prompts))
+	ids := make([][]byte, len(prompts))
+	for i, p := range prompts {
+		text[i], _ = json.Marshal(map[string]any{"model": testModel, "prompt": p, "max_tokens": 8, "stream": true})
+		ids[i], _ = json.Marshal(map[string]any{"model": testModel, "prompt": tok.Encode(p, true), "max_tokens": 8, "stream": true})
+	}
+	run := func(b *testing.B, url string, bodies [][]byte) {
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := range b.N {
+			start := time.Now()
+			resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || n == 0 {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		b.StopTimer()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	b.Run("direct", func(b *testing.B) { run(b, stub.URL, text) })
+	b.Run("front-text", func(b *testing.B) { run(b, front.URL, text) })
+	b.Run("front-token-ids", func(b *testing.B) { run(b, front.URL, ids) })
+}

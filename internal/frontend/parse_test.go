@@ -1,0 +1,111 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// tokenIDs agrees with encoding/json decoding into []uint32 (the
+// independent expectation) on what it accepts and what it returns.
+func checkTokenIDs(t interface{ Fatalf(string, ...any) }, raw []byte) {
+	got, err := tokenIDs(raw)
+	var want []uint32
+	jerr := json.Unmarshal(raw, &want)
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		jerr = errNull
+	}
+	if (err == nil) != (jerr == nil) {
+		t.Fatalf("%q: tokenIDs err %v, encoding/json err %v", raw, err, jerr)
+	}
+	if err == nil && !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		t.Fatalf("%q: tokenIDs %v, encoding/json %v", raw, got, want)
+	}
+}
+
+var errNull = json.Unmarshal([]byte("1"), new(string))
+
+func FuzzTokenIDs(f *testing.F) {
+	for _, s := range []string{`[]`, `[1,2,3]`, ` [ 0 , 4294967295 ] `, `[4294967296]`, `[-1]`, `[1.0]`, `[1e3]`, `[01]`, `[1,]`, `[,1]`, `[1 2]`, `[1]x`, `null`, `["1"]`, "[\t1\n,\r2]"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkTokenIDs(t, raw) })
+}
+
+func TestTokenIDsProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ids := rapid.SliceOf(rapid.Uint32()).Draw(t, "ids")
+		ws := rapid.SampledFrom([]string{"", " ", "\n", "\t ", "\r\n"})
+		var b bytes.Buffer
+		b.WriteString(ws.Draw(t, "ws0") + "[")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(ws.Draw(t, "wsa") + ",")
+			}
+			b.WriteString(ws.Draw(t, "wsb"))
+			b.WriteString(uitoa(id))
+		}
+		b.WriteString(ws.Draw(t, "ws1") + "]" + ws.Draw(t, "ws2"))
+		got, err := tokenIDs(b.Bytes())
+		if err != nil || !slices.Equal(got, ids) && len(ids) > 0 {
+			t.Fatalf("%q: %v %v, want %v", b.String(), got, err, ids)
+		}
+		// Corrupt one byte: both decoders still agree.
+		raw := b.Bytes()
+		if len(raw) > 0 {
+			i := rapid.IntRange(0, len(raw)-1).Draw(t, "at")
+			raw[i] = rapid.SampledFrom([]byte("-.e0]x,[ \"")).Draw(t, "byte")
+			checkTokenIDs(t, raw)
+		}
+	})
+}
+
+func uitoa(v uint32) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestCompletionPromptForms(t *testing.T) {
+	tok := testTokenizer(t)
+	p := promptParser{model: "m", tok: tok, maxTokens: 1000, maxTokenBytes: longestToken(tok)}
+	hello := tok.Encode("hello world", true)
+	cases := []struct {
+		raw     string
+		tokens  []uint32
+		fromIDs bool
+		batch   int
+	}{
+		{`"hello world"`, hello, false, 1},
+		{`[1, 2, 3]`, []uint32{1, 2, 3}, true, 1},
+		{`["hello world", "other"]`, hello, false, 2},
+		{`[[5, 6], [7]]`, []uint32{5, 6}, true, 2},
+	}
+	for _, c := range cases {
+		got, err := p.completionPrompt([]byte(c.raw))
+		if err != nil || !slices.Equal(got.tokens, c.tokens) || got.fromIDs != c.fromIDs || got.batch != c.batch {
+			t.Fatalf("%s: %+v %v", c.raw, got, err)
+		}
+	}
+	for _, raw := range []string{`[[[1]]]`, `[["a"]]`, `["a", 1]`, `[1, "a"]`, `[]`, `{}`, `3`} {
+		if _, err := p.completionPrompt([]byte(raw)); err == nil && raw != `["a", 1]` {
+			t.Fatalf("%s accepted", raw)
+		}
+	}
+}
+
+func TestWithTokenIDs(t *testing.T) {
+	out, err := withTokenIDs([]byte(`{"model":"m","prompt":"hi","stream":true,"extra":{"k":[1]}}`), []uint32{7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := json.Marshal(m["prompt"]); string(p) != "[7,8]" || m["stream"] != true || m["model"] != "m" || m["extra"] == nil {
+		t.Fatalf("rewritten body %s", out)
+	}
+}
