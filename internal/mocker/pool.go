@@ -122,10 +122,14 @@ func (p *gpuPool) evict(b int32) {
 	h := p.seq[b]
 	delete(p.byHash, h)
 	p.cached[b] = false
-	p.emit.removed(engineHash(h, p.hashSeed), kvevent.TierDevice)
+	// Copy to the host tier before the device copy goes, as an offloading
+	// engine does: a listener never sees an instant where the worker holds
+	// the block on no tier (which, by prefix semantics, would drop every
+	// block below it).
 	if p.cpu != nil {
 		p.cpu.offload(h, p.parent[b], p.hasPar[b], p.tokens[int(b)*p.bs:(int(b)+1)*p.bs])
 	}
+	p.emit.removed(engineHash(h, p.hashSeed), kvevent.TierDevice)
 }
 
 // release drops one reference; at zero the block becomes free: cached
