@@ -6,7 +6,7 @@ type model struct {
 	// byteID is the id of the single-byte token of each byte.
 	byteID [256]uint32
 	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id.
-	merges map[uint64]uint64
+	merges *pairTable
 	// vocab maps a token's raw bytes to its id (used by ignore_merges).
 	vocab map[string]uint32
 	// ignoreMerges takes a word found whole in vocab as one token.
@@ -25,7 +25,7 @@ const noRank = ^uint32(0)
 const maxWord = 1 << 30
 
 func (m *model) rank(a, b uint32) (rank uint32, id uint32) {
-	v, ok := m.merges[uint64(a)<<32|uint64(b)]
+	v, ok := m.merges.get(uint64(a)<<32 | uint64(b))
 	if !ok {
 		return noRank, 0
 	}

@@ -175,7 +175,7 @@ func (t *Tokenizer) parseFile(b []byte) (*fileJSON, error) {
 
 // readMerges reads the merges at the scanner's position into the rank table.
 func (t *Tokenizer) readMerges(s *scanner, vocab map[string]uint32) error {
-	t.model.merges = make(map[uint64]uint64, len(vocab))
+	t.model.merges = newPairTable(len(vocab))
 	var joined []byte
 	err := parseMerges(s, func(rank int, left, right []byte) error {
 		a, okA := vocab[string(left)]
@@ -188,7 +188,7 @@ func (t *Tokenizer) readMerges(s *scanner, vocab map[string]uint32) error {
 		if rank >= math.MaxUint32 {
 			return errors.New("too many merges")
 		}
-		t.model.merges[uint64(a)<<32|uint64(bb)] = uint64(rank)<<32 | uint64(id)
+		t.model.merges.set(uint64(a)<<32|uint64(bb), uint64(rank)<<32|uint64(id))
 		return nil
 	})
 	if err != nil {
@@ -264,14 +264,16 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	if err := t.loadDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
-	t.loadAdded(f.AddedTokens)
+	if err := t.loadAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
 func (t *Tokenizer) loadModel(f *fileJSON) error {
 	m := &f.Model
 	typ := m.Type
-	if typ == "" && len(t.model.merges) > 0 {
+	if typ == "" && t.model.merges != nil && t.model.merges.len() > 0 {
 		typ = "BPE" // untagged files: only BPE has merges
 	}
 	if typ != "BPE" {
@@ -296,7 +298,7 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 	}
 	t.model.ignoreMerges = m.IgnoreMerges
 	if t.model.merges == nil {
-		t.model.merges = map[uint64]uint64{}
+		t.model.merges = newPairTable(0)
 	}
 	if t.model.ignoreMerges {
 		t.model.vocab = make(map[string]uint32, len(t.vocab))
@@ -507,14 +509,21 @@ func (t *Tokenizer) loadDecoder(b json.RawMessage) error {
 	return nil
 }
 
+// maxID bounds token ids: real vocabularies stay well below a million, and
+// the id tables are dense arrays.
+const maxTokenID = 1<<24 - 1
+
 // loadAdded registers the added tokens and builds the id tables.
-func (t *Tokenizer) loadAdded(added []addedToken) {
+func (t *Tokenizer) loadAdded(added []addedToken) error {
 	maxID := uint32(0)
 	for _, id := range t.vocab {
 		maxID = max(maxID, id)
 	}
 	for _, a := range added {
 		maxID = max(maxID, a.ID)
+	}
+	if maxID > maxTokenID {
+		return fmt.Errorf("%w: token id %d above the supported %d", ErrInvalid, maxID, maxTokenID)
 	}
 	t.idToken = make([]string, int(maxID)+1)
 	t.known = make([]bool, int(maxID)+1)
@@ -545,4 +554,5 @@ func (t *Tokenizer) loadAdded(added []addedToken) {
 	for id, tok := range t.idToken {
 		t.decoded[id], _ = byteLevelDecode(tok)
 	}
+	return nil
 }

@@ -240,6 +240,7 @@ func TestRejectsInvalid(t *testing.T) {
 		"unknown merge": tiny{merges: []string{"a q9"}}.json(t),
 		"bad merge":     tiny{merges: []string{"abc"}}.json(t),
 		"no model":      []byte(`{"pre_tokenizer":null}`),
+		"huge id":       tiny{added: []map[string]any{{"id": 4294967295, "content": "<x>"}}}.json(t),
 	} {
 		if _, err := LoadJSON(b); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
