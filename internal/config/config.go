@@ -1,0 +1,347 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/frontend"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+)
+
+// Config is everything `kvrouter serve` needs. Every field names its flag;
+// docs/config.md lists them all with their defaults.
+type Config struct {
+	// File is the YAML file the other values were read from (--config);
+	// empty means none. Default "".
+	File string
+
+	// Host is the address the HTTP front door listens on (--host).
+	// Default "127.0.0.1".
+	Host string
+	// Port is the HTTP port (--port); 0 picks a free port. Default 8000.
+	Port int
+	// DataDir is where kvrouter keeps state (--data-dir): the embedded NATS
+	// store and, later, index snapshots. Default "data".
+	DataDir string
+	// Model is the served model name (--model), accepted in requests and
+	// listed on /v1/models. Default "Qwen/Qwen3-0.6B".
+	Model string
+	// TokenizerDir is a folder holding the model's tokenizer.json and
+	// tokenizer_config.json (--tokenizer); empty uses the embedded Qwen3
+	// files. Default "".
+	TokenizerDir string
+	// BlockSize is the KV block size in tokens every worker must share
+	// (--block-size); a worker declaring another is refused loudly.
+	// Default 16.
+	BlockSize int
+	// LogLevel is debug, info, warn or error (--log-level). Default "info".
+	LogLevel string
+
+	// Router holds the routing knobs.
+	Router Router
+	// Events configures KV event ingestion and worker health.
+	Events Events
+	// Frontend holds the HTTP front door's limits and auth.
+	Frontend Frontend
+	// Workers is the static worker list (`workers:` in the file, --worker,
+	// KVROUTER_WORKER). Default none.
+	Workers []discovery.StaticWorker
+}
+
+// Router holds the router core's knobs.
+type Router struct {
+	// Mode is the selection policy (--router-mode): kv, round-robin, random
+	// or least-loaded. Default "kv".
+	Mode string
+	// Temperature is the softmax temperature over normalised costs
+	// (--router-temperature); 0 picks the cheapest worker. Default 0.
+	Temperature float64
+	// OverlapScoreCredit is the cost credit, in blocks, per device block a
+	// worker already holds (--kv-overlap-score-credit). Default 1.0.
+	OverlapScoreCredit float64
+	// PrefillLoadScale weighs prefill blocks against decode blocks
+	// (--router-prefill-load-scale). Default 1.0.
+	PrefillLoadScale float64
+	// HostCacheHitWeight is the credit per host-memory block beyond the
+	// device prefix (--router-host-cache-hit-weight). Default 0.75.
+	HostCacheHitWeight float64
+	// DiskCacheHitWeight is the credit per disk block beyond the device
+	// prefix (--router-disk-cache-hit-weight). Default 0.25.
+	DiskCacheHitWeight float64
+	// EventThreads is the number of index writer goroutines
+	// (--router-event-threads). Default 4.
+	EventThreads int
+	// NoKVEvents ignores workers' KV events and routes every worker in
+	// approximate mode (--no-router-kv-events). Default false.
+	NoKVEvents bool
+	// TTLSecs is how long, in seconds, an approximate-mode block stays
+	// indexed after the router last sent it (--router-ttl-secs).
+	// Default 120.
+	TTLSecs float64
+	// MaxTreeSize caps approximate-mode (worker, block) entries
+	// (--router-max-tree-size). Default 1048576.
+	MaxTreeSize int
+	// PruneTargetRatio is the fraction of MaxTreeSize kept after a prune
+	// (--router-prune-target-ratio). Default 0.8.
+	PruneTargetRatio float64
+	// PredictOnRoute indexes a short-lived guess that the chosen worker
+	// holds the request's blocks until its stored event arrives
+	// (--router-predict-on-route). Default false.
+	PredictOnRoute bool
+	// ActiveDecodeBlocksThreshold marks a worker busy above this fraction
+	// of its KV capacity held by running requests
+	// (--active-decode-blocks-threshold); 0 is off. Default 0.
+	ActiveDecodeBlocksThreshold float64
+	// ActivePrefillTokensThreshold marks a worker busy above this many
+	// pending prefill tokens (--active-prefill-tokens-threshold); 0 is off.
+	// Default 0.
+	ActivePrefillTokensThreshold int
+	// Seed seeds tie-breaks and sampling (--router-seed). Default 0.
+	Seed uint64
+	// ID stamps this router's lifecycle events for replica sync
+	// (--router-id). Default 0.
+	ID uint64
+	// SweepInterval is how often expired bookings and approximate entries
+	// are swept (--router-sweep-interval). Default 1 s.
+	SweepInterval time.Duration
+}
+
+// Events configures KV event ingestion and worker health checks.
+type Events struct {
+	// SilentAfter marks an event-fed worker DEGRADED when it has published
+	// no event for this long while requests are running on it
+	// (--kv-events-silent-after). Default 60 s.
+	SilentAfter time.Duration
+	// ReplayTimeout bounds one replay request to a worker's replay socket
+	// (--kv-events-replay-timeout). Default 5 s.
+	ReplayTimeout time.Duration
+	// DialRetry is the wait between attempts to connect to a worker's event
+	// endpoint (--kv-events-dial-retry). Default 250 ms.
+	DialRetry time.Duration
+	// ReadyTimeout is how long /ready waits for every worker's initial
+	// replay before giving up on the missing ones and reporting ready
+	// anyway (--ready-timeout). Default 30 s.
+	ReadyTimeout time.Duration
+	// HealthInterval is how often each worker's /health is probed
+	// (--worker-health-interval); 0 turns probing off. Default 5 s.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one probe (--worker-health-timeout). Default 2 s.
+	HealthTimeout time.Duration
+	// HealthFailures is how many failed probes in a row mark a worker DOWN
+	// (--worker-health-failures). Default 2.
+	HealthFailures int
+}
+
+// Frontend holds the front door's limits and auth.
+type Frontend struct {
+	// MaxBodyBytes caps a request body in bytes (--max-body-bytes).
+	// Default 33554432 (32 MiB).
+	MaxBodyBytes int64
+	// MaxPromptTokens caps a prompt in tokens (--max-prompt-tokens); 0 is
+	// no limit. Default 131072.
+	MaxPromptTokens int
+	// ForwardTokenIDs sends completions to workers as token ids
+	// (--forward-token-ids). Default false.
+	ForwardTokenIDs bool
+	// MaxRetries is how many other workers a request is retried on when
+	// the chosen one fails before its first byte (--max-retries).
+	// Default 2.
+	MaxRetries int
+	// APIKeys are the bearer tokens accepted on the OpenAI endpoints
+	// (--api-keys, comma-separated); empty leaves them open. Default none.
+	APIKeys []string
+	// AdminKeys are the bearer tokens accepted on the admin endpoints
+	// (--admin-keys, comma-separated); empty leaves them open.
+	// Default none.
+	AdminKeys []string
+	// ShutdownTimeout bounds how long in-flight requests may take to
+	// finish on shutdown (--shutdown-timeout). Default 30 s.
+	ShutdownTimeout time.Duration
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	rc := router.DefaultConfig()
+	ic := index.DefaultConfig()
+	fc := frontend.DefaultConfig()
+	sc := scheduler.DefaultConfig()
+	return Config{
+		Host:      "127.0.0.1",
+		Port:      8000,
+		DataDir:   "data",
+		Model:     modelfiles.DefaultModel,
+		BlockSize: rc.BlockSize,
+		LogLevel:  "info",
+		Router: Router{
+			Mode:               rc.Policy,
+			OverlapScoreCredit: sc.OverlapScoreCredit,
+			PrefillLoadScale:   sc.PrefillLoadScale,
+			HostCacheHitWeight: sc.HostCacheHitWeight,
+			DiskCacheHitWeight: sc.DiskCacheHitWeight,
+			EventThreads:       index.DefaultConcurrentConfig().Writers,
+			TTLSecs:            ic.ApproxTTL.Seconds(),
+			MaxTreeSize:        ic.ApproxMaxBlocks,
+			PruneTargetRatio:   ic.PruneRatio,
+			SweepInterval:      time.Second,
+		},
+		Events: Events{
+			SilentAfter:    60 * time.Second,
+			ReplayTimeout:  5 * time.Second,
+			DialRetry:      250 * time.Millisecond,
+			ReadyTimeout:   30 * time.Second,
+			HealthInterval: 5 * time.Second,
+			HealthTimeout:  2 * time.Second,
+			HealthFailures: 2,
+		},
+		Frontend: Frontend{
+			MaxBodyBytes:    fc.MaxBodyBytes,
+			MaxPromptTokens: fc.MaxPromptTokens,
+			MaxRetries:      fc.MaxRetries,
+			ShutdownTimeout: fc.ShutdownTimeout,
+		},
+	}
+}
+
+// ErrInvalid wraps every error Validate and Load report about values.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Validate checks the whole configuration once, including what the router
+// core, the index and the front door will be built from, so a bad value is
+// reported before anything starts.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
+	}
+	var lvl slog.Level
+	switch {
+	case c.Host == "" || (net.ParseIP(c.Host) == nil && !validHostname(c.Host)):
+		return bad("--host %q is not an IP address or host name", c.Host)
+	case c.Port < 0 || c.Port > 65535:
+		return bad("--port %d out of range [0, 65535]", c.Port)
+	case c.DataDir == "":
+		return bad("--data-dir is empty")
+	case c.Model == "":
+		return bad("--model is empty")
+	case c.BlockSize <= 0 || c.BlockSize > 1<<16:
+		return bad("--block-size %d out of range [1, 65536]", c.BlockSize)
+	case lvl.UnmarshalText([]byte(c.LogLevel)) != nil:
+		return bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	case c.Router.EventThreads < 1 || c.Router.EventThreads > 256:
+		return bad("--router-event-threads %d out of range [1, 256]", c.Router.EventThreads)
+	case !(c.Router.TTLSecs > 0) || math.IsInf(c.Router.TTLSecs, 0) || c.Router.TTLSecs > 1e6:
+		return bad("--router-ttl-secs %v must be in (0, 1e6]", c.Router.TTLSecs)
+	case c.Router.SweepInterval <= 0:
+		return bad("--router-sweep-interval %v must be positive", c.Router.SweepInterval)
+	case c.Events.SilentAfter <= 0:
+		return bad("--kv-events-silent-after %v must be positive", c.Events.SilentAfter)
+	case c.Events.ReplayTimeout <= 0:
+		return bad("--kv-events-replay-timeout %v must be positive", c.Events.ReplayTimeout)
+	case c.Events.DialRetry <= 0:
+		return bad("--kv-events-dial-retry %v must be positive", c.Events.DialRetry)
+	case c.Events.ReadyTimeout < 0:
+		return bad("--ready-timeout %v is negative", c.Events.ReadyTimeout)
+	case c.Events.HealthInterval < 0:
+		return bad("--worker-health-interval %v is negative", c.Events.HealthInterval)
+	case c.Events.HealthTimeout <= 0:
+		return bad("--worker-health-timeout %v must be positive", c.Events.HealthTimeout)
+	case c.Events.HealthFailures < 1:
+		return bad("--worker-health-failures %d must be at least 1", c.Events.HealthFailures)
+	}
+	if err := c.RouterConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.IndexConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.FrontendConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if _, err := c.WorkerRecords(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, r := range h {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Addr is the front door's listen address, host:port.
+func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// Level returns the parsed log level (info when invalid; Validate reports
+// that).
+func (c Config) Level() slog.Level {
+	var l slog.Level
+	if l.UnmarshalText([]byte(c.LogLevel)) != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// RouterConfig is the router core's configuration.
+func (c Config) RouterConfig() router.Config {
+	rc := router.DefaultConfig()
+	rc.RouterID = c.Router.ID
+	rc.BlockSize = c.BlockSize
+	rc.Policy = c.Router.Mode
+	rc.PredictOnRoute = c.Router.PredictOnRoute
+	rc.Seed = c.Router.Seed
+	s := &rc.Scheduler
+	s.Temperature = c.Router.Temperature
+	s.OverlapScoreCredit = c.Router.OverlapScoreCredit
+	s.PrefillLoadScale = c.Router.PrefillLoadScale
+	s.HostCacheHitWeight = c.Router.HostCacheHitWeight
+	s.DiskCacheHitWeight = c.Router.DiskCacheHitWeight
+	s.ActiveDecodeBlocksThreshold = c.Router.ActiveDecodeBlocksThreshold
+	s.ActivePrefillTokensThreshold = c.Router.ActivePrefillTokensThreshold
+	rc.Sequences.BlockSize = c.BlockSize
+	return rc
+}
+
+// IndexConfig is the concurrent prefix index's configuration.
+func (c Config) IndexConfig() index.ConcurrentConfig {
+	ic := index.DefaultConcurrentConfig()
+	ic.Writers = c.Router.EventThreads
+	ic.Index.ApproxTTL = time.Duration(c.Router.TTLSecs * float64(time.Second))
+	ic.Index.ApproxMaxBlocks = c.Router.MaxTreeSize
+	ic.Index.PruneRatio = c.Router.PruneTargetRatio
+	return ic
+}
+
+// FrontendConfig is the front door's configuration.
+func (c Config) FrontendConfig() frontend.Config {
+	fc := frontend.DefaultConfig()
+	fc.Model = c.Model
+	fc.MaxBodyBytes = c.Frontend.MaxBodyBytes
+	fc.MaxPromptTokens = c.Frontend.MaxPromptTokens
+	fc.ForwardTokenIDs = c.Frontend.ForwardTokenIDs
+	fc.MaxRetries = c.Frontend.MaxRetries
+	fc.APIKeys = c.Frontend.APIKeys
+	fc.AdminKeys = c.Frontend.AdminKeys
+	fc.ShutdownTimeout = c.Frontend.ShutdownTimeout
+	return fc
+}
+
+// WorkerRecords turns the static list into validated worker records, with
+// --block-size standing in for a worker's absent block size.
+func (c Config) WorkerRecords() ([]discovery.WorkerRecord, error) {
+	return discovery.BuildStatic(c.Workers, c.BlockSize, discovery.DefaultHashContract())
+}

@@ -1,0 +1,244 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kvrouter.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsValidate(t *testing.T) {
+	c, err := Load(nil, Options{Name: "serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Default(), c); diff != "" {
+		t.Fatalf("Load with nothing set differs from Default (-want +got):\n%s", diff)
+	}
+	if c.Addr() != "127.0.0.1:8000" {
+		t.Fatalf("default address %s, want 127.0.0.1:8000", c.Addr())
+	}
+	rc := c.RouterConfig()
+	if rc.BlockSize != 16 || rc.Scheduler.OverlapScoreCredit != 1 || rc.Scheduler.Temperature != 0 {
+		t.Fatalf("router config from defaults: %+v", rc)
+	}
+	if ic := c.IndexConfig(); ic.Index.ApproxTTL != 120*time.Second || ic.Writers != 4 {
+		t.Fatalf("index config from defaults: %+v", ic)
+	}
+}
+
+// TestPrecedence sets one option in every layer combination and checks
+// that the highest layer present wins: defaults < file < env < flags.
+func TestPrecedence(t *testing.T) {
+	type layer struct {
+		file, env, flag bool
+	}
+	for _, l := range []layer{{}, {file: true}, {env: true}, {flag: true}, {true, true, false}, {true, false, true}, {false, true, true}, {true, true, true}} {
+		var file, want = "", 0.0
+		var env []string
+		var args []string
+		want = 0 // the default temperature
+		if l.file {
+			file = writeFile(t, "router-temperature: 0.25\nport: 9001\n")
+			want = 0.25
+		}
+		if l.env {
+			env = append(env, "KVROUTER_ROUTER_TEMPERATURE=0.5")
+			want = 0.5
+		}
+		if l.flag {
+			args = append(args, "--router-temperature", "0.75")
+			want = 0.75
+		}
+		if file != "" {
+			args = append(args, "--config", file)
+		}
+		c, err := Load(args, Options{Name: "serve", Environ: env})
+		if err != nil {
+			t.Fatalf("%+v: %v", l, err)
+		}
+		if c.Router.Temperature != want {
+			t.Errorf("%+v: temperature %v, want %v", l, c.Router.Temperature, want)
+		}
+		if l.file && c.Port != 9001 {
+			t.Errorf("%+v: file's port lost: %d", l, c.Port)
+		}
+	}
+}
+
+func TestConfigFileFromEnv(t *testing.T) {
+	p := writeFile(t, "block-size: 32\n")
+	c, err := Load(nil, Options{Environ: []string{"KVROUTER_CONFIG=" + p, "PATH=/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BlockSize != 32 || c.File != p {
+		t.Fatalf("block size %d file %q", c.BlockSize, c.File)
+	}
+	// --config wins over KVROUTER_CONFIG.
+	q := writeFile(t, "block-size: 64\n")
+	c, err = Load([]string{"--config", q}, Options{Environ: []string{"KVROUTER_CONFIG=" + p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BlockSize != 64 {
+		t.Fatalf("block size %d, want 64 from --config", c.BlockSize)
+	}
+}
+
+func TestWorkersFromEveryLayer(t *testing.T) {
+	p := writeFile(t, `
+workers:
+  - name: w1
+    url: http://127.0.0.1:9001
+    events: tcp://127.0.0.1:5557
+    replay: tcp://127.0.0.1:5558
+    block-size: 16
+  - name: w2
+    url: http://127.0.0.1:9002
+api-keys: [k1, k2]
+`)
+	c, err := Load([]string{"--config", p, "--worker", "name=w4,url=http://127.0.0.1:9004"},
+		Options{Environ: []string{"KVROUTER_WORKER=name=w3,url=http://127.0.0.1:9003;"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range c.Workers {
+		names = append(names, w.Name)
+	}
+	if diff := cmp.Diff([]string{"w1", "w2", "w3", "w4"}, names); diff != "" {
+		t.Fatalf("workers (-want +got):\n%s", diff)
+	}
+	if c.Workers[0].Replay != "tcp://127.0.0.1:5558" || c.Workers[0].Events != "tcp://127.0.0.1:5557" {
+		t.Fatalf("w1 = %+v", c.Workers[0])
+	}
+	if diff := cmp.Diff([]string{"k1", "k2"}, c.Frontend.APIKeys); diff != "" {
+		t.Fatalf("api keys: %s", diff)
+	}
+	recs, err := c.WorkerRecords()
+	if err != nil || len(recs) != 4 || recs[1].BlockSize != 16 {
+		t.Fatalf("records %+v, %v", recs, err)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		file    string
+		env     []string
+		args    []string
+		wantErr string
+	}{
+		{name: "unknown yaml key", file: "router-temprature: 1\n", wantErr: `unknown key "router-temprature"`},
+		{name: "unknown worker key", file: "workers:\n  - name: w1\n    url: http://h:1\n    blocksize: 16\n", wantErr: "blocksize"},
+		{name: "worker singular key", file: "worker: []\n", wantErr: "workers:"},
+		{name: "yaml not mapping", file: "- a\n- b\n", wantErr: "mapping"},
+		{name: "yaml bad value", file: "port: eighty\n", wantErr: "port"},
+		{name: "yaml list for scalar", file: "port: [1, 2]\n", wantErr: "list is not accepted"},
+		{name: "yaml duplicate", file: "port: 1\nport: 2\n", wantErr: "given twice"},
+		{name: "yaml syntax", file: "port: : :\n", wantErr: "config file"},
+		{name: "config in file", file: "config: x.yaml\n", wantErr: "cannot be set inside"},
+		{name: "unknown env", env: []string{"KVROUTER_ROUTER_TEMPRATURE=1"}, wantErr: "KVROUTER_ROUTER_TEMPRATURE"},
+		{name: "bad env value", env: []string{"KVROUTER_BLOCK_SIZE=x"}, wantErr: "KVROUTER_BLOCK_SIZE"},
+		{name: "unknown flag", args: []string{"--nope"}, wantErr: "nope"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "port range", args: []string{"--port", "70000"}, wantErr: "--port 70000"},
+		{name: "block size", args: []string{"--block-size", "0"}, wantErr: "--block-size 0"},
+		{name: "negative temperature", args: []string{"--router-temperature", "-1"}, wantErr: "temperature"},
+		{name: "policy", args: []string{"--router-mode", "best"}, wantErr: "best"},
+		{name: "event threads", args: []string{"--router-event-threads", "0"}, wantErr: "--router-event-threads"},
+		{name: "ttl", args: []string{"--router-ttl-secs", "0"}, wantErr: "--router-ttl-secs"},
+		{name: "log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "prune ratio", args: []string{"--router-prune-target-ratio", "1.5"}, wantErr: "PruneRatio"},
+		{name: "empty api key", args: []string{"--api-keys", "a,,b"}, wantErr: "api key 1 is empty"},
+		{name: "bad worker", args: []string{"--worker", "name=w1"}, wantErr: "url"},
+		{name: "duplicate worker", args: []string{"--worker", "name=w1,url=http://h:1", "--worker", "name=w1,url=http://h:2"}, wantErr: "duplicate"},
+		{name: "missing file", args: []string{"--config", "/nonexistent/kvrouter.yaml"}, wantErr: "reading config file"},
+		{name: "health failures", args: []string{"--worker-health-failures", "0"}, wantErr: "--worker-health-failures"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", writeFile(t, tc.file)}, args...)
+			}
+			_, err := Load(args, Options{Name: "serve", Environ: tc.env})
+			if err == nil {
+				t.Fatalf("no error, want one containing %q", tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %q does not contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var b strings.Builder
+	_, err := Load([]string{"-h"}, Options{Name: "serve", Output: &b, Usage: "Usage: kvrouter serve [flags]"})
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err %v, want flag.ErrHelp", err)
+	}
+	if !strings.Contains(b.String(), "Usage: kvrouter serve") || !strings.Contains(b.String(), "-router-temperature") {
+		t.Fatalf("usage output:\n%s", b.String())
+	}
+}
+
+func TestExtraFlagsTakeLayers(t *testing.T) {
+	var workers int
+	extra := func(fs *flag.FlagSet) { fs.IntVar(&workers, "workers", 4, "mock workers") }
+	p := writeFile(t, "workers: 3\n")
+	// "workers" is the static list key in a serve file, so an `up` file sets
+	// its count through the environment or flags instead.
+	if _, err := Load([]string{"--config", p}, Options{Extra: extra}); err == nil {
+		t.Fatal("a scalar under workers: was accepted")
+	}
+	if _, err := Load(nil, Options{Extra: extra, Environ: []string{"KVROUTER_WORKERS=6"}}); err != nil || workers != 6 {
+		t.Fatalf("env: workers %d, %v", workers, err)
+	}
+	if _, err := Load([]string{"--workers", "2"}, Options{Extra: extra, Environ: []string{"KVROUTER_WORKERS=6"}}); err != nil || workers != 2 {
+		t.Fatalf("flag: workers %d, %v", workers, err)
+	}
+}
+
+// TestEveryOptionDocumented checks that docs/config.md lists every flag
+// with its environment variable, so the reference cannot fall behind.
+func TestEveryOptionDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	var c Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.Bind(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !regexp.MustCompile("`--" + regexp.QuoteMeta(f.Name) + "`").MatchString(doc) {
+			t.Errorf("docs/config.md does not document --%s", f.Name)
+		}
+		if !strings.Contains(doc, EnvName(f.Name)) {
+			t.Errorf("docs/config.md does not name %s", EnvName(f.Name))
+		}
+	})
+}
+
+func TestEnvName(t *testing.T) {
+	if got := EnvName("router-temperature"); got != "KVROUTER_ROUTER_TEMPERATURE" {
+		t.Fatal(got)
+	}
+}

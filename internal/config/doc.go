@@ -1,0 +1,23 @@
+// Package config is kvrouter's one typed configuration: what `kvrouter
+// serve` and `kvrouter up` run with, where each value comes from, and the
+// checks it must pass before anything starts.
+//
+// Values are layered, later layers winning: the documented defaults, then a
+// YAML file (--config or KVROUTER_CONFIG), then environment variables
+// (KVROUTER_ followed by the flag name in upper snake case, e.g.
+// KVROUTER_ROUTER_TEMPERATURE), then command-line flags. One name is used
+// everywhere: a YAML key is the flag's name, so an option documented once in
+// docs/config.md is spelled the same way in all three places. Flag names
+// follow Dynamo's where Dynamo has the option (--router-temperature,
+// --kv-overlap-score-credit, --block-size, ...), so Dynamo users feel at
+// home.
+//
+// The static worker list is the exception to "later wins": workers from the
+// file's `workers:` list, from KVROUTER_WORKER (entries separated by ';')
+// and from repeated --worker flags are all kept; a name used twice is an
+// error.
+//
+// Unknown YAML keys, unknown worker keys, malformed values and values out of
+// range are errors that name the key and its source: a typo must never
+// silently fall back to a default. Validate runs once, after all layers.
+package config

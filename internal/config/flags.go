@@ -1,0 +1,102 @@
+package config
+
+import (
+	"flag"
+	"strconv"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+)
+
+// Bind registers every option as a flag on fs, writing into c, whose
+// current values are shown as the defaults. The flag names are the YAML
+// keys and, in upper snake case after KVROUTER_, the environment variables.
+func (c *Config) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.File, "config", c.File, "YAML config file; its keys are these flag names (env KVROUTER_CONFIG)")
+	fs.StringVar(&c.Host, "host", c.Host, "address the HTTP front door listens on")
+	fs.IntVar(&c.Port, "port", c.Port, "HTTP port of the front door (0: a free port)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory where kvrouter keeps its state")
+	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.StringVar(&c.TokenizerDir, "tokenizer", c.TokenizerDir, "folder with the model's tokenizer.json and tokenizer_config.json (empty: embedded Qwen3)")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens that every worker must share")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+
+	r := &c.Router
+	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, round-robin, random or least-loaded")
+	fs.Float64Var(&r.Temperature, "router-temperature", r.Temperature, "softmax temperature over normalised costs (0: cheapest worker)")
+	fs.Float64Var(&r.OverlapScoreCredit, "kv-overlap-score-credit", r.OverlapScoreCredit, "cost credit in blocks per cached device block")
+	fs.Float64Var(&r.PrefillLoadScale, "router-prefill-load-scale", r.PrefillLoadScale, "weight of prefill blocks against decode blocks")
+	fs.Float64Var(&r.HostCacheHitWeight, "router-host-cache-hit-weight", r.HostCacheHitWeight, "credit per host-memory block beyond the device prefix")
+	fs.Float64Var(&r.DiskCacheHitWeight, "router-disk-cache-hit-weight", r.DiskCacheHitWeight, "credit per disk block beyond the device prefix")
+	fs.IntVar(&r.EventThreads, "router-event-threads", r.EventThreads, "index writer goroutines")
+	fs.BoolVar(&r.NoKVEvents, "no-router-kv-events", r.NoKVEvents, "ignore KV events: route every worker in approximate mode")
+	fs.Float64Var(&r.TTLSecs, "router-ttl-secs", r.TTLSecs, "seconds an approximate-mode block stays indexed")
+	fs.IntVar(&r.MaxTreeSize, "router-max-tree-size", r.MaxTreeSize, "cap on approximate-mode (worker, block) entries")
+	fs.Float64Var(&r.PruneTargetRatio, "router-prune-target-ratio", r.PruneTargetRatio, "fraction of the cap kept after a prune")
+	fs.BoolVar(&r.PredictOnRoute, "router-predict-on-route", r.PredictOnRoute, "index a short-lived guess for the chosen worker until its stored event arrives")
+	fs.Float64Var(&r.ActiveDecodeBlocksThreshold, "active-decode-blocks-threshold", r.ActiveDecodeBlocksThreshold, "busy above this fraction of KV capacity held by running requests (0: off)")
+	fs.IntVar(&r.ActivePrefillTokensThreshold, "active-prefill-tokens-threshold", r.ActivePrefillTokensThreshold, "busy above this many pending prefill tokens (0: off)")
+	fs.Uint64Var(&r.Seed, "router-seed", r.Seed, "seed of tie-breaks and sampling")
+	fs.Uint64Var(&r.ID, "router-id", r.ID, "id stamped on this router's lifecycle events")
+	fs.DurationVar(&r.SweepInterval, "router-sweep-interval", r.SweepInterval, "how often expired bookings and approximate entries are swept")
+
+	e := &c.Events
+	fs.DurationVar(&e.SilentAfter, "kv-events-silent-after", e.SilentAfter, "mark a worker DEGRADED after this long without events while it serves requests")
+	fs.DurationVar(&e.ReplayTimeout, "kv-events-replay-timeout", e.ReplayTimeout, "bound on one replay request")
+	fs.DurationVar(&e.DialRetry, "kv-events-dial-retry", e.DialRetry, "wait between attempts to connect to an event endpoint")
+	fs.DurationVar(&e.ReadyTimeout, "ready-timeout", e.ReadyTimeout, "give up waiting for initial replays after this and report ready")
+	fs.DurationVar(&e.HealthInterval, "worker-health-interval", e.HealthInterval, "how often each worker's /health is probed (0: never)")
+	fs.DurationVar(&e.HealthTimeout, "worker-health-timeout", e.HealthTimeout, "bound on one health probe")
+	fs.IntVar(&e.HealthFailures, "worker-health-failures", e.HealthFailures, "failed probes in a row that mark a worker DOWN")
+
+	f := &c.Frontend
+	fs.Int64Var(&f.MaxBodyBytes, "max-body-bytes", f.MaxBodyBytes, "largest request body in bytes")
+	fs.IntVar(&f.MaxPromptTokens, "max-prompt-tokens", f.MaxPromptTokens, "longest prompt in tokens (0: no limit)")
+	fs.BoolVar(&f.ForwardTokenIDs, "forward-token-ids", f.ForwardTokenIDs, "send completions to workers as the router's token ids")
+	fs.IntVar(&f.MaxRetries, "max-retries", f.MaxRetries, "other workers tried when the chosen one fails before its first byte")
+	fs.Var((*listValue)(&f.APIKeys), "api-keys", "comma-separated bearer tokens for the OpenAI endpoints (empty: open)")
+	fs.Var((*listValue)(&f.AdminKeys), "admin-keys", "comma-separated bearer tokens for the admin endpoints (empty: open)")
+	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", f.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
+
+	fs.Var((*discovery.WorkerFlags)(&c.Workers), "worker",
+		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
+}
+
+// listValue is a comma-separated list flag; each Set replaces the list, so
+// a later layer overrides an earlier one.
+type listValue []string
+
+var _ flag.Value = (*listValue)(nil)
+
+func (l *listValue) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *listValue) Set(s string) error {
+	*l = nil
+	if s == "" {
+		return nil
+	}
+	for p := range strings.SplitSeq(s, ",") {
+		*l = append(*l, strings.TrimSpace(p))
+	}
+	return nil
+}
+
+// EnvName is the environment variable of a flag: KVROUTER_ and the name in
+// upper snake case ("router-temperature" → "KVROUTER_ROUTER_TEMPERATURE").
+func EnvName(flagName string) string {
+	return "KVROUTER_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// quoteList renders values for an error message.
+func quoteList(v []string) string {
+	q := make([]string, len(v))
+	for i, s := range v {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
