@@ -90,8 +90,8 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	if !ok {
 		return
 	}
-	var fields requestFields
-	if err := json.Unmarshal(body, &fields); err != nil {
+	fields, err := parseFields(body)
+	if err != nil {
 		writeError(rw, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "", "invalid JSON body: "+err.Error())
 		return
 	}
@@ -99,10 +99,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		writeParseError(rw, err)
 		return
 	}
-	var (
-		p   prompt
-		err error
-	)
+	var p prompt
 	endpoint := "completions"
 	if chat {
 		endpoint = "chat"

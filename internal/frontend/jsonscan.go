@@ -1,0 +1,295 @@
+package frontend
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// errSyntax reports malformed JSON found by scanObject.
+var errSyntax = errors.New("invalid JSON")
+
+// maxDepth bounds nesting, as encoding/json does.
+const maxDepth = 10000
+
+// scanObject checks that b is one syntactically valid JSON object and
+// calls fn with each top-level member's key and the raw bytes of its
+// value (a sub-slice of b), in order; a repeated key is reported each
+// time. It decodes nothing: the front door reads a few small fields and
+// hands big values (an 8k-id prompt) to dedicated decoders, where
+// encoding/json would scan them twice.
+func scanObject(b []byte, fn func(key string, val []byte) error) error {
+	s := jscan{b: b}
+	s.ws()
+	if s.i >= len(b) || b[s.i] != '{' {
+		return s.fail("want an object")
+	}
+	s.i++
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return s.end()
+	}
+	for {
+		s.ws()
+		if s.peek() != '"' {
+			return s.fail("want a member name")
+		}
+		ks := s.i
+		esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		key := string(b[ks+1 : s.i-1])
+		if esc {
+			if err := json.Unmarshal(b[ks:s.i], &key); err != nil {
+				return s.fail("bad member name")
+			}
+		}
+		s.ws()
+		if s.peek() != ':' {
+			return s.fail("want ':'")
+		}
+		s.i++
+		s.ws()
+		vs := s.i
+		if err := s.value(1); err != nil {
+			return err
+		}
+		if err := fn(key, b[vs:s.i]); err != nil {
+			return err
+		}
+		s.ws()
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return s.end()
+		default:
+			return s.fail("want ',' or '}'")
+		}
+	}
+}
+
+type jscan struct {
+	b []byte
+	i int
+}
+
+func (s *jscan) fail(what string) error {
+	return fmt.Errorf("%w: %s at byte %d", errSyntax, what, s.i)
+}
+
+func (s *jscan) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *jscan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jscan) end() error {
+	s.ws()
+	if s.i != len(s.b) {
+		return s.fail("trailing data")
+	}
+	return nil
+}
+
+func (s *jscan) value(depth int) error {
+	if depth > maxDepth {
+		return s.fail("nested too deeply")
+	}
+	switch c := s.peek(); {
+	case c == '"':
+		_, err := s.str()
+		return err
+	case c == '{':
+		s.i++
+		s.ws()
+		if s.peek() == '}' {
+			s.i++
+			return nil
+		}
+		for {
+			s.ws()
+			if s.peek() != '"' {
+				return s.fail("want a member name")
+			}
+			if _, err := s.str(); err != nil {
+				return err
+			}
+			s.ws()
+			if s.peek() != ':' {
+				return s.fail("want ':'")
+			}
+			s.i++
+			s.ws()
+			if err := s.value(depth + 1); err != nil {
+				return err
+			}
+			s.ws()
+			switch s.peek() {
+			case ',':
+				s.i++
+			case '}':
+				s.i++
+				return nil
+			default:
+				return s.fail("want ',' or '}'")
+			}
+		}
+	case c == '[':
+		s.i++
+		s.ws()
+		if s.peek() == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			s.ws()
+			if err := s.value(depth + 1); err != nil {
+				return err
+			}
+			s.ws()
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return nil
+			default:
+				return s.fail("want ',' or ']'")
+			}
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	}
+	return s.fail("want a value")
+}
+
+func (s *jscan) lit(w string) error {
+	if len(s.b)-s.i < len(w) || string(s.b[s.i:s.i+len(w)]) != w {
+		return s.fail("bad literal")
+	}
+	s.i += len(w)
+	return nil
+}
+
+func (s *jscan) digits() int {
+	st := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i - st
+}
+
+func (s *jscan) number() error {
+	if s.peek() == '-' {
+		s.i++
+	}
+	if s.peek() == '0' {
+		s.i++
+	} else if s.digits() == 0 {
+		return s.fail("bad number")
+	}
+	if s.peek() == '.' {
+		s.i++
+		if s.digits() == 0 {
+			return s.fail("bad number")
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if s.digits() == 0 {
+			return s.fail("bad number")
+		}
+	}
+	return nil
+}
+
+// str scans a string starting at its opening quote; esc says whether it
+// holds escapes.
+func (s *jscan) str() (esc bool, err error) {
+	s.i++
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return esc, nil
+		case c == '\\':
+			esc = true
+			s.i++
+			switch s.peek() {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				s.i++
+				for range 4 {
+					h := s.peek()
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return esc, s.fail("bad \\u escape")
+					}
+					s.i++
+				}
+			default:
+				return esc, s.fail("bad escape")
+			}
+		case c < 0x20:
+			return esc, s.fail("control character in string")
+		default:
+			s.i++
+		}
+	}
+	return esc, s.fail("unterminated string")
+}
+
+// parseFields reads the fields the front door needs from a completion or
+// chat body, checking the whole body's syntax.
+func parseFields(body []byte) (requestFields, error) {
+	var f requestFields
+	err := scanObject(body, func(key string, val []byte) error {
+		var dst any
+		switch key {
+		case "model":
+			dst = &f.Model
+		case "prompt":
+			f.Prompt = val
+			return nil
+		case "stream":
+			dst = &f.Stream
+		case "max_tokens":
+			dst = &f.MaxTokens
+		case "max_completion_tokens":
+			dst = &f.MaxCompletionTokens
+		default:
+			return nil
+		}
+		if err := json.Unmarshal(val, dst); err != nil {
+			return fmt.Errorf("field %q: %v", key, err)
+		}
+		return nil
+	})
+	return f, err
+}
