@@ -541,7 +541,10 @@ func (t *Tokenizer) loadAdded(added []addedToken) error {
 		if a.Special {
 			t.special[a.ID] = true
 		}
-		if a.Normalized && len(t.normForms) > 0 {
+		if a.Normalized {
+			// Matched after normalisation, in a second pass over what the
+			// first (non-normalized tokens on raw text) left, as HuggingFace
+			// does even when there is no normalizer.
 			a.Content = t.normalize(a.Content)
 			normed = append(normed, a)
 		} else {

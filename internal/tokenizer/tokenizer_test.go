@@ -174,6 +174,22 @@ func TestAddedTokenFlags(t *testing.T) {
 	}
 }
 
+// TestAddedTokenPasses: tokens with normalized=false are found first, on the
+// raw text; normalized ones only in what is left, even when they would match
+// further left.
+func TestAddedTokenPasses(t *testing.T) {
+	tok := tiny{added: []map[string]any{
+		{"id": 500, "content": "<a>", "normalized": false},
+		{"id": 501, "content": "a><", "normalized": true},
+	}}.load(t)
+	if got, want := tok.Encode("xa><a>", false), []uint32{'x', 'a', '>', 500}; !slices.Equal(got, want) {
+		t.Errorf("Encode = %v, want %v", got, want)
+	}
+	if got, want := tok.Encode("a><", false), []uint32{501}; !slices.Equal(got, want) {
+		t.Errorf("Encode = %v, want %v", got, want)
+	}
+}
+
 func TestNormalizerOnlyWhenConfigured(t *testing.T) {
 	in := "e\u0301" // decomposed é
 	plain := tiny{}.load(t)
