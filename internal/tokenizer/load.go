@@ -509,8 +509,7 @@ func (t *Tokenizer) loadDecoder(b json.RawMessage) error {
 	return nil
 }
 
-// maxID bounds token ids: real vocabularies stay well below a million, and
-// the id tables are dense arrays.
+// maxTokenID bounds token ids: real vocabularies stay well below a million.
 const maxTokenID = 1<<24 - 1
 
 // loadAdded registers the added tokens and builds the id tables.
@@ -522,8 +521,10 @@ func (t *Tokenizer) loadAdded(added []addedToken) error {
 	for _, a := range added {
 		maxID = max(maxID, a.ID)
 	}
-	if maxID > maxTokenID {
-		return fmt.Errorf("%w: token id %d above the supported %d", ErrInvalid, maxID, maxTokenID)
+	// The id tables are dense arrays: refuse ids far beyond the number of
+	// tokens, so that a small file cannot demand gigabytes.
+	if limit := min(maxTokenID, 4*(len(t.vocab)+len(added))+1024); int(maxID) > limit {
+		return fmt.Errorf("%w: token id %d too large for %d tokens", ErrInvalid, maxID, len(t.vocab)+len(added))
 	}
 	t.idToken = make([]string, int(maxID)+1)
 	t.known = make([]bool, int(maxID)+1)
