@@ -491,6 +491,7 @@ type dealerReplayer struct {
 	log      *slog.Logger
 }
 
+// Replay implements replayer over a DEALER dialled for this request alone.
 func (r *dealerReplayer) Replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
