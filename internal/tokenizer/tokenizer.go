@@ -113,6 +113,14 @@ func (e *encoder) pretokenize(s string, k int) {
 		e.pretokenize(s, k+1)
 		return
 	}
+	if f, ok := st.split.(*fastSplitter); ok { // streams, no buffer
+		for i := 0; i < len(s); {
+			n := f.match(s, i)
+			e.pretokenize(s[i:i+n], k+1)
+			i += n
+		}
+		return
+	}
 	// Each stage has its own buffer of piece ends, reused across calls.
 	for len(e.ends) <= k {
 		e.ends = append(e.ends, nil)
