@@ -132,3 +132,25 @@ func BenchmarkFrontDoor(b *testing.B) {
 	b.Run("front-text", func(b *testing.B) { run(b, front.URL, text) })
 	b.Run("front-token-ids", func(b *testing.B) { run(b, front.URL, ids) })
 }
+
+// BenchmarkParse8kIDs measures reading an 8k-token-id completion body:
+// the syntax check of the whole body plus the id decoding.
+func BenchmarkParse8kIDs(b *testing.B) {
+	ids := make([]uint32, 8192)
+	for i := range ids {
+		ids[i] = uint32(i * 7919 % 151000)
+	}
+	body, _ := json.Marshal(map[string]any{"model": testModel, "prompt": ids, "max_tokens": 8, "stream": true})
+	p := promptParser{model: testModel, maxTokens: 1 << 20}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f, err := parseFields(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.completionPrompt(f.Prompt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

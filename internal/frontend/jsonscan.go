@@ -193,38 +193,45 @@ func (s *jscan) lit(w string) error {
 	return nil
 }
 
-func (s *jscan) digits() int {
-	st := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-	}
-	return s.i - st
-}
-
+// number scans a JSON number with local indexes: it is the hot loop of
+// a token-id prompt.
 func (s *jscan) number() error {
-	if s.peek() == '-' {
-		s.i++
+	b, i, n := s.b, s.i, len(s.b)
+	if i < n && b[i] == '-' {
+		i++
 	}
-	if s.peek() == '0' {
-		s.i++
-	} else if s.digits() == 0 {
+	digits := func() bool {
+		st := i
+		for i < n && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > st
+	}
+	switch {
+	case i < n && b[i] == '0':
+		i++
+	case !digits():
+		s.i = i
 		return s.fail("bad number")
 	}
-	if s.peek() == '.' {
-		s.i++
-		if s.digits() == 0 {
+	if i < n && b[i] == '.' {
+		i++
+		if !digits() {
+			s.i = i
 			return s.fail("bad number")
 		}
 	}
-	if c := s.peek(); c == 'e' || c == 'E' {
-		s.i++
-		if c := s.peek(); c == '+' || c == '-' {
-			s.i++
+	if i < n && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < n && (b[i] == '+' || b[i] == '-') {
+			i++
 		}
-		if s.digits() == 0 {
+		if !digits() {
+			s.i = i
 			return s.fail("bad number")
 		}
 	}
+	s.i = i
 	return nil
 }
 

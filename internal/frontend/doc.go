@@ -1,0 +1,41 @@
+// Package frontend is kvrouter's front door: an OpenAI-compatible HTTP
+// proxy that routes every completion to the worker where serving it costs
+// least, plus the router-native API (/v1/route, /v1/query, /v1/workers),
+// probes (/health, /ready), /metrics and a status page. docs/api.md
+// documents the whole HTTP surface.
+//
+// Why it exists: a KV-aware router is only as good as the token ids it
+// hashes. The front door renders chat requests with the model's own chat
+// template (as vLLM's server would) and tokenizes them with the model's
+// tokenizer in-process, so the blocks it hashes are the blocks the worker
+// will compute; the worker's reported cached tokens are compared with the
+// router's prediction and exported, so that drift between the two is
+// visible instead of silent.
+//
+// Per request: read the body within MaxBodyBytes; read the few fields it
+// needs with a validating scanner (malformed JSON is 400, an unknown
+// model 404, an over-long prompt 413 — judged from the byte length first
+// where that is decisive, before tokenizing); tokenize; Route (which
+// books the request on the chosen worker rank); forward the original body
+// (or, with ForwardTokenIDs, the token ids) and stream the response back
+// unchanged, flushing whatever arrives as it arrives. The booking follows
+// the response: MarkPrefillCompleted at the first token (the first SSE
+// event carrying choices, or the first body byte when not streaming),
+// SetGenerated as tokens stream when the router tracks output blocks, and
+// Free exactly once at the end — completion, worker error, or client
+// disconnect, which also cancels the upstream request.
+//
+// Nothing accepted is lost: the client's response is committed only when
+// the worker's first body byte arrives, so a worker that refuses the
+// connection, answers 5xx, or breaks before its first byte is excluded
+// and the request is routed again (the old booking freed), up to
+// MaxRetries times; after that the client gets the last worker error
+// (502, or the worker's own 5xx). A worker that fails mid-stream ends the
+// stream with an in-band SSE error event.
+//
+// The package does no discovery and owns no router state: the composition
+// root gives it the router, a Directory (worker id to name, URL and
+// state), the tokenizer and chat template, an optional Index for
+// /v1/query, a Prometheus registry, a logger, a clock and a readiness
+// func (Deps).
+package frontend
