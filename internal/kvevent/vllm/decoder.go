@@ -19,7 +19,8 @@ type Config struct {
 	// Limits caps payload sizes (DefaultLimits).
 	Limits Limits
 	// MaxSaltedBlocks caps how many salted blocks the decoder remembers to
-	// pass a cache salt on to their children (default 1 M). Past it, new
+	// pass a cache salt on to their children (default 131072, about an
+	// engine rank's whole GPU cache; ~50 bytes each). Past it, new
 	// salted blocks are not remembered: their children hash unsalted and
 	// simply never match (a miss, never a false hit).
 	MaxSaltedBlocks int
@@ -27,7 +28,7 @@ type Config struct {
 
 // DefaultConfig returns a configuration with vLLM's default block size.
 func DefaultConfig() Config {
-	return Config{BlockSize: 16, Limits: DefaultLimits(), MaxSaltedBlocks: 1 << 20}
+	return Config{BlockSize: 16, Limits: DefaultLimits(), MaxSaltedBlocks: 1 << 17}
 }
 
 // Validate checks the configuration once, before use.
