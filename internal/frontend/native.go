@@ -163,7 +163,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	resp := queryResponse{BlockSize: f.blockSize, Workers: []queryWorker{}}
 	byRank := map[kvevent.Worker]queryWorker{}
 	for _, l := range f.router.Loads() {
-		byRank[l.Worker] = f.queryRow(l.Worker, 0, tiersJSON{})
+		byRank[l.Worker] = f.queryRow(l.Worker, 0, scoreTiers(index.Score{}))
 	}
 	if f.idx != nil {
 		local := nr.BlockHashes
@@ -185,7 +185,8 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		d, _ := f.router.Plan(router.Request{ID: "query", Tokens: tokens, LoRAName: nr.LoRAName})
 		resp.Blocks = kvhash.NumBlocks(len(tokens), f.blockSize)
 		for _, c := range d.Candidates {
-			t := tiersOf(c.Overlap)
+			// The plan merges disk and external tiers; they show as disk.
+			t := tiersJSON{"device": c.Overlap.Device, "host_pinned": c.Overlap.Host, "disk": c.Overlap.Disk, "external": 0}
 			byRank[c.Worker] = f.queryRow(c.Worker, c.Overlap.Device+c.Overlap.Host+c.Overlap.Disk, t)
 		}
 	}
