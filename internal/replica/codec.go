@@ -1,0 +1,470 @@
+package replica
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// Wire limits: a decoder refuses anything larger.
+const (
+	// MaxBlocks is the most block hashes one AddRequest may carry (a 2 M
+	// token prompt at block size 16).
+	MaxBlocks = 1 << 17
+	// MaxRequestID is the longest request id accepted, in bytes.
+	MaxRequestID = 1024
+	// MaxChunkEvents is the most events one snapshot chunk may carry.
+	MaxChunkEvents = 1 << 16
+	// maxSkipDepth bounds the nesting of unknown values that are skipped.
+	maxSkipDepth = 32
+)
+
+// ErrMalformed wraps every reason a payload is refused.
+var ErrMalformed = errors.New("malformed replica payload")
+
+// Data variant names on the wire (serde's externally tagged enum, as
+// Dynamo's ActiveSequenceEvent encodes them).
+const (
+	tagAdd  = "AddRequest"
+	tagMark = "MarkPrefillCompleted"
+	tagFree = "Free"
+)
+
+// AppendEvent appends the msgpack encoding of ev (named fields, see
+// docs/events.md "Replica sync") to dst.
+func AppendEvent(dst []byte, ev router.LifecycleEvent) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Write(dst)
+	e := msgpack.NewEncoder(&buf)
+	if err := encodeEvent(e, ev); err != nil {
+		return dst, err
+	}
+	return buf.Bytes(), nil
+}
+
+func encodeEvent(e *msgpack.Encoder, ev router.LifecycleEvent) error {
+	var tag string
+	switch ev.Kind {
+	case router.AddRequest:
+		tag = tagAdd
+	case router.MarkPrefillCompleted:
+		tag = tagMark
+	case router.Free:
+		tag = tagFree
+	default:
+		return fmt.Errorf("encoding lifecycle event: unknown kind %d", ev.Kind)
+	}
+	// Errors of a bytes.Buffer writer cannot happen; the last one is kept.
+	var err error
+	keep := func(e error) {
+		if e != nil {
+			err = e
+		}
+	}
+	keep(e.EncodeMapLen(4))
+	keep(e.EncodeString("request_id"))
+	keep(e.EncodeString(ev.RequestID))
+	keep(e.EncodeString("worker"))
+	keep(e.EncodeMapLen(2))
+	keep(e.EncodeString("worker_id"))
+	keep(e.EncodeUint(uint64(ev.Worker.ID)))
+	keep(e.EncodeString("dp_rank"))
+	keep(e.EncodeUint(uint64(ev.Worker.Rank)))
+	keep(e.EncodeString("router_id"))
+	keep(e.EncodeUint(ev.RouterID))
+	keep(e.EncodeString("data"))
+	if ev.Kind != router.AddRequest {
+		keep(e.EncodeString(tag))
+		return err
+	}
+	keep(e.EncodeMapLen(1))
+	keep(e.EncodeString(tagAdd))
+	keep(e.EncodeMapLen(4))
+	keep(e.EncodeString("token_sequence"))
+	keep(e.EncodeArrayLen(len(ev.BlockHashes)))
+	for _, h := range ev.BlockHashes {
+		keep(e.EncodeUint(h))
+	}
+	keep(e.EncodeString("prefill_tokens"))
+	keep(e.EncodeUint(uint64(max(ev.PrefillTokens, 0))))
+	keep(e.EncodeString("expected_output_tokens"))
+	if ev.ExpectedOutputTokens > 0 {
+		keep(e.EncodeUint(uint64(ev.ExpectedOutputTokens)))
+	} else {
+		keep(e.EncodeNil())
+	}
+	keep(e.EncodeString("private"))
+	keep(e.EncodeBool(ev.Private))
+	return err
+}
+
+// DecodeEvent decodes one lifecycle event. Unknown fields are skipped,
+// optional ones may be missing; request_id, router_id and data are
+// required. Errors wrap ErrMalformed.
+func DecodeEvent(b []byte) (router.LifecycleEvent, error) {
+	d := msgpack.NewDecoder(bytes.NewReader(b))
+	ev, err := decodeEvent(d)
+	if err != nil {
+		return router.LifecycleEvent{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return ev, nil
+}
+
+func decodeEvent(d *msgpack.Decoder) (router.LifecycleEvent, error) {
+	var ev router.LifecycleEvent
+	n, err := mapLen(d)
+	if err != nil {
+		return ev, fmt.Errorf("event: %w", err)
+	}
+	var haveID, haveRouter bool
+	for range n {
+		k, err := d.DecodeString()
+		if err != nil {
+			return ev, fmt.Errorf("event key: %w", err)
+		}
+		switch k {
+		case "request_id":
+			if ev.RequestID, err = d.DecodeString(); err == nil && len(ev.RequestID) > MaxRequestID {
+				err = fmt.Errorf("%d bytes, max %d", len(ev.RequestID), MaxRequestID)
+			}
+			haveID = err == nil
+		case "router_id":
+			ev.RouterID, err = d.DecodeUint64()
+			haveRouter = err == nil
+		case "worker":
+			ev.Worker, err = decodeWorker(d)
+		case "data":
+			err = decodeData(d, &ev)
+		default:
+			err = skip(d, 0)
+		}
+		if err != nil {
+			return ev, fmt.Errorf("event field %q: %w", k, err)
+		}
+	}
+	switch {
+	case !haveID || ev.RequestID == "":
+		return ev, errors.New("event without request_id")
+	case !haveRouter:
+		return ev, errors.New("event without router_id")
+	case ev.Kind == 0:
+		return ev, errors.New("event without data")
+	}
+	return ev, nil
+}
+
+func decodeWorker(d *msgpack.Decoder) (kvevent.Worker, error) {
+	var w kvevent.Worker
+	n, err := mapLen(d)
+	if err != nil {
+		return w, err
+	}
+	for range n {
+		k, err := d.DecodeString()
+		if err != nil {
+			return w, err
+		}
+		switch k {
+		case "worker_id":
+			var v uint64
+			v, err = d.DecodeUint64()
+			w.ID = kvevent.WorkerID(v)
+		case "dp_rank":
+			var v uint64
+			if v, err = d.DecodeUint64(); err == nil && v > 1<<31 {
+				err = fmt.Errorf("dp_rank %d out of range", v)
+			}
+			w.Rank = kvevent.DPRank(v)
+		default:
+			err = skip(d, 0)
+		}
+		if err != nil {
+			return w, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	return w, nil
+}
+
+// decodeData reads the data variant: a bare string for the unit variants,
+// or a one-entry map {variant: body} (a nil body for unit variants).
+func decodeData(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	if msgpcode.IsString(c) {
+		tag, err := d.DecodeString()
+		if err != nil {
+			return err
+		}
+		switch tag {
+		case tagMark:
+			ev.Kind = router.MarkPrefillCompleted
+		case tagFree:
+			ev.Kind = router.Free
+		default:
+			return fmt.Errorf("unknown variant %q", tag)
+		}
+		return nil
+	}
+	n, err := mapLen(d)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("variant map with %d entries", n)
+	}
+	tag, err := d.DecodeString()
+	if err != nil {
+		return err
+	}
+	switch tag {
+	case tagAdd:
+		ev.Kind = router.AddRequest
+		return decodeAdd(d, ev)
+	case tagMark:
+		ev.Kind = router.MarkPrefillCompleted
+	case tagFree:
+		ev.Kind = router.Free
+	default:
+		return fmt.Errorf("unknown variant %q", tag)
+	}
+	return skip(d, 0)
+}
+
+func decodeAdd(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
+	n, err := mapLen(d)
+	if err != nil {
+		return err
+	}
+	for range n {
+		k, err := d.DecodeString()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "token_sequence":
+			ev.BlockHashes, err = decodeHashes(d)
+		case "prefill_tokens":
+			ev.PrefillTokens, err = decodeCount(d)
+		case "expected_output_tokens":
+			ev.ExpectedOutputTokens, err = decodeCount(d)
+		case "private":
+			var nil_ bool
+			if nil_, err = isNil(d); err == nil && !nil_ {
+				ev.Private, err = d.DecodeBool()
+			}
+		default:
+			err = skip(d, 0)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+func decodeHashes(d *msgpack.Decoder) ([]uint64, error) {
+	if null, err := isNil(d); err != nil || null {
+		return nil, err
+	}
+	n, err := d.DecodeArrayLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > MaxBlocks {
+		return nil, fmt.Errorf("%d hashes, max %d", n, MaxBlocks)
+	}
+	// Never trust the declared length: grow as values actually arrive.
+	out := make([]uint64, 0, min(n, 256))
+	for range n {
+		h, err := decodeHash(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// decodeHash reads a u64 hash; a negative signed integer is reinterpreted
+// as its two's-complement bits.
+func decodeHash(d *msgpack.Decoder) (uint64, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64 {
+		v, err := d.DecodeInt64()
+		return uint64(v), err
+	}
+	return d.DecodeUint64()
+}
+
+// decodeCount reads an optional non-negative count (nil is 0).
+func decodeCount(d *msgpack.Decoder) (int, error) {
+	if null, err := isNil(d); err != nil || null {
+		return 0, err
+	}
+	v, err := d.DecodeInt64()
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 || v > 1<<40 {
+		return 0, fmt.Errorf("count %d out of range", v)
+	}
+	return int(v), nil
+}
+
+func isNil(d *msgpack.Decoder) (bool, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return false, err
+	}
+	if c == msgpcode.Nil {
+		return true, d.DecodeNil()
+	}
+	return false, nil
+}
+
+// mapLen reads a map header (nil counts as empty).
+func mapLen(d *msgpack.Decoder) (int, error) {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return 0, err
+	}
+	return max(n, 0), nil
+}
+
+// skip skips one value, refusing nesting deeper than maxSkipDepth.
+func skip(d *msgpack.Decoder, depth int) error {
+	if depth > maxSkipDepth {
+		return errors.New("nesting too deep")
+	}
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	switch {
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := d.DecodeArrayLen()
+		if err != nil {
+			return err
+		}
+		for range n {
+			if err := skip(d, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := d.DecodeMapLen()
+		if err != nil {
+			return err
+		}
+		for range 2 * n {
+			if err := skip(d, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return d.Skip()
+}
+
+// Chunk is one message of a snapshot reply: part of a router's own
+// bookings, as lifecycle events that rebuild them (AddRequest, then
+// MarkPrefillCompleted for requests past their prefill).
+type Chunk struct {
+	// RouterID is the router whose bookings these are.
+	RouterID uint64
+	// Last is true on the final chunk of the reply.
+	Last bool
+	// Events are the bookings.
+	Events []router.LifecycleEvent
+}
+
+// AppendChunk appends the msgpack encoding of c to dst.
+func AppendChunk(dst []byte, c Chunk) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Write(dst)
+	e := msgpack.NewEncoder(&buf)
+	var err error
+	keep := func(e error) {
+		if e != nil {
+			err = e
+		}
+	}
+	keep(e.EncodeMapLen(3))
+	keep(e.EncodeString("router_id"))
+	keep(e.EncodeUint(c.RouterID))
+	keep(e.EncodeString("last"))
+	keep(e.EncodeBool(c.Last))
+	keep(e.EncodeString("events"))
+	keep(e.EncodeArrayLen(len(c.Events)))
+	for _, ev := range c.Events {
+		keep(encodeEvent(e, ev))
+	}
+	if err != nil {
+		return dst, fmt.Errorf("encoding snapshot chunk: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeChunk decodes a snapshot chunk. Errors wrap ErrMalformed.
+func DecodeChunk(b []byte) (Chunk, error) {
+	d := msgpack.NewDecoder(bytes.NewReader(b))
+	c, err := decodeChunk(d)
+	if err != nil {
+		return Chunk{}, fmt.Errorf("%w: snapshot chunk: %w", ErrMalformed, err)
+	}
+	return c, nil
+}
+
+func decodeChunk(d *msgpack.Decoder) (Chunk, error) {
+	var c Chunk
+	n, err := mapLen(d)
+	if err != nil {
+		return c, err
+	}
+	haveRouter := false
+	for range n {
+		k, err := d.DecodeString()
+		if err != nil {
+			return c, err
+		}
+		switch k {
+		case "router_id":
+			c.RouterID, err = d.DecodeUint64()
+			haveRouter = err == nil
+		case "last":
+			c.Last, err = d.DecodeBool()
+		case "events":
+			var m int
+			if m, err = d.DecodeArrayLen(); err == nil && (m < 0 || m > MaxChunkEvents) {
+				err = fmt.Errorf("%d events, max %d", m, MaxChunkEvents)
+			}
+			for i := 0; err == nil && i < m; i++ {
+				var ev router.LifecycleEvent
+				if ev, err = decodeEvent(d); err == nil {
+					c.Events = append(c.Events, ev)
+				}
+			}
+		default:
+			err = skip(d, 0)
+		}
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	if !haveRouter {
+		return c, errors.New("chunk without router_id")
+	}
+	return c, nil
+}

@@ -1,0 +1,91 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+)
+
+// Config configures replica sync. Start from DefaultConfig; New calls
+// Validate.
+type Config struct {
+	// Namespace and Component build the NATS subjects (see EventsSubject).
+	// Defaults "dynamo" and "backend".
+	Namespace, Component string
+	// Bucket is the NATS KV bucket replicas announce themselves in.
+	// Default "kvrouter-routers".
+	Bucket string
+	// TTL is how long a replica's record lives without a heartbeat (it
+	// heartbeats every TTL/3); after that the others free its bookings.
+	// Default 10 s, at least 1 s.
+	TTL time.Duration
+	// QueueSize is the number of outgoing lifecycle events buffered; when
+	// full, new events are dropped (and counted) so routing never blocks.
+	// Default 100000.
+	QueueSize int
+	// SnapshotTimeout bounds the wait for one peer's snapshot at start.
+	// Default 2 s.
+	SnapshotTimeout time.Duration
+	// ChunkEvents is the number of bookings per snapshot reply message.
+	// Default 256.
+	ChunkEvents int
+	// Shadows turns the anti-herding mechanism on: each local booking is
+	// mirrored, for ShadowTTL, by one shadow booking per live peer on the
+	// same worker (see doc.go). Default true.
+	Shadows bool
+	// ShadowTTL is how long a shadow booking lives unless a real booking
+	// from its peer replaces it first; it should exceed the replica-to-
+	// replica event latency. Default 10 ms.
+	ShadowTTL time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Namespace:       dynamo.DefaultNamespace,
+		Component:       dynamo.DefaultComponent,
+		Bucket:          "kvrouter-routers",
+		TTL:             10 * time.Second,
+		QueueSize:       100000,
+		SnapshotTimeout: 2 * time.Second,
+		ChunkEvents:     256,
+		Shadows:         true,
+		ShadowTTL:       10 * time.Millisecond,
+	}
+}
+
+// ErrConfig wraps configuration errors.
+var ErrConfig = errors.New("invalid replica sync config")
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Namespace == "" || c.Component == "" {
+		errs = append(errs, errors.New("namespace and component are required"))
+	}
+	if c.Bucket == "" {
+		errs = append(errs, errors.New("bucket is required"))
+	}
+	if c.TTL < discovery.MinTTL {
+		errs = append(errs, fmt.Errorf("ttl %v below %v", c.TTL, discovery.MinTTL))
+	}
+	if c.QueueSize < 1 {
+		errs = append(errs, fmt.Errorf("queue size %d below 1", c.QueueSize))
+	}
+	if c.SnapshotTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("snapshot timeout %v not positive", c.SnapshotTimeout))
+	}
+	if c.ChunkEvents < 1 || c.ChunkEvents > MaxChunkEvents {
+		errs = append(errs, fmt.Errorf("chunk events %d outside 1..%d", c.ChunkEvents, MaxChunkEvents))
+	}
+	if c.Shadows && c.ShadowTTL <= 0 {
+		errs = append(errs, fmt.Errorf("shadow ttl %v not positive", c.ShadowTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}

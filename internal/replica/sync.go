@@ -1,0 +1,352 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// Record is a replica's announcement in the replica bucket, kept alive by
+// its heartbeat.
+type Record struct {
+	// RouterID is the replica's router id (also the record's key).
+	RouterID uint64 `json:"router_id"`
+	// StartedAt is when the replica started.
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Sync shares one router's bookings with its replicas over NATS: the
+// network edge around a Core. Create it with New, then Start; Close ends
+// it (deregistering, so peers free this router's bookings at once).
+type Sync struct {
+	cfg  Config
+	bus  *natsbus.Bus
+	r    *router.Router
+	log  *slog.Logger
+	core *Core
+
+	q                                    chan router.LifecycleEvent
+	published, dropped, pubErrs, badMsgs atomic.Uint64
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	subs     []*nats.Subscription
+	lease    *discovery.Lease[Record]
+	watcher  *discovery.Watcher[Record]
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	snapshot time.Duration // how long the start-up snapshot took
+}
+
+// New builds replica sync for r over bus and attaches it to r as its
+// lifecycle observer. r's RouterID must be unique among the replicas (and
+// not 0). Metrics go to reg when it is not nil; log may be nil.
+func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registry, log *slog.Logger) (*Sync, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if bus == nil || r == nil {
+		return nil, fmt.Errorf("%w: bus and router are required", ErrConfig)
+	}
+	if r.Config().RouterID == 0 {
+		return nil, fmt.Errorf("%w: router id 0 (give each replica a unique id)", ErrConfig)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Sync{cfg: cfg, bus: bus, r: r, log: log.With("router_id", r.Config().RouterID),
+		q: make(chan router.LifecycleEvent, cfg.QueueSize), stop: make(chan struct{})}
+	s.core = NewCore(r, CoreConfig{Shadows: cfg.Shadows, ShadowTTL: cfg.ShadowTTL}, s.enqueue)
+	if reg != nil {
+		if err := s.register(reg); err != nil {
+			s.core.Detach()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Core returns the network-free part (peers, snapshot, counters).
+func (s *Sync) Core() *Core { return s.core }
+
+// enqueue is the router observer's sink: never blocks.
+func (s *Sync) enqueue(ev router.LifecycleEvent) {
+	select {
+	case s.q <- ev:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// Route routes req on the router, with anti-herding shadows when enabled.
+// Callers that bypass it (calling the router's Route directly) still have
+// their bookings shared, only without shadows.
+func (s *Sync) Route(req router.Request) (router.Decision, error) {
+	return s.core.Route(req, time.Now())
+}
+
+// Start subscribes to peers' events, announces this replica, learns the
+// live peers and fetches their bookings (each peer's snapshot within
+// SnapshotTimeout; a peer that does not answer is logged and skipped),
+// then starts publishing. It returns once the snapshot is applied.
+func (s *Sync) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.closed {
+		return errors.New("replica sync: already started or closed")
+	}
+	s.started = true
+	nc := s.bus.Conn()
+	self := s.core.RouterID()
+	fail := func(err error) error {
+		_ = s.teardownLocked(context.Background(), false)
+		return err
+	}
+	bucket, err := discovery.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
+	if err != nil {
+		return fail(fmt.Errorf("replica sync: %w", err))
+	}
+	sub, err := nc.Subscribe(EventsSubject(s.cfg.Namespace, s.cfg.Component), s.onEvent)
+	if err != nil {
+		return fail(fmt.Errorf("replica sync: subscribing to events: %w", err))
+	}
+	s.subs = append(s.subs, sub)
+	sub, err = nc.Subscribe(SnapshotSubject(s.cfg.Namespace, s.cfg.Component, self), s.onSnapshotRequest)
+	if err != nil {
+		return fail(fmt.Errorf("replica sync: subscribing to snapshot requests: %w", err))
+	}
+	s.subs = append(s.subs, sub)
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fail(fmt.Errorf("replica sync: flushing subscriptions: %w", err))
+	}
+	if s.watcher, err = bucket.Watch(context.Background()); err != nil {
+		return fail(fmt.Errorf("replica sync: %w", err))
+	}
+	var peers []uint64
+	for synced := false; !synced; {
+		select {
+		case c, ok := <-s.watcher.C():
+			if !ok {
+				return fail(errors.New("replica sync: replica watch ended"))
+			}
+			switch c.Kind {
+			case discovery.Synced:
+				synced = true
+			case discovery.Put:
+				if id, err := strconv.ParseUint(c.Key, 10, 64); err == nil && id != self {
+					peers = append(peers, id)
+					s.core.PeerUp(id)
+				}
+			}
+		case <-ctx.Done():
+			return fail(fmt.Errorf("replica sync: listing replicas: %w", ctx.Err()))
+		}
+	}
+	s.lease, err = bucket.Keep(ctx, RecordKey(self), Record{RouterID: self, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return fail(fmt.Errorf("replica sync: announcing: %w", err))
+	}
+	s.lease.RefreshOnReconnect(s.bus.OnReconnect)
+
+	begin := time.Now()
+	s.core.BeginSnapshot()
+	for _, p := range peers {
+		evs, err := s.fetchSnapshot(ctx, p)
+		if err != nil {
+			s.log.Warn("replica snapshot failed; relying on live events and expiry", "peer", p, "err", err)
+			continue
+		}
+		n := s.core.ApplySnapshot(p, evs)
+		s.log.Info("replica snapshot applied", "peer", p, "bookings", n)
+	}
+	s.core.EndSnapshot()
+	s.snapshot = time.Since(begin)
+
+	s.wg.Add(2)
+	go s.follow()
+	go s.publish()
+	return nil
+}
+
+// fetchSnapshot asks peer for its bookings and collects the reply chunks.
+func (s *Sync) fetchSnapshot(ctx context.Context, peer uint64) ([]router.LifecycleEvent, error) {
+	nc := s.bus.Conn()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	req, _ := AppendChunk(nil, Chunk{RouterID: s.core.RouterID(), Last: true})
+	if err := nc.PublishRequest(SnapshotSubject(s.cfg.Namespace, s.cfg.Component, peer), inbox, req); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SnapshotTimeout)
+	defer cancel()
+	var out []router.LifecycleEvent
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("waiting for snapshot of %d: %w", peer, err)
+		}
+		c, err := DecodeChunk(m.Data)
+		if err != nil {
+			s.badMsgs.Add(1)
+			return nil, err
+		}
+		out = append(out, c.Events...)
+		if c.Last {
+			return out, nil
+		}
+	}
+}
+
+func (s *Sync) onEvent(m *nats.Msg) {
+	ev, err := DecodeEvent(m.Data)
+	if err != nil {
+		s.badMsgs.Add(1)
+		s.log.Debug("dropping malformed lifecycle event", "err", err)
+		return
+	}
+	s.core.Receive(ev)
+}
+
+func (s *Sync) onSnapshotRequest(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	evs := s.core.Snapshot()
+	self := s.core.RouterID()
+	nc := s.bus.Conn()
+	for i := 0; ; i += s.cfg.ChunkEvents {
+		j := min(i+s.cfg.ChunkEvents, len(evs))
+		data, err := AppendChunk(nil, Chunk{RouterID: self, Last: j == len(evs), Events: evs[i:j]})
+		if err == nil {
+			err = nc.Publish(m.Reply, data)
+		}
+		if err != nil {
+			s.log.Warn("answering snapshot request", "err", err)
+			return
+		}
+		if j == len(evs) {
+			return
+		}
+	}
+}
+
+// follow applies replica arrivals and departures.
+func (s *Sync) follow() {
+	defer s.wg.Done()
+	self := s.core.RouterID()
+	for c := range s.watcher.C() {
+		id, err := strconv.ParseUint(c.Key, 10, 64)
+		if err != nil || id == self {
+			continue
+		}
+		switch c.Kind {
+		case discovery.Put:
+			s.core.PeerUp(id)
+		case discovery.Deleted, discovery.Expired:
+			n := s.core.PeerDown(id, time.Now())
+			s.log.Info("replica left; freed its bookings", "peer", id, "how", c.Kind, "bookings", n)
+		}
+	}
+}
+
+// publish sends queued events and ticks the shadows until stop, then
+// drains what is queued.
+func (s *Sync) publish() {
+	defer s.wg.Done()
+	nc := s.bus.Conn()
+	subject := EventsSubject(s.cfg.Namespace, s.cfg.Component)
+	period := s.cfg.ShadowTTL
+	if !s.cfg.Shadows {
+		period = time.Second
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	var buf []byte
+	send := func(ev router.LifecycleEvent) {
+		var err error
+		if buf, err = AppendEvent(buf[:0], ev); err == nil {
+			// Publish copies the payload into the connection's buffer.
+			err = nc.Publish(subject, buf)
+		}
+		if err != nil {
+			s.pubErrs.Add(1)
+			return
+		}
+		s.published.Add(1)
+	}
+	for {
+		select {
+		case ev := <-s.q:
+			send(ev)
+		case now := <-tick.C:
+			s.core.Tick(now)
+		case <-s.stop:
+			for {
+				select {
+				case ev := <-s.q:
+					send(ev)
+				default:
+					_ = nc.Flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+// Close stops sharing: pending events are flushed, the replica record is
+// deleted (peers free this router's bookings right away) and the router's
+// observer is detached. Safe to call more than once.
+func (s *Sync) Close(ctx context.Context) error {
+	return s.teardown(ctx, true)
+}
+
+// teardown stops everything; deregister false leaves the record to expire,
+// as a crash would.
+func (s *Sync) teardown(ctx context.Context, deregister bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.teardownLocked(ctx, deregister)
+}
+
+func (s *Sync) teardownLocked(ctx context.Context, deregister bool) error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.core.Detach()
+	close(s.stop)
+	if s.watcher != nil {
+		s.watcher.Stop()
+	}
+	s.wg.Wait()
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
+	}
+	var err error
+	if s.lease != nil {
+		if deregister {
+			err = s.lease.Close(ctx)
+		} else {
+			s.lease.Abandon()
+		}
+	}
+	return err
+}
