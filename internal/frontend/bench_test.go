@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 	front := httptest.NewServer(f.Handler())
 	defer front.Close()
 	defer f.CloseIdleConnections()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
 
 	prompts := benchPrompts(b, 64, 8192)
@@ -128,9 +129,41 @@ func BenchmarkFrontDoor(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	}
+	// paced sends b.N requests open-loop at 500 requests/s.
+	paced := func(b *testing.B, url string, bodies [][]byte) {
+		lat := make([]time.Duration, b.N)
+		var wg sync.WaitGroup
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		b.ResetTimer()
+		for i := range b.N {
+			<-tick.C
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lat[i] = time.Since(start)
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
 	b.Run("direct", func(b *testing.B) { run(b, stub.URL, text) })
 	b.Run("front-text", func(b *testing.B) { run(b, front.URL, text) })
 	b.Run("front-token-ids", func(b *testing.B) { run(b, front.URL, ids) })
+	b.Run("500rps-direct", func(b *testing.B) { paced(b, stub.URL, text) })
+	b.Run("500rps-front-text", func(b *testing.B) { paced(b, front.URL, text) })
+	b.Run("500rps-front-token-ids", func(b *testing.B) { paced(b, front.URL, ids) })
 }
 
 // BenchmarkParse8kIDs measures reading an 8k-token-id completion body:

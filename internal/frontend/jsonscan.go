@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // errSyntax reports malformed JSON found by scanObject.
@@ -18,7 +19,11 @@ const maxDepth = 10000
 // time. It decodes nothing: the front door reads a few small fields and
 // hands big values (an 8k-id prompt) to dedicated decoders, where
 // encoding/json would scan them twice.
-func scanObject(b []byte, fn func(key string, val []byte) error) error {
+//
+// fast, when not nil, may consume a member's value itself: given the key
+// and the value's start, it returns the index just past the value, or ok
+// false to leave the value to the generic scanner.
+func scanObject(b []byte, fn func(key string, val []byte) error, fast func(key string, b []byte, i int) (end int, ok bool)) error {
 	s := jscan{b: b}
 	s.ws()
 	if s.i >= len(b) || b[s.i] != '{' {
@@ -41,7 +46,7 @@ func scanObject(b []byte, fn func(key string, val []byte) error) error {
 			return err
 		}
 		key := string(b[ks+1 : s.i-1])
-		if esc {
+		if esc || !utf8.ValidString(key) {
 			if err := json.Unmarshal(b[ks:s.i], &key); err != nil {
 				return s.fail("bad member name")
 			}
@@ -53,7 +58,16 @@ func scanObject(b []byte, fn func(key string, val []byte) error) error {
 		s.i++
 		s.ws()
 		vs := s.i
-		if err := s.value(1); err != nil {
+		if end, ok := 0, false; fast != nil {
+			if end, ok = fast(key, b, vs); ok {
+				s.i = end
+			}
+			if !ok {
+				if err := s.value(1); err != nil {
+					return err
+				}
+			}
+		} else if err := s.value(1); err != nil {
 			return err
 		}
 		if err := fn(key, b[vs:s.i]); err != nil {
@@ -282,7 +296,9 @@ func parseFields(body []byte) (requestFields, error) {
 		case "model":
 			dst = &f.Model
 		case "prompt":
-			f.Prompt = val
+			if f.Prompt = val; len(val) == 0 || val[0] != '[' {
+				f.promptIDs = nil // a later "prompt" replaces an earlier id list
+			}
 			return nil
 		case "stream":
 			dst = &f.Stream
@@ -297,6 +313,17 @@ func parseFields(body []byte) (requestFields, error) {
 			return fmt.Errorf("field %q: %v", key, err)
 		}
 		return nil
+	}, func(key string, b []byte, i int) (int, bool) {
+		if key != "prompt" || i >= len(b) || b[i] != '[' {
+			return 0, false
+		}
+		ids, end, err := scanIDs(b, i)
+		if err != nil {
+			f.promptIDs = nil
+			return 0, false // not an id list, or malformed: the generic scanner decides
+		}
+		f.promptIDs = ids
+		return end, true
 	})
 	return f, err
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -10,11 +11,30 @@ import (
 // expectation): the same documents are valid objects, and the members
 // reported are the ones json decodes (the last of a repeated key wins).
 func checkScan(t *testing.T, b []byte) {
+	checkScanWith(t, b, nil)
+	// With the id-list fast path on every member: the same answer.
+	checkScanWith(t, b, func(_ string, b []byte, i int) (int, bool) {
+		if i >= len(b) || b[i] != '[' {
+			return 0, false
+		}
+		_, end, err := scanIDs(b, i)
+		return end, err == nil
+	})
+	// parseFields' decoded ids agree with decoding the raw prompt.
+	if f, err := parseFields(b); err == nil && f.promptIDs != nil {
+		want, err := tokenIDs(f.Prompt)
+		if err != nil || !slices.Equal(want, f.promptIDs) {
+			t.Fatalf("%q: prompt ids %v, decoding the raw prompt %v (%v)", b, f.promptIDs, want, err)
+		}
+	}
+}
+
+func checkScanWith(t *testing.T, b []byte, fast func(string, []byte, int) (int, bool)) {
 	got := map[string]string{}
 	err := scanObject(b, func(k string, v []byte) error {
 		got[k] = string(v)
 		return nil
-	})
+	}, fast)
 	trimmed := bytes.TrimLeft(b, " \t\r\n")
 	want := json.Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
 	if (err == nil) != want {
@@ -40,7 +60,7 @@ func checkScan(t *testing.T, b []byte) {
 func FuzzScanObject(f *testing.F) {
 	for _, s := range []string{`{}`, ` {"a":1} `, `{"a":[1,{"b":null}],"c":"x\"y\u00e9","d":-0.5e+3,"e":true,"f":false}`,
 		`{"a":1,"a":2}`, `{"a\n":1}`, `{"a":01}`, `{"a":1,}`, `{"a" 1}`, `{"a":"\x01"}`, `[1]`, `{"a":1}x`, `{"a":tru}`, `{"a":"\ud800"}`,
-		`{"a":1.}`, `{"a":-}`, `{"a":1e}`, `{"a":"\q"}`, "{\"a\":\"\xff\"}"} {
+		`{"prompt":[1,2],"prompt":"x"}`, `{"prompt":"x","prompt":[3]}`, `{"prompt":[1,2]}`, `{"prompt":[1,"a"]}`, `{"prompt":[1,2]]}`, `{"a":1.}`, `{"a":-}`, `{"a":1e}`, `{"a":"\q"}`, "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(checkScan)

@@ -27,6 +27,9 @@ var (
 type requestFields struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
+	// promptIDs holds Prompt decoded when it is a list of token ids
+	// (decoded while the body's syntax is checked, in one pass).
+	promptIDs []uint32
 	Stream              bool            `json:"stream"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
@@ -147,6 +150,11 @@ func (p *promptParser) completionPrompt(raw json.RawMessage) (prompt, error) {
 	if err != nil {
 		return prompt{}, fmt.Errorf("prompt: %w", err)
 	}
+	return p.idsPrompt(ids)
+}
+
+// idsPrompt is a prompt given as token ids.
+func (p *promptParser) idsPrompt(ids []uint32) (prompt, error) {
 	if err := p.checkCount(len(ids)); err != nil {
 		return prompt{}, err
 	}
@@ -178,10 +186,25 @@ func (p *promptParser) batchPrompt(items []json.RawMessage) (prompt, error) {
 // [0, 2^32), with a hand-written scanner: encoding/json spends
 // milliseconds on an 8k-id list.
 func tokenIDs(raw json.RawMessage) ([]uint32, error) {
+	ids, end, err := scanIDs(raw, 0)
+	if err != nil {
+		return nil, err
+	}
+	for ; end < len(raw); end++ {
+		if c := raw[end]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return nil, fmt.Errorf("token ids: trailing data at byte %d: %w", end, ErrBadRequest)
+		}
+	}
+	return ids, nil
+}
+
+// scanIDs decodes the list of token ids starting at raw[i] (after
+// optional whitespace) and returns the index just past its ']'.
+func scanIDs(raw []byte, i int) ([]uint32, int, error) {
 	bad := func(what string, at int) error {
 		return fmt.Errorf("token ids must be a list of integers in [0, 2^32): %s at byte %d: %w", what, at, ErrBadRequest)
 	}
-	i, n := 0, len(raw)
+	n := len(raw)
 	skip := func() {
 		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
 			i++
@@ -189,20 +212,15 @@ func tokenIDs(raw json.RawMessage) ([]uint32, error) {
 	}
 	skip()
 	if i >= n || raw[i] != '[' {
-		return nil, bad("no list", i)
+		return nil, i, bad("no list", i)
 	}
 	i++
-	// Every id takes at least two bytes ("1,"), which bounds the count.
-	ids := make([]uint32, 0, min((n-i)/2+1, 1<<20))
 	skip()
 	if i < n && raw[i] == ']' {
-		i++
-		skip()
-		if i != n {
-			return nil, bad("trailing data", i)
-		}
-		return ids, nil
+		return []uint32{}, i + 1, nil
 	}
+	// Every id takes at least two bytes ("1,"), which bounds the count.
+	ids := make([]uint32, 0, min((n-i)/2+1, 1<<20))
 	for {
 		skip()
 		start := i
@@ -210,30 +228,25 @@ func tokenIDs(raw json.RawMessage) ([]uint32, error) {
 		for i < n && raw[i] >= '0' && raw[i] <= '9' {
 			v = v*10 + uint64(raw[i]-'0')
 			if v > math.MaxUint32 {
-				return nil, bad("id out of range", start)
+				return nil, start, bad("id out of range", start)
 			}
 			i++
 		}
 		if i == start || (raw[start] == '0' && i-start > 1) {
-			return nil, bad("not a non-negative integer", start)
+			return nil, start, bad("not a non-negative integer", start)
 		}
 		ids = append(ids, uint32(v))
 		skip()
 		if i >= n {
-			return nil, bad("unterminated list", i)
+			return nil, i, bad("unterminated list", i)
 		}
 		switch raw[i] {
 		case ',':
 			i++
 		case ']':
-			i++
-			skip()
-			if i != n {
-				return nil, bad("trailing data", i)
-			}
-			return ids, nil
+			return ids, i + 1, nil
 		default:
-			return nil, bad("unexpected character", i)
+			return nil, i, bad("unexpected character", i)
 		}
 	}
 }

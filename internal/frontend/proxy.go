@@ -104,6 +104,8 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	if chat {
 		endpoint = "chat"
 		p, err = f.parser.chatPrompt(body)
+	} else if fields.promptIDs != nil {
+		p, err = f.parser.idsPrompt(fields.promptIDs)
 	} else {
 		p, err = f.parser.completionPrompt(fields.Prompt)
 	}
