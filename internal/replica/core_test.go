@@ -1,0 +1,287 @@
+package replica
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+type fleet struct {
+	clk     *clock
+	hub     *hub
+	routers []*router.Router
+	cores   []*Core
+}
+
+func newFleet(t testing.TB, replicas, workers int, shadows bool) *fleet {
+	f := &fleet{clk: &clock{now: t0}, hub: &hub{t: t}}
+	for i := range replicas {
+		r := newTestRouter(t, uint64(100+i), workers, f.clk.Now)
+		c := NewCore(r, CoreConfig{Shadows: shadows, ShadowTTL: 10 * time.Millisecond}, f.hub.emit)
+		f.routers = append(f.routers, r)
+		f.cores = append(f.cores, c)
+	}
+	f.hub.cores = f.cores
+	for _, c := range f.cores {
+		for _, p := range f.cores {
+			c.PeerUp(p.RouterID())
+		}
+	}
+	return f
+}
+
+// herd sends rounds × replicas identical-prefix requests, each round one
+// per replica "at the same instant" (no event delivered before the whole
+// burst is routed) and returns the per-worker counts.
+func herd(t *testing.T, f *fleet, workers, rounds int) []int {
+	t.Helper()
+	bs, shared, n := 16, herdShared, herdLen
+	for _, r := range f.routers {
+		if err := r.ApplyEvent(storedEvent(t, 1, prompt(7, 0, shared, shared), bs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := make([]int, workers+1)
+	var ids []string
+	now := f.clk.Now()
+	for round := range rounds {
+		for i, c := range f.cores {
+			id := fmt.Sprintf("r%d-%d", i, round)
+			d, err := c.Route(router.Request{ID: id, Tokens: prompt(7, round*10+i+1, shared, n)}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[d.Worker.ID]++
+			ids = append(ids, id)
+		}
+	}
+	f.hub.flush()
+	for i, id := range ids {
+		f.routers[i%len(f.routers)].Free(id)
+	}
+	f.hub.flush()
+	later := f.clk.Add(time.Second)
+	for i, r := range f.routers {
+		f.cores[i].Tick(later)
+		if reqs, pre := loadSum(r); reqs != 0 || pre != 0 {
+			t.Fatalf("router %d left with %d requests, %d prefill tokens", i, reqs, pre)
+		}
+	}
+	return counts[1:]
+}
+
+// TestHerdingShadows shows the anti-herding mechanism: three replicas each
+// route a burst of identical-prefix requests in the same instant (worker 1
+// holds the 512-token prefix; prompts are 576 tokens). Without shadows each
+// replica behaves as if alone and worker 1 takes (nearly) everything; with
+// shadows the split is close to what a single router does with the whole
+// burst. Distance is the L1 distance of the per-worker counts to the single
+// router's.
+func TestHerdingShadows(t *testing.T) {
+	const workers = 4
+	l1 := func(a, b []int) (d int) {
+		for i := range a {
+			d += max(a[i]-b[i], b[i]-a[i])
+		}
+		return d
+	}
+	var dWith, dWithout, maxWith, maxWithout int
+	for rounds := 2; rounds <= 6; rounds++ {
+		single := herd(t, newFleet(t, 1, workers, true), workers, 3*rounds)
+		without := herd(t, newFleet(t, 3, workers, false), workers, rounds)
+		with := herd(t, newFleet(t, 3, workers, true), workers, rounds)
+		t.Logf("burst %2d (3x%d): 1 router %v | 3 replicas no shadows %v | with shadows %v", 3*rounds, rounds, single, without, with)
+		if with[0] > without[0] {
+			t.Errorf("burst %d: shadows put more on worker 1 (%d) than none (%d)", 3*rounds, with[0], without[0])
+		}
+		maxWith += slices.Max(with)
+		maxWithout += slices.Max(without)
+		dWith += l1(with, single)
+		dWithout += l1(without, single)
+	}
+	t.Logf("L1 distance to the single router, summed: %d without shadows, %d with", dWithout, dWith)
+	if dWith >= dWithout || maxWith >= maxWithout {
+		t.Errorf("shadows should bring the split closer to the single router's and relieve the busiest worker: distance %d vs %d, busiest %d vs %d", dWith, dWithout, maxWith, maxWithout)
+	}
+}
+
+// TestSplitWorkloadDrainsToZero: replicas splitting one workload, with
+// events delivered as they go, agree on the load while it runs and all
+// show zero once every request ends.
+func TestSplitWorkloadDrainsToZero(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			f := newFleet(t, n, 4, true)
+			var ids []string
+			for i := range 30 {
+				c := f.cores[i%n]
+				id := fmt.Sprintf("q%d", i)
+				if _, err := c.Route(router.Request{ID: id, Tokens: prompt(i%3, i, 64, 160)}, f.clk.Add(time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+				f.hub.flush()
+				ids = append(ids, id)
+				if i%4 == 0 {
+					f.routers[i%n].MarkPrefillCompleted(id)
+				}
+			}
+			f.hub.flush()
+			f.tickAll(f.clk.Add(time.Second))
+			want := f.routers[0].Loads()
+			for i, r := range f.routers[1:] {
+				if diff := cmp.Diff(want, r.Loads()); diff != "" {
+					t.Fatalf("router %d disagrees with router 0 (-0 +%d):\n%s", i+1, i+1, diff)
+				}
+			}
+			if reqs, _ := loadSum(f.routers[0]); reqs != 30 {
+				t.Fatalf("%d requests booked, want 30", reqs)
+			}
+			for i, id := range ids {
+				f.routers[i%n].Free(id)
+			}
+			f.hub.flush()
+			f.tickAll(f.clk.Add(time.Second))
+			for i, r := range f.routers {
+				if reqs, pre := loadSum(r); reqs != 0 || pre != 0 {
+					t.Fatalf("router %d: %d requests, %d prefill left", i, reqs, pre)
+				}
+			}
+		})
+	}
+}
+
+func (f *fleet) tickAll(now time.Time) {
+	for _, c := range f.cores {
+		c.Tick(now)
+	}
+}
+
+// TestPeerDownFreesItsBookings: a replica that vanishes without freeing
+// leaves no load on the survivors once it is declared gone, and its late
+// events are ignored.
+func TestPeerDownFreesItsBookings(t *testing.T) {
+	f := newFleet(t, 3, 4, true)
+	for i := range 12 {
+		if _, err := f.cores[i%3].Route(router.Request{ID: fmt.Sprint("k", i), Tokens: prompt(1, i, 32, 96)}, f.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.hub.flush()
+	dead := f.cores[2]
+	dead.Detach()
+	// The survivors free their own requests; the dead one never does.
+	for i := range 12 {
+		if i%3 != 2 {
+			f.routers[i%3].Free(fmt.Sprint("k", i))
+		}
+	}
+	f.hub.flush()
+	f.tickAll(f.clk.Add(time.Second))
+	if reqs, _ := loadSum(f.routers[0]); reqs != 4 {
+		t.Fatalf("before the departure router 0 shows %d requests, want the dead one's 4", reqs)
+	}
+	for _, c := range f.cores[:2] {
+		if n := c.PeerDown(dead.RouterID(), f.clk.Now()); n != 4 {
+			t.Fatalf("PeerDown freed %d, want 4", n)
+		}
+	}
+	// A late event from the departed replica is dropped.
+	late := router.LifecycleEvent{Kind: router.AddRequest, RouterID: dead.RouterID(), RequestID: "late", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}
+	f.cores[0].Receive(late)
+	for i, r := range f.routers[:2] {
+		if reqs, pre := loadSum(r); reqs != 0 || pre != 0 {
+			t.Fatalf("survivor %d: %d requests, %d prefill left", i, reqs, pre)
+		}
+	}
+	if s := f.cores[0].Stats(); s.FromDeparted != 1 || s.PeerFreed != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestSnapshotRebuildsBookings: a late joiner applying its peers'
+// snapshots sees the same load as they do, and a request freed while it
+// was listening is not resurrected.
+func TestSnapshotRebuildsBookings(t *testing.T) {
+	f := newFleet(t, 2, 3, false)
+	for i := range 10 {
+		id := fmt.Sprint("s", i)
+		if _, err := f.cores[i%2].Route(router.Request{ID: id, Tokens: prompt(2, i, 48, 100), ExpectedOutputTokens: 20}, f.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			f.routers[i%2].MarkPrefillCompleted(id)
+		}
+	}
+	f.hub.flush()
+	late := NewCore(newTestRouter(t, 999, 3, f.clk.Now), CoreConfig{}, nil)
+	snaps := [][]router.LifecycleEvent{f.cores[0].Snapshot(), f.cores[1].Snapshot()}
+	late.BeginSnapshot()
+	// s1 (router 1's) ends while the snapshot is in flight.
+	f.routers[1].Free("s1")
+	f.hub.pending = f.hub.pending[:0]
+	late.Receive(router.LifecycleEvent{Kind: router.Free, RouterID: 101, RequestID: "s1"})
+	f.hub.cores = append(f.hub.cores, late)
+	n := late.ApplySnapshot(100, snaps[0]) + late.ApplySnapshot(101, snaps[1])
+	late.EndSnapshot()
+	if n != 9 {
+		t.Fatalf("applied %d bookings, want 9", n)
+	}
+	f.cores[0].Receive(router.LifecycleEvent{Kind: router.Free, RouterID: 101, RequestID: "s1"})
+	if diff := cmp.Diff(f.routers[0].Loads(), late.r.Loads()); diff != "" {
+		t.Fatalf("late joiner's load differs (-peer +late):\n%s", diff)
+	}
+}
+
+// TestIndexConsistency: two replicas fed the same KV events answer the
+// same queries identically (every replica builds its own index).
+func TestIndexConsistency(t *testing.T) {
+	clk := &clock{now: t0}
+	a := newTestRouter(t, 1, 4, clk.Now)
+	b := newTestRouter(t, 2, 4, clk.Now)
+	var evs []kvevent.Event
+	for w := 1; w <= 4; w++ {
+		for fam := range 5 {
+			if (w+fam)%2 == 0 {
+				evs = append(evs, storedEvent(t, kvevent.WorkerID(w), prompt(fam, 0, 64*(fam+1), 64*(fam+1)), 16))
+			}
+		}
+	}
+	for _, ev := range evs {
+		if err := a.ApplyEvent(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ApplyEvent(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for fam := range 6 {
+		req := router.Request{Tokens: prompt(fam, 9, 64*(fam+1), 64*(fam+1)+40)}
+		da, ea := a.Plan(req)
+		db, eb := b.Plan(req)
+		if (ea == nil) != (eb == nil) {
+			t.Fatalf("family %d: errors %v / %v", fam, ea, eb)
+		}
+		if diff := cmp.Diff(overlaps(da), overlaps(db)); diff != "" {
+			t.Fatalf("family %d: overlaps differ:\n%s", fam, diff)
+		}
+		if fam < 5 && slices.Max(overlaps(da)) == 0 {
+			t.Fatalf("family %d: no overlap at all (test would not detect a difference)", fam)
+		}
+	}
+}
+
+func overlaps(d router.Decision) []int {
+	out := make([]int, len(d.Candidates))
+	for i, c := range d.Candidates {
+		out[i] = c.Overlap.Device
+	}
+	return out
+}
+
+var herdShared, herdLen = 512, 576
