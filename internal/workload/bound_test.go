@@ -126,10 +126,7 @@ func TestLRUPoolMatchesNaive(t *testing.T) {
 // is 0.332 and 0.087 (our pool pins a request's hits while inserting its
 // misses, which moves these by far less than the tolerance).
 func TestLRUPoolPublishedBounds(t *testing.T) {
-	rows, err := trace.Load("conversation")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := conversation(t)
 	for _, tc := range []struct {
 		capacity int
 		want     float64
@@ -155,11 +152,7 @@ func TestLRUPoolPublishedBounds(t *testing.T) {
 // and hashing them at 512 tokens reproduces the trace's own block identity:
 // the token-level bound equals the hash-id replay restricted to full blocks.
 func TestBoundTokensAgreeWithHashIDs(t *testing.T) {
-	rows, err := trace.Load("synthetic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows = rows[:300]
+	rows := conversation(t)[:300]
 	const capacity = 2000
 	src, err := NewMooncake(rows, DefaultMooncakeConfig())
 	if err != nil {
@@ -189,10 +182,7 @@ func TestBoundTokensAgreeWithHashIDs(t *testing.T) {
 }
 
 func BenchmarkLRUPoolServe(b *testing.B) {
-	rows, err := trace.Load("conversation")
-	if err != nil {
-		b.Fatal(err)
-	}
+	rows := conversation(b)
 	var blocks int
 	b.ResetTimer()
 	for i := 0; i < b.N; {

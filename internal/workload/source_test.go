@@ -5,11 +5,29 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/trace"
 )
+
+var (
+	conversationOnce sync.Once
+	conversationRows []trace.Request
+	conversationErr  error
+)
+
+// conversation loads the embedded conversation trace once per test binary
+// (parsing it is slow under -race).
+func conversation(t testing.TB) []trace.Request {
+	t.Helper()
+	conversationOnce.Do(func() { conversationRows, conversationErr = trace.Load("conversation") })
+	if conversationErr != nil {
+		t.Fatal(conversationErr)
+	}
+	return conversationRows
+}
 
 func commonPrefix(a, b []uint32) int {
 	n := 0
@@ -285,11 +303,7 @@ func TestMultiTurn(t *testing.T) {
 }
 
 func TestMooncakeReplay(t *testing.T) {
-	rows, err := trace.Load("conversation")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows = rows[:500]
+	rows := conversation(t)[:200]
 	burst, err := NewMooncake(rows, DefaultMooncakeConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -308,14 +322,14 @@ func TestMooncakeReplay(t *testing.T) {
 	}
 
 	cfg := DefaultMooncakeConfig()
-	cfg.Speedup, cfg.Spread, cfg.Seed, cfg.Limit = 2, true, 7, 400
+	cfg.Speedup, cfg.Spread, cfg.Seed, cfg.Limit = 2, true, 7, 150
 	fast, err := NewMooncake(rows, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := Collect(fast, 0)
 	checkStream(t, fast, f)
-	if len(f) != 400 {
+	if len(f) != 150 {
 		t.Fatalf("limit: %d requests", len(f))
 	}
 	// Find each request's row by its prompt (rows with equal prompts are
@@ -347,8 +361,8 @@ func TestMooncakeReplay(t *testing.T) {
 	if matched != len(f) {
 		t.Fatalf("%d of %d spread arrivals inside their bucket/2", matched, len(f))
 	}
-	if len(distinct) < 390 {
-		t.Fatalf("spreading left %d distinct arrivals of 400", len(distinct))
+	if len(distinct) < 145 {
+		t.Fatalf("spreading left %d distinct arrivals of 150", len(distinct))
 	}
 	for _, bad := range []MooncakeConfig{{Speedup: 0}, {Speedup: math.Inf(1)}, {Speedup: 1, Spread: true}, {Speedup: 1, Limit: -1}} {
 		if _, err := NewMooncake(rows, bad); !errors.Is(err, ErrConfig) {
@@ -360,11 +374,7 @@ func TestMooncakeReplay(t *testing.T) {
 // TestDeterminism builds every source twice with one seed (identical
 // streams) and once with another (different streams).
 func TestDeterminism(t *testing.T) {
-	rows, err := trace.Load("conversation")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows = rows[:200]
+	rows := conversation(t)[:100]
 	builders := map[string]func(seed uint64) Source{
 		"prefix-ratio": func(seed uint64) Source {
 			c := DefaultPrefixRatioConfig()
