@@ -281,6 +281,9 @@ func decodeHashes(d *msgpack.Decoder) ([]uint64, error) {
 	if n < 0 || n > MaxBlocks {
 		return nil, fmt.Errorf("%d hashes, max %d", n, MaxBlocks)
 	}
+	if n == 0 {
+		return nil, nil
+	}
 	// Never trust the declared length: grow as values actually arrive.
 	out := make([]uint64, 0, min(n, 256))
 	for range n {
