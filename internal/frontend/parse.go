@@ -155,6 +155,9 @@ func (p *promptParser) completionPrompt(raw json.RawMessage) (prompt, error) {
 
 // idsPrompt is a prompt given as token ids.
 func (p *promptParser) idsPrompt(ids []uint32) (prompt, error) {
+	if len(ids) == 0 {
+		return prompt{}, fmt.Errorf("prompt must not be empty: %w", ErrBadRequest)
+	}
 	if err := p.checkCount(len(ids)); err != nil {
 		return prompt{}, err
 	}
