@@ -15,7 +15,7 @@ type LRUPool struct {
 	capacity int
 	index    map[uint64]int32
 	nodes    []lruNode // nodes[0] is the list sentinel
-	free     []int32
+	scratch  []int32
 }
 
 type lruNode struct {
@@ -26,7 +26,11 @@ type lruNode struct {
 // NewLRUPool returns an empty pool of capacity blocks; capacity <= 0 means
 // unbounded (the infinite-cache bound).
 func NewLRUPool(capacity int) *LRUPool {
-	return &LRUPool{capacity: capacity, index: map[uint64]int32{}, nodes: []lruNode{{}}}
+	hint := 0
+	if capacity > 0 {
+		hint = min(capacity, 1<<24)
+	}
+	return &LRUPool{capacity: capacity, index: make(map[uint64]int32, hint), nodes: make([]lruNode, 1, hint+1)}
 }
 
 // Len returns the number of blocks held.
@@ -40,53 +44,68 @@ func (p *LRUPool) Len() int { return len(p.index) }
 // it alone exceeds the pool), and the request's blocks end up most recently
 // used with its first block last to be evicted.
 func (p *LRUPool) Serve(blocks []uint64) int {
-	hit := 0
-	for hit < len(blocks) {
-		if _, ok := p.index[blocks[hit]]; !ok {
+	hits := p.scratch[:0]
+	for _, b := range blocks {
+		n, ok := p.index[b]
+		if !ok {
 			break
 		}
-		hit++
+		hits = append(hits, n)
 	}
+	p.scratch = hits
+	hit := len(hits)
 	for i := hit - 1; i >= 0; i-- {
-		p.touch(blocks[i])
+		p.toBack(hits[i])
 	}
 	for i := len(blocks) - 1; i >= hit; i-- {
 		p.touch(blocks[i])
 	}
+	if p.capacity > 0 && len(blocks) > p.capacity {
+		// The misses may have evicted some hits: look them up again.
+		for i := hit - 1; i >= 0; i-- {
+			p.touch(blocks[i])
+		}
+		return hit
+	}
 	for i := hit - 1; i >= 0; i-- {
-		p.touch(blocks[i])
+		p.toBack(hits[i])
 	}
 	return hit
+}
+
+// toBack makes node n the most recently used.
+func (p *LRUPool) toBack(n int32) {
+	p.unlink(n)
+	p.link(n)
+}
+
+// link puts node n at the most recent end (just before the sentinel).
+func (p *LRUPool) link(n int32) {
+	last := p.nodes[0].prev
+	p.nodes[n].prev, p.nodes[n].next = last, 0
+	p.nodes[last].next = n
+	p.nodes[0].prev = n
 }
 
 // touch makes key the most recently used block, inserting it (and evicting
 // the least recently used block when full) if absent.
 func (p *LRUPool) touch(key uint64) {
-	n, ok := p.index[key]
-	if ok {
-		p.unlink(n)
-	} else {
-		if p.capacity > 0 && len(p.index) >= p.capacity {
-			lru := p.nodes[0].next
-			p.unlink(lru)
-			delete(p.index, p.nodes[lru].key)
-			p.free = append(p.free, lru)
-		}
-		if k := len(p.free); k > 0 {
-			n = p.free[k-1]
-			p.free = p.free[:k-1]
-		} else {
-			p.nodes = append(p.nodes, lruNode{})
-			n = int32(len(p.nodes) - 1)
-		}
-		p.nodes[n].key = key
-		p.index[key] = n
+	if n, ok := p.index[key]; ok {
+		p.toBack(n)
+		return
 	}
-	// Link before the sentinel: the tail (most recent end) of the list.
-	last := p.nodes[0].prev
-	p.nodes[n].prev, p.nodes[n].next = last, 0
-	p.nodes[last].next = n
-	p.nodes[0].prev = n
+	var n int32
+	if p.capacity > 0 && len(p.index) >= p.capacity {
+		n = p.nodes[0].next // reuse the evicted node
+		p.unlink(n)
+		delete(p.index, p.nodes[n].key)
+	} else {
+		p.nodes = append(p.nodes, lruNode{})
+		n = int32(len(p.nodes) - 1)
+	}
+	p.nodes[n].key = key
+	p.index[key] = n
+	p.link(n)
 }
 
 func (p *LRUPool) unlink(n int32) {
