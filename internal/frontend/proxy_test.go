@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvrouter/kvrouter/internal/router"
 	"io"
 	"net/http"
 	"strconv"
@@ -292,4 +293,39 @@ func TestForwardTokenIDs(t *testing.T) {
 		}
 		fl.waitIdle()
 	}
+}
+
+// With output-block tracking on, the booking grows as tokens stream.
+func TestSetGeneratedAsTokensStream(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, rcfg: func(c *router.Config) { c.Sequences.TrackOutputBlocks = true }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := json.Marshal(map[string]any{"prompt": []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32}, "max_tokens": 400, "stream": true})
+	req, _ := http.NewRequestWithContext(ctx, "POST", fl.front.URL+"/v1/completions", strings.NewReader(string(b)))
+	resp, err := fl.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	first := -1.0
+	for events := 0; ; {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended after %d events without the booking growing (first %v, now %+v)", events, first, fl.r.Loads())
+		}
+		if !strings.HasPrefix(line, "data: {") {
+			continue
+		}
+		events++
+		blocks := fl.r.Loads()[0].ActiveBlocks
+		if first < 0 {
+			first = blocks
+		}
+		if events > 100 && blocks >= first+4 {
+			break
+		}
+	}
+	cancel()
+	fl.waitIdle()
 }
