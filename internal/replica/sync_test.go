@@ -1,0 +1,231 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server starts an embedded NATS server (random port) and returns its URL.
+func server(t *testing.T) string {
+	t.Helper()
+	c := natsbus.DefaultConfig()
+	c.Port = -1
+	c.DataDir = t.TempDir()
+	c.ReconnectWait = 50 * time.Millisecond
+	b, err := natsbus.Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Shutdown(); b.WaitForShutdown() })
+	return b.ClientURL()
+}
+
+type replicaUnderTest struct {
+	r   *router.Router
+	s   *Sync
+	reg *prometheus.Registry
+}
+
+// startReplica connects its own client to url and starts replica sync for
+// a fresh router with id.
+func startReplica(t *testing.T, url string, id uint64) *replicaUnderTest {
+	t.Helper()
+	c := natsbus.DefaultConfig()
+	c.URL = url
+	c.ReconnectWait = 50 * time.Millisecond
+	bus, err := natsbus.Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(); bus.WaitForShutdown() })
+	r := newTestRouter(t, id, 4, time.Now)
+	cfg := DefaultConfig()
+	cfg.TTL = time.Second
+	cfg.SnapshotTimeout = 500 * time.Millisecond
+	cfg.ChunkEvents = 3 // several chunks per snapshot
+	reg := prometheus.NewRegistry()
+	s, err := New(cfg, bus, r, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return &replicaUnderTest{r: r, s: s, reg: reg}
+}
+
+// eventually polls cond until it holds or 5 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func requests(rs []*replicaUnderTest) func() []int {
+	return func() []int {
+		out := make([]int, len(rs))
+		for i, x := range rs {
+			out[i], _ = loadSum(x.r)
+		}
+		return out
+	}
+}
+
+func all(v []int, want int) bool {
+	for _, x := range v {
+		if x != want {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSyncReplicasSplitWorkload(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			url := server(t)
+			var rs []*replicaUnderTest
+			for i := range n {
+				rs = append(rs, startReplica(t, url, uint64(10+i)))
+			}
+			eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == n-1 })
+			const total = 24
+			for i := range total {
+				x := rs[i%n]
+				if _, err := x.s.Route(router.Request{ID: fmt.Sprint("req", i), Tokens: prompt(i%4, i, 64, 200)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, "every router to see every booking", func() bool { return all(requests(rs)(), total) })
+			for i := range total {
+				rs[i%n].r.MarkPrefillCompleted(fmt.Sprint("req", i))
+				rs[i%n].r.Free(fmt.Sprint("req", i))
+			}
+			eventually(t, "zero load everywhere", func() bool { return all(requests(rs)(), 0) })
+			for _, x := range rs {
+				for _, l := range x.r.Loads() {
+					if l.ActivePrefillTokens != 0 || l.ActiveBlocks != 0 {
+						t.Fatalf("residual load %+v", l)
+					}
+				}
+			}
+			if got := testutil.ToFloat64(mustCollector(t, rs[0].reg, "kvrouter_replica_events_published_total")); got != float64(3*total/n) {
+				t.Errorf("published %v events, want %d (add, mark, free of its share)", got, 3*total/n)
+			}
+		})
+	}
+}
+
+func mustCollector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, "x", nil, nil), prometheus.CounterValue, mf.GetMetric()[0].GetCounter().GetValue())
+			}
+		}
+	})
+}
+
+type collectorFunc func(chan<- prometheus.Metric)
+
+func (f collectorFunc) Describe(chan<- *prometheus.Desc) {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+
+// TestSyncReplicaCrash: a replica stops without freeing (no deregistration
+// either); once its record expires the survivors' load returns to zero.
+func TestSyncReplicaCrash(t *testing.T) {
+	url := server(t)
+	rs := []*replicaUnderTest{startReplica(t, url, 21), startReplica(t, url, 22), startReplica(t, url, 23)}
+	eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == 2 && len(rs[2].s.Core().Peers()) == 2 })
+	for i := range 18 {
+		if _, err := rs[i%3].s.Route(router.Request{ID: fmt.Sprint("c", i), Tokens: prompt(1, i, 32, 128)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "bookings shared", func() bool { return all(requests(rs)(), 18) })
+	if err := rs[2].s.teardown(context.Background(), false); err != nil { // crash: nothing freed, record left to expire
+		t.Fatal(err)
+	}
+	for i := range 18 {
+		if i%3 != 2 {
+			rs[i%3].r.Free(fmt.Sprint("c", i))
+		}
+	}
+	survivors := rs[:2]
+	eventually(t, "survivors to hold only the crashed replica's bookings", func() bool { return all(requests(survivors)(), 6) })
+	eventually(t, "survivors' load back to zero", func() bool { return all(requests(survivors)(), 0) })
+	if s := rs[0].s.Core().Stats(); s.PeerFreed != 6 {
+		t.Errorf("peer freed %d, want 6", s.PeerFreed)
+	}
+}
+
+// TestSyncGracefulLeave: Close deregisters, so peers free at once.
+func TestSyncGracefulLeave(t *testing.T) {
+	url := server(t)
+	a, b := startReplica(t, url, 31), startReplica(t, url, 32)
+	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
+	for i := range 4 {
+		if _, err := b.s.Route(router.Request{ID: fmt.Sprint("g", i), Tokens: prompt(1, i, 32, 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "bookings shared", func() bool { n, _ := loadSum(a.r); return n == 4 })
+	if err := b.s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "freed on leave", func() bool { n, _ := loadSum(a.r); return n == 0 })
+}
+
+// TestSyncLateJoinerGetsSnapshot: a replica started after bookings were
+// made sees them as soon as Start returns, without any new event.
+func TestSyncLateJoinerGetsSnapshot(t *testing.T) {
+	url := server(t)
+	rs := []*replicaUnderTest{startReplica(t, url, 41), startReplica(t, url, 42)}
+	eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == 1 })
+	for i := range 10 {
+		id := fmt.Sprint("s", i)
+		if _, err := rs[i%2].s.Route(router.Request{ID: id, Tokens: prompt(i%2, i, 32, 96)}); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			rs[i%2].r.MarkPrefillCompleted(id)
+		}
+	}
+	eventually(t, "bookings shared", func() bool { return all(requests(rs)(), 10) })
+	late := startReplica(t, url, 43)
+	if n, _ := loadSum(late.r); n != 10 {
+		t.Fatalf("late joiner sees %d bookings right after Start, want 10", n)
+	}
+	eventually(t, "shadows gone", func() bool {
+		_, p0 := loadSum(rs[0].r)
+		_, pl := loadSum(late.r)
+		return p0 == pl
+	})
+	if s := late.s.Core().Stats(); s.SnapshotApplied != 10 {
+		t.Errorf("snapshot applied %d, want 10", s.SnapshotApplied)
+	}
+}
