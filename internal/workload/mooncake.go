@@ -2,7 +2,6 @@ package workload
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -38,15 +37,18 @@ func DefaultMooncakeConfig() MooncakeConfig {
 // Validate reports the first invalid field.
 func (c MooncakeConfig) Validate() error {
 	switch {
-	case !(c.Speedup > 0) || math.IsInf(c.Speedup, 1):
-		return fmt.Errorf("%w: speedup %v must be positive and finite", ErrConfig, c.Speedup)
-	case c.Spread && c.Bucket <= 0:
-		return fmt.Errorf("%w: bucket %v must be positive", ErrConfig, c.Bucket)
+	case !(c.Speedup >= 1e-3 && c.Speedup <= 1e6):
+		return fmt.Errorf("%w: speedup %v must be in [0.001, 1e6]", ErrConfig, c.Speedup)
+	case c.Spread && (c.Bucket <= 0 || c.Bucket > time.Hour):
+		return fmt.Errorf("%w: bucket %v must be in (0, 1h]", ErrConfig, c.Bucket)
 	case c.Limit < 0:
 		return fmt.Errorf("%w: limit %d must not be negative", ErrConfig, c.Limit)
 	}
 	return nil
 }
+
+// maxArrival bounds replayed arrival times, far from time.Duration's limit.
+const maxArrival = 100 * 365 * 24 * time.Hour
 
 // Mooncake replays trace rows as an open-loop source. Each hash id expands
 // to 512 deterministic tokens (trace.Request.Tokens), the last block cut to
@@ -73,7 +75,10 @@ func NewMooncake(rows []trace.Request, cfg MooncakeConfig) (*Mooncake, error) {
 		if cfg.Spread {
 			t += r.Float64() * float64(cfg.Bucket)
 		}
-		m.arrival[i] = time.Duration(t / cfg.Speedup)
+		if t /= cfg.Speedup; t > float64(maxArrival) {
+			return nil, fmt.Errorf("%w: row %d: arrival %.0f ms is beyond %v", ErrConfig, i, t/1e6, maxArrival)
+		}
+		m.arrival[i] = time.Duration(t)
 		m.order[i] = i
 	}
 	sort.SliceStable(m.order, func(a, b int) bool { return m.arrival[m.order[a]] < m.arrival[m.order[b]] })

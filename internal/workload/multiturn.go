@@ -58,10 +58,10 @@ func (c MultiTurnConfig) Validate() error {
 		return fmt.Errorf("%w: lengths must be positive", ErrConfig)
 	case !(c.RangeRatio > 0 && c.RangeRatio <= 1):
 		return fmt.Errorf("%w: range ratio %v must be in (0, 1]", ErrConfig, c.RangeRatio)
-	case !(c.SessionRate > 0):
-		return fmt.Errorf("%w: session rate %v must be positive (+Inf for all at once)", ErrConfig, c.SessionRate)
-	case c.ThinkTime < 0:
-		return fmt.Errorf("%w: think time %v must not be negative", ErrConfig, c.ThinkTime)
+	case !(c.SessionRate >= MinRate):
+		return fmt.Errorf("%w: session rate %v must be at least %v/s (+Inf for all at once)", ErrConfig, c.SessionRate, MinRate)
+	case c.ThinkTime < 0 || c.ThinkTime > 24*time.Hour:
+		return fmt.Errorf("%w: think time %v must be in [0, 24h]", ErrConfig, c.ThinkTime)
 	}
 	return nil
 }

@@ -35,11 +35,18 @@ func normalCeil(r *rand.Rand, mean, sd float64) int {
 	return 0
 }
 
+// MinRate is the lowest arrival rate, per second, a generator accepts; it
+// keeps virtual times far from overflowing.
+const MinRate = 1e-6
+
+// maxGap caps one inter-arrival gap (a draw in the far tail at MinRate).
+const maxGap = 1000 * 24 * time.Hour
+
 // poissonGap draws an exponential inter-arrival time for rate per second;
 // an infinite rate gives 0.
 func poissonGap(r *rand.Rand, rate float64) time.Duration {
 	if math.IsInf(rate, 1) {
 		return 0
 	}
-	return time.Duration(r.ExpFloat64() / rate * float64(time.Second))
+	return time.Duration(min(r.ExpFloat64()/rate*float64(time.Second), float64(maxGap)))
 }

@@ -63,8 +63,8 @@ func (c SharedPrefixConfig) Validate() error {
 		return fmt.Errorf("%w: range ratio %v must be in (0, 1]", ErrConfig, c.RangeRatio)
 	case c.NumTurns != 1:
 		return fmt.Errorf("%w: num turns %d: only 1 is supported here, use the multi-turn workload", ErrConfig, c.NumTurns)
-	case !(c.RequestRate > 0):
-		return fmt.Errorf("%w: request rate %v must be positive (+Inf for all at once)", ErrConfig, c.RequestRate)
+	case !(c.RequestRate >= MinRate):
+		return fmt.Errorf("%w: request rate %v must be at least %v/s (+Inf for all at once)", ErrConfig, c.RequestRate, MinRate)
 	case c.MaxConcurrency < 0:
 		return fmt.Errorf("%w: max concurrency %d must not be negative", ErrConfig, c.MaxConcurrency)
 	}

@@ -364,10 +364,14 @@ func TestMooncakeReplay(t *testing.T) {
 	if len(distinct) < 145 {
 		t.Fatalf("spreading left %d distinct arrivals of 150", len(distinct))
 	}
-	for _, bad := range []MooncakeConfig{{Speedup: 0}, {Speedup: math.Inf(1)}, {Speedup: 1, Spread: true}, {Speedup: 1, Limit: -1}} {
+	for _, bad := range []MooncakeConfig{{Speedup: 0}, {Speedup: math.Inf(1)}, {Speedup: 1e-9}, {Speedup: 1, Spread: true}, {Speedup: 1, Limit: -1}} {
 		if _, err := NewMooncake(rows, bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: err %v", bad, err)
 		}
+	}
+	huge := []trace.Request{{Timestamp: math.MaxInt64 / 2, InputLength: 1, OutputLength: 1}}
+	if _, err := NewMooncake(huge, DefaultMooncakeConfig()); !errors.Is(err, ErrConfig) {
+		t.Errorf("timestamp overflow: err %v", err)
 	}
 }
 
