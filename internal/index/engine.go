@@ -1,5 +1,7 @@
 package index
 
+import "github.com/kvrouter/kvrouter/internal/kvevent"
+
 // engineTable maps one worker rank's engine block hashes (on one tier) to
 // tree nodes, with a reference count (an engine may store the same block
 // twice). It is an open-addressing table (linear probing, backward-shift
@@ -52,6 +54,61 @@ func (t *engineTable) get(k uint64) uint32 {
 		return 0
 	}
 	return t.slots[i].node
+}
+
+// prefetch loads the home slot of every key and returns a meaningless sum
+// (the caller keeps it so the loads are not optimised away). The loads do
+// not depend on each other, so the processor overlaps their cache misses;
+// the probes that follow then hit the cache. It changes nothing.
+func (t *engineTable) prefetch(keys []uint64) uint32 {
+	if t == nil || len(t.slots) == 0 {
+		return 0
+	}
+	mask := len(t.slots) - 1
+	var sum uint32
+	for _, k := range keys {
+		sum += t.slots[int(engineHash64(k))&mask].node
+	}
+	return sum
+}
+
+// prefetchBlocks is prefetch for the engine hashes of stored blocks.
+func (t *engineTable) prefetchBlocks(bs []kvevent.Block) uint32 {
+	if t == nil || len(t.slots) == 0 {
+		return 0
+	}
+	mask := len(t.slots) - 1
+	var sum uint32
+	for i := range bs {
+		sum += t.slots[int(engineHash64(bs[i].EngineHash))&mask].node
+	}
+	return sum
+}
+
+// take drops one reference to k with a single probe: it returns k's node
+// (0 when absent) and whether that was the last reference (k is then
+// removed). It is get followed by decr.
+func (t *engineTable) take(k uint64) (node uint32, last bool) {
+	if t == nil || t.n == 0 {
+		return 0, false
+	}
+	i, ok := t.slot(k)
+	if !ok {
+		return 0, false
+	}
+	node = t.slots[i].node
+	if len(t.multi) > 0 {
+		if c := t.multi[k]; c > 0 {
+			if c == 1 {
+				delete(t.multi, k)
+			} else {
+				t.multi[k] = c - 1
+			}
+			return node, false
+		}
+	}
+	t.deleteAt(i)
+	return node, true
 }
 
 // refs returns k's reference count (0 when absent).
@@ -109,7 +166,14 @@ func (t *engineTable) del(k uint64) {
 	if !ok {
 		return
 	}
-	delete(t.multi, k)
+	if len(t.multi) > 0 {
+		delete(t.multi, k)
+	}
+	t.deleteAt(i)
+}
+
+// deleteAt empties slot i (whose key has no extra references).
+func (t *engineTable) deleteAt(i int) {
 	mask := len(t.slots) - 1
 	for j := (i + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
 		home := int(engineHash64(t.slots[j].key())) & mask

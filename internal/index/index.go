@@ -78,7 +78,13 @@ type Index struct {
 	revTier   int
 	stack     []uint32 // scratch for dropSubtree
 	order     []uint32 // scratch for dropSubtree
+	sink      uint32   // keeps prefetch loads alive; meaningless
 }
+
+// prefetchRun is how many blocks of an event have their memory loaded
+// ahead at a time (see engineTable.prefetch): enough misses in flight to
+// overlap, few enough that the lines are still cached when used.
+const prefetchRun = 32
 
 // New returns an empty index.
 func New(cfg Config) (*Index, error) {
@@ -262,6 +268,9 @@ func (x *Index) store(ev *kvevent.Event) error {
 	}
 	bit := uint8(1) << ev.Tier
 	for i, b := range ev.Blocks {
+		if i%prefetchRun == 0 {
+			x.sink += m.prefetchBlocks(ev.Blocks[i:min(i+prefetchRun, len(ev.Blocks))])
+		}
 		slot, present := m.reserve(b.EngineHash)
 		if present {
 			nid := m.slots[slot].node
@@ -324,13 +333,17 @@ func (x *Index) remove(ev *kvevent.Event) error {
 	id, _ := x.holderID(ev.Worker, kindExact, false)
 	unknown := 0
 	var first uint64
-	for _, hash := range ev.Removed {
-		var nid uint32
-		var m *engineTable
-		if id != 0 {
-			m = x.holders[id].engine[ev.Tier]
-			nid = m.get(hash)
+	var m *engineTable
+	if id != 0 {
+		m = x.holders[id].engine[ev.Tier]
+	}
+	for i, hash := range ev.Removed {
+		if i%prefetchRun == 0 && m != nil && m.n > 0 {
+			run := ev.Removed[i:min(i+prefetchRun, len(ev.Removed))]
+			x.sink += m.prefetch(run)
+			x.sink += x.prefetchNodes(m, run)
 		}
+		nid, last := m.take(hash)
 		if nid == 0 {
 			if unknown == 0 {
 				first = hash
@@ -339,7 +352,7 @@ func (x *Index) remove(ev *kvevent.Event) error {
 			continue
 		}
 		x.stats.blockOps++
-		if !m.decr(hash) {
+		if !last {
 			continue
 		}
 		x.holders[id].entries--
@@ -360,6 +373,18 @@ func (x *Index) remove(ev *kvevent.Event) error {
 		return fmt.Errorf("%w: worker %v: %d unknown hashes (first %d)", ErrUnknownBlock, ev.Worker, unknown, first)
 	}
 	return nil
+}
+
+// prefetchNodes loads the nodes the keys map to (a hint only: the
+// removals that follow look them up again, in order).
+func (x *Index) prefetchNodes(m *engineTable, keys []uint64) uint32 {
+	var sum uint32
+	for _, k := range keys {
+		if i, ok := m.slot(k); ok {
+			sum += uint32(x.ns.at(m.slots[i].node).n)
+		}
+	}
+	return sum
 }
 
 // dropSubtree removes holder id from node top and from every node below it

@@ -1,6 +1,7 @@
 package indexbench
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 
@@ -8,36 +9,54 @@ import (
 	"github.com/kvrouter/kvrouter/internal/trace"
 )
 
+type cachedStream struct {
+	once sync.Once
+	s    *Stream
+	err  error
+}
+
 var (
-	streamOnce sync.Once
-	stream     *Stream
-	streamErr  error
+	short, full cachedStream
 )
 
 // replayStream is the first 3000 conversation-trace requests over 64
 // workers of 16384 blocks.
-func replayStream(b *testing.B) *Stream {
-	streamOnce.Do(func() {
+func replayStream(b *testing.B) *Stream { return short.get(b, 3000) }
+
+// fullStream is the whole conversation trace, the `kvrouter bench index`
+// default workload (caches fill up, so removals are frequent).
+func fullStream(b *testing.B) *Stream { return full.get(b, 0) }
+
+func (c *cachedStream) get(b *testing.B, requests int) *Stream {
+	c.once.Do(func() {
 		reqs, err := trace.Load("conversation")
 		if err != nil {
-			streamErr = err
+			c.err = err
 			return
 		}
 		cfg := DefaultConfig()
-		cfg.MaxRequests = 3000
-		stream, streamErr = Build(reqs, cfg)
+		cfg.MaxRequests = requests
+		c.s, c.err = Build(reqs, cfg)
 	})
-	if streamErr != nil {
-		b.Fatal(streamErr)
+	if c.err != nil {
+		b.Fatal(c.err)
 	}
-	return stream
+	return c.s
 }
 
 // BenchmarkReplayApply applies the whole replay stream to a fresh index on
 // one writer; block-ops/s is the figure to compare with the target.
-func BenchmarkReplayApply(b *testing.B) {
-	s := replayStream(b)
+func BenchmarkReplayApply(b *testing.B) { benchApply(b, replayStream(b)) }
+
+// BenchmarkReplayApplyFull applies the whole conversation-trace stream
+// (the `kvrouter bench index` workload) to a fresh index on one writer.
+func BenchmarkReplayApplyFull(b *testing.B) { benchApply(b, fullStream(b)) }
+
+func benchApply(b *testing.B, s *Stream) {
 	b.ReportAllocs()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0, ok0 := threadCPU()
 	for b.Loop() {
 		x, err := index.New(index.DefaultConfig())
 		if err != nil {
@@ -48,6 +67,9 @@ func BenchmarkReplayApply(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(s.BlockOps*b.N)/b.Elapsed().Seconds(), "block-ops/s")
+	if cpu1, ok := threadCPU(); ok && ok0 && cpu1 > cpu0 {
+		b.ReportMetric(float64(s.BlockOps*b.N)/(cpu1-cpu0).Seconds(), "block-ops/cpu-s")
+	}
 }
 
 // BenchmarkReplayQuery queries the replayed index with the stream's
