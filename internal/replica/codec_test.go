@@ -95,7 +95,7 @@ func TestDecodeEventVariants(t *testing.T) {
 			router.LifecycleEvent{Kind: router.Free, RouterID: 5, RequestID: "a"}, false},
 		{"add, signed hash, extras", map[string]any{"request_id": "b", "router_id": 6, "lora_name": "x",
 			"worker": map[string]any{"worker_id": 3, "dp_rank": 1, "extra": []any{1, 2}},
-			"data": map[string]any{"AddRequest": map[string]any{"token_sequence": []any{int64(-1), uint64(7)}, "isl": 99}}},
+			"data":   map[string]any{"AddRequest": map[string]any{"token_sequence": []any{int64(-1), uint64(7)}, "isl": 99}}},
 			router.LifecycleEvent{Kind: router.AddRequest, RouterID: 6, RequestID: "b", Worker: kvevent.Worker{ID: 3, Rank: 1}, BlockHashes: []uint64{^uint64(0), 7}}, false},
 		{"mark", map[string]any{"request_id": "c", "router_id": 1, "data": "MarkPrefillCompleted"},
 			router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: 1, RequestID: "c"}, false},

@@ -152,7 +152,7 @@ func mustCollector(t *testing.T, reg *prometheus.Registry, name string) promethe
 
 type collectorFunc func(chan<- prometheus.Metric)
 
-func (f collectorFunc) Describe(chan<- *prometheus.Desc) {}
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 // TestSyncReplicaCrash: a replica stops without freeing (no deregistration
