@@ -97,7 +97,7 @@ func TestRecorderWorked(t *testing.T) {
 	got := r.Result("kv", 0.5)
 	want := Result{Policy: "kv", Requests: 3, Failed: 1, TTFTP50Ms: 200, TTFTP90Ms: 280, TTFTP99Ms: 298, TTFTMeanMs: 200,
 		ITLP50Ms: 300, ITLP99Ms: 496, E2EP50Ms: 1100, E2EP99Ms: 2276, ThroughputTokS: 17 / 3.3,
-		HitRatio: 0.375, BoundHitRatio: 0.5, HitRatioOverBound: 0.75, MaxWorkerShare: 2.0 / 3, MinWorkerShare: 0, Preemptions: 4}
+		HitRatio: 0.375, BoundHitRatio: 0.5, HitRatioOverBound: 0.75, MaxWorkerShare: 2.0 / 3, MinWorkerShare: 0, Preemptions: 4, Workers: 3}
 	gj, _ := json.Marshal(roundResult(got))
 	wj, _ := json.Marshal(roundResult(want))
 	if !bytes.Equal(gj, wj) {
@@ -106,7 +106,7 @@ func TestRecorderWorked(t *testing.T) {
 	if !slices.Equal(r.WorkerRequests(), []int{2, 1, 0}) || len(r.TTFTs()) != 3 {
 		t.Fatalf("workers %v ttfts %v", r.WorkerRequests(), r.TTFTs())
 	}
-	if e := NewRecorder(2).Result("empty", 0); e != (Result{Policy: "empty"}) {
+	if e := NewRecorder(2).Result("empty", 0); e != (Result{Policy: "empty", Workers: 2}) {
 		t.Fatalf("empty result %+v", e)
 	}
 }
@@ -126,7 +126,7 @@ func roundResult(r Result) Result {
 // every field, and one NaN that JSON must write as 0.
 func fixedResults() []Result {
 	return []Result{
-		{Policy: "kv", Requests: 12031, TTFTP50Ms: 412.5, TTFTP90Ms: 1310.25, TTFTP99Ms: 4021, TTFTMeanMs: 655.125,
+		{Policy: "kv", Workload: "trace conversation ×1", Workers: 8, Requests: 12031, TTFTP50Ms: 412.5, TTFTP90Ms: 1310.25, TTFTP99Ms: 4021, TTFTMeanMs: 655.125,
 			ITLP50Ms: 21.5, ITLP99Ms: 48.75, E2EP50Ms: 8123, E2EP99Ms: 20111, ThroughputTokS: 1234.5,
 			HitRatio: 0.326, BoundHitRatio: 0.332, HitRatioOverBound: 0.326 / 0.332, MaxWorkerShare: 0.131,
 			MinWorkerShare: 0.119, Preemptions: 3},
@@ -277,5 +277,19 @@ func TestLineProgress(t *testing.T) {
 	p = NewProgress(f, ProgressConfig{What: "f", Total: 1})
 	if _, ok := p.(*lineProgress); !ok {
 		t.Fatalf("non-terminal file got %T", p)
+	}
+}
+
+func TestLoadRecorder(t *testing.T) {
+	l := NewLoadRecorder("rr", "requests in flight")
+	l.Sample(0, []float64{1})
+	l.Sample(time.Second, []float64{2, 3})
+	got := l.WorkerLoad()
+	want := WorkerLoad{Policy: "rr", Quantity: "requests in flight", Times: []time.Duration{0, time.Second},
+		Load: [][]float64{{1, 2}, {0, 3}}}
+	gj, _ := json.Marshal(got)
+	wj, _ := json.Marshal(want)
+	if !bytes.Equal(gj, wj) {
+		t.Fatalf("got %s, want %s", gj, wj)
 	}
 }

@@ -9,6 +9,10 @@ import (
 type Result struct {
 	// Policy names the routing policy (kv, round-robin, random, least-loaded).
 	Policy string `json:"policy"`
+	// Workload describes the workload (optional, for tables of many runs).
+	Workload string `json:"workload,omitempty"`
+	// Workers is the fleet size (optional).
+	Workers int `json:"workers,omitempty"`
 	// Requests is the number of completed requests.
 	Requests int `json:"requests"`
 	// Failed is the number of requests that ended in an error.
@@ -122,13 +126,14 @@ func (r *Recorder) TTFTs() []float64 { return r.ttft }
 func (r *Recorder) WorkerRequests() []int { return append([]int(nil), r.perWorker...) }
 
 // Result summarises everything recorded, with the given bound hit ratio.
+// Workers is the recorder's fleet size; Workload is left empty.
 func (r *Recorder) Result(policy string, boundHitRatio float64) Result {
 	ttft, itl, e2e := Summarize(r.ttft), Summarize(r.itl), Summarize(r.e2e)
 	res := Result{
 		Policy: policy, Requests: len(r.ttft), Failed: r.failed,
 		TTFTP50Ms: ttft.P50, TTFTP90Ms: ttft.P90, TTFTP99Ms: ttft.P99, TTFTMeanMs: ttft.Mean,
 		ITLP50Ms: itl.P50, ITLP99Ms: itl.P99, E2EP50Ms: e2e.P50, E2EP99Ms: e2e.P99,
-		BoundHitRatio: boundHitRatio, Preemptions: r.preemptions,
+		BoundHitRatio: boundHitRatio, Preemptions: r.preemptions, Workers: len(r.perWorker),
 	}
 	if span := r.last - r.first; span > 0 {
 		res.ThroughputTokS = float64(r.out) / span.Seconds()
@@ -149,3 +154,34 @@ func (r *Recorder) Result(policy string, boundHitRatio float64) Result {
 	}
 	return res
 }
+
+// LoadRecorder samples per-worker load over time into a WorkerLoad for
+// WriteWorkerLoad. Not safe for concurrent use.
+type LoadRecorder struct {
+	load WorkerLoad
+}
+
+// NewLoadRecorder returns a recorder for the given policy and quantity
+// (axis label, e.g. "requests in flight").
+func NewLoadRecorder(policy, quantity string) *LoadRecorder {
+	return &LoadRecorder{load: WorkerLoad{Policy: policy, Quantity: quantity}}
+}
+
+// Sample records every worker's load at time t (values copied). Samples
+// must come in time order; a worker missing from a sample counts 0 there.
+func (l *LoadRecorder) Sample(t time.Duration, perWorker []float64) {
+	for len(l.load.Load) < len(perWorker) {
+		l.load.Load = append(l.load.Load, make([]float64, len(l.load.Times)))
+	}
+	l.load.Times = append(l.load.Times, t)
+	for w := range l.load.Load {
+		v := 0.0
+		if w < len(perWorker) {
+			v = perWorker[w]
+		}
+		l.load.Load[w] = append(l.load.Load[w], v)
+	}
+}
+
+// WorkerLoad returns the samples so far.
+func (l *LoadRecorder) WorkerLoad() WorkerLoad { return l.load }
