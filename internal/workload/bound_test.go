@@ -142,7 +142,9 @@ func TestLRUPoolPublishedBounds(t *testing.T) {
 			hit += p.Serve(r.HashIDs)
 			total += len(r.HashIDs)
 		}
-		if got := float64(hit) / float64(total); math.Abs(got-tc.want) > tc.tol {
+		got := float64(hit) / float64(total)
+		t.Logf("capacity %d: block hit ratio %.4f (published %.4f)", tc.capacity, got, tc.want)
+		if math.Abs(got-tc.want) > tc.tol {
 			t.Errorf("capacity %d: block hit ratio %.4f, want %.4f±%v", tc.capacity, got, tc.want, tc.tol)
 		}
 	}
