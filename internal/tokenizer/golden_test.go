@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
@@ -56,15 +57,7 @@ func qwen3(t testing.TB) *Tokenizer {
 // caches (the second pass runs from them), then with every cache disabled.
 func TestQwen3Goldens(t *testing.T) {
 	gs := readGoldens(t)
-	raw, err := modelfiles.Qwen3TokenizerJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uncached, err := LoadJSONConfig(raw, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for pass, tok := range []*Tokenizer{qwen3(t), qwen3(t), uncached} {
+	for pass, tok := range []*Tokenizer{qwen3(t), qwen3(t), qwen3Uncached(t)} {
 		bad := 0
 		for _, g := range gs {
 			got := tok.Encode(g.Text, false)
@@ -95,4 +88,26 @@ func truncIDs(ids []uint32) []uint32 {
 	return ids
 }
 
-func modelfilesJSON() ([]byte, error) { return modelfiles.Qwen3TokenizerJSON() }
+var (
+	uncachedOnce sync.Once
+	uncachedTok  *Tokenizer
+	uncachedErr  error
+)
+
+// qwen3Uncached returns a Qwen3 tokenizer with every cache disabled, loaded
+// once per test binary.
+func qwen3Uncached(t testing.TB) *Tokenizer {
+	t.Helper()
+	uncachedOnce.Do(func() {
+		raw, err := modelfiles.Qwen3TokenizerJSON()
+		if err != nil {
+			uncachedErr = err
+			return
+		}
+		uncachedTok, uncachedErr = LoadJSONConfig(raw, Config{})
+	})
+	if uncachedErr != nil {
+		t.Fatal(uncachedErr)
+	}
+	return uncachedTok
+}

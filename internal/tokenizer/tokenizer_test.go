@@ -462,15 +462,7 @@ func TestCacheBounded(t *testing.T) {
 // cache and compares each prompt with an uncached tokenizer; then checks the
 // byte budget and LRU order.
 func TestSegmentCacheExact(t *testing.T) {
-	cached := qwen3(t)
-	raw, err := modelfilesJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := LoadJSONConfig(raw, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cached, plain := qwen3(t), qwen3Uncached(t)
 	for round := 0; round < 2; round++ {
 		for i, p := range conversation(12) {
 			if got, want := cached.Encode(p, false), plain.Encode(p, false); !slices.Equal(got, want) {
