@@ -331,16 +331,41 @@ func (c *Core) replaceShadow(peer uint64) {
 }
 
 // PeerUp records a live peer replica (shadows are booked for live peers
-// only). A replica that had been declared gone is accepted again.
-func (c *Core) PeerUp(id uint64) {
+// only). A replica that had been declared gone is accepted again; PeerUp
+// then returns true, and its bookings (freed here when it left) should be
+// fetched again with a snapshot.
+func (c *Core) PeerUp(id uint64) (returned bool) {
 	if id == c.self {
-		return
+		return false
 	}
 	c.apply.Lock()
 	defer c.apply.Unlock()
+	_, returned = c.dead[id]
 	delete(c.dead, id)
 	c.peers[id] = struct{}{}
 	c.setPeersN()
+	return returned
+}
+
+// Prune forgets peers' requests the router no longer books (the tracker
+// expired them because their Free was lost), so that the per-peer lists
+// do not grow. It returns the number forgotten.
+func (c *Core) Prune() int {
+	c.apply.Lock()
+	defer c.apply.Unlock()
+	n := 0
+	for rid, m := range c.remote {
+		for id := range m {
+			if !c.r.Booked(id) {
+				delete(m, id)
+				n++
+			}
+		}
+		if len(m) == 0 {
+			delete(c.remote, rid)
+		}
+	}
+	return n
 }
 
 func (c *Core) setPeersN() {

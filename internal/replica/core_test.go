@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
@@ -285,3 +286,39 @@ func overlaps(d router.Decision) []int {
 }
 
 var herdShared, herdLen = 512, 576
+
+// TestPruneAndReturn: peers' requests the tracker expired are forgotten by
+// Prune; a replica declared gone that announces itself again is reported
+// as returned (its bookings must be fetched again).
+func TestPruneAndReturn(t *testing.T) {
+	clk := &clock{now: t0}
+	x, _ := index.New(index.DefaultConfig())
+	cfg := router.DefaultConfig()
+	cfg.RouterID = 1
+	cfg.Sequences.Expiry = time.Minute
+	r, err := router.New(cfg, router.NewSerial(x), clk.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(router.WorkerInfo{ID: 1, BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCore(r, CoreConfig{}, nil)
+	c.PeerUp(2)
+	c.Receive(router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: "old", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 5})
+	if n := c.Prune(); n != 0 {
+		t.Fatalf("pruned %d live requests", n)
+	}
+	clk.Add(2 * time.Minute)
+	r.Sweep()
+	if n := c.Prune(); n != 1 {
+		t.Fatalf("pruned %d, want the expired one", n)
+	}
+	if c.PeerUp(2) {
+		t.Fatal("a live peer reported as returned")
+	}
+	c.PeerDown(2, clk.Now())
+	if !c.PeerUp(2) {
+		t.Fatal("a departed peer coming back not reported")
+	}
+}

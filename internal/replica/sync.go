@@ -98,6 +98,20 @@ func (s *Sync) Route(req router.Request) (router.Decision, error) {
 	return s.core.Route(req, time.Now())
 }
 
+// Routed is the router as seen through replica sync: Route books
+// anti-herding shadows; every other method is the router's own. It has the
+// method set the front door needs (frontend.Router).
+type Routed struct {
+	*router.Router
+	s *Sync
+}
+
+// Route routes through the sync (see Sync.Route).
+func (r Routed) Route(req router.Request) (router.Decision, error) { return r.s.Route(req) }
+
+// Router returns the synced router to hand to the front door.
+func (s *Sync) Router() Routed { return Routed{Router: s.r, s: s} }
+
 // Start subscribes to peers' events, announces this replica, learns the
 // live peers and fetches their bookings (each peer's snapshot within
 // SnapshotTimeout; a peer that does not answer is logged and skipped),
@@ -258,12 +272,30 @@ func (s *Sync) follow() {
 		}
 		switch c.Kind {
 		case discovery.Put:
-			s.core.PeerUp(id)
+			if s.core.PeerUp(id) {
+				s.refetch(id)
+			}
 		case discovery.Deleted, discovery.Expired:
 			n := s.core.PeerDown(id, time.Now())
 			s.log.Info("replica left; freed its bookings", "peer", id, "how", c.Kind, "bookings", n)
 		}
 	}
+}
+
+// refetch reloads the bookings of a replica that came back after being
+// declared gone (e.g. its heartbeats were cut off for longer than the TTL).
+func (s *Sync) refetch(peer uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SnapshotTimeout)
+	defer cancel()
+	s.core.BeginSnapshot()
+	defer s.core.EndSnapshot()
+	evs, err := s.fetchSnapshot(ctx, peer)
+	if err != nil {
+		s.log.Warn("returning replica's snapshot failed", "peer", peer, "err", err)
+		return
+	}
+	n := s.core.ApplySnapshot(peer, evs)
+	s.log.Info("replica returned; snapshot applied", "peer", peer, "bookings", n)
 }
 
 // publish sends queued events and ticks the shadows until stop, then
@@ -278,6 +310,8 @@ func (s *Sync) publish() {
 	}
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	prune := time.NewTicker(s.cfg.TTL)
+	defer prune.Stop()
 	var buf []byte
 	send := func(ev router.LifecycleEvent) {
 		var err error
@@ -297,6 +331,8 @@ func (s *Sync) publish() {
 			send(ev)
 		case now := <-tick.C:
 			s.core.Tick(now)
+		case <-prune.C:
+			s.core.Prune()
 		case <-s.stop:
 			for {
 				select {

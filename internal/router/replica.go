@@ -9,3 +9,13 @@ func (r *Router) SetObserver(o Observer) {
 	r.observer = o
 	r.mu.Unlock()
 }
+
+// Booked reports whether request id (local or another router's) is
+// currently booked. Replica sync uses it to forget peers' requests that the
+// tracker expired.
+func (r *Router) Booked(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.seq.WorkerOf(id)
+	return ok
+}

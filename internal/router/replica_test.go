@@ -11,7 +11,13 @@ func TestSetObserver(t *testing.T) {
 	if _, err := r.Route(Request{ID: "a", Tokens: tokens(1, 1, 32, 48)}); err != nil {
 		t.Fatal(err)
 	}
+	if !r.Booked("a") || r.Booked("zz") {
+		t.Fatal("Booked wrong before Free")
+	}
 	r.Free("a")
+	if r.Booked("a") {
+		t.Fatal("Booked after Free")
+	}
 	r.SetObserver(nil)
 	if _, err := r.Route(Request{ID: "b", Tokens: tokens(1, 2, 32, 48)}); err != nil {
 		t.Fatal(err)
