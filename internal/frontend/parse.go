@@ -25,14 +25,14 @@ var (
 // requestFields are the fields of a completion or chat body the front door
 // reads besides the prompt; everything else is forwarded untouched.
 type requestFields struct {
-	Model               string          `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
 	// promptIDs holds Prompt decoded when it is a list of token ids
 	// (decoded while the body's syntax is checked, in one pass).
-	promptIDs []uint32
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	promptIDs           []uint32
+	Stream              bool `json:"stream"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
 }
 
 // expectedOutput is the request's max output tokens, 0 when unknown.
