@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ type replicaUnderTest struct {
 
 // startReplica connects its own client to url and starts replica sync for
 // a fresh router with id.
-func startReplica(t *testing.T, url string, id uint64) *replicaUnderTest {
+func startReplica(t *testing.T, url string, id uint64, opts ...func(*Config)) *replicaUnderTest {
 	t.Helper()
 	c := natsbus.DefaultConfig()
 	c.URL = url
@@ -54,6 +55,9 @@ func startReplica(t *testing.T, url string, id uint64) *replicaUnderTest {
 	cfg.TTL = time.Second
 	cfg.SnapshotTimeout = 500 * time.Millisecond
 	cfg.ChunkEvents = 3 // several chunks per snapshot
+	for _, o := range opts {
+		o(&cfg)
+	}
 	reg := prometheus.NewRegistry()
 	s, err := New(cfg, bus, r, reg, nil)
 	if err != nil {
@@ -227,5 +231,70 @@ func TestSyncLateJoinerGetsSnapshot(t *testing.T) {
 	})
 	if s := late.s.Core().Stats(); s.SnapshotApplied != 10 {
 		t.Errorf("snapshot applied %d, want 10", s.SnapshotApplied)
+	}
+}
+
+// TestSyncHerdingOverNATS reports the per-worker split of bursts of
+// identical-prefix requests released on 3 replicas at once over real NATS
+// (worker 1 caches the prefix), with and without shadows. Delivery timing
+// is not controlled here (TestHerdingShadows is the deterministic
+// version), so only the bookkeeping is asserted: every request counted,
+// and zero load everywhere once all are freed and the shadows ended.
+func TestSyncHerdingOverNATS(t *testing.T) {
+	for _, shadows := range []bool{false, true} {
+		t.Run(fmt.Sprint("shadows=", shadows), func(t *testing.T) {
+			url := server(t)
+			var rs []*replicaUnderTest
+			for i := range 3 {
+				rs = append(rs, startReplica(t, url, uint64(50+i), func(c *Config) { c.Shadows = shadows }))
+			}
+			eventually(t, "peers", func() bool {
+				return len(rs[0].s.Core().Peers()) == 2 && len(rs[1].s.Core().Peers()) == 2 && len(rs[2].s.Core().Peers()) == 2
+			})
+			for _, x := range rs {
+				if err := x.r.ApplyEvent(storedEvent(t, 1, prompt(7, 0, 512, 512), 16)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const per = 4
+			counts := make([][]int, 3)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i, x := range rs {
+				counts[i] = make([]int, 5)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for k := range per {
+						d, err := x.s.Route(router.Request{ID: fmt.Sprintf("h%d-%d", i, k), Tokens: prompt(7, i*10+k+1, 512, 576)})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						counts[i][d.Worker.ID]++
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			total := make([]int, 4)
+			for _, c := range counts {
+				for w := 1; w <= 4; w++ {
+					total[w-1] += c[w]
+				}
+			}
+			t.Logf("3 replicas x %d requests, shadows=%v: per-worker %v", per, shadows, total)
+			if sum := total[0] + total[1] + total[2] + total[3]; sum != 3*per {
+				t.Fatalf("%d requests counted", sum)
+			}
+			eventually(t, "every booking everywhere", func() bool { return all(requests(rs)(), 3*per) })
+			for i := range rs {
+				for k := range per {
+					rs[i].r.Free(fmt.Sprintf("h%d-%d", i, k))
+				}
+			}
+			eventually(t, "zero load everywhere", func() bool { return all(requests(rs)(), 0) })
+		})
 	}
 }
