@@ -139,3 +139,45 @@ func BenchmarkApply(b *testing.B) {
 	ct.stop()
 	b.ReportMetric(float64(2*n*b.N)/b.Elapsed().Seconds(), "block-ops/s")
 }
+
+// BenchmarkRemoveChainRoot: one worker holds 64 chains of 256 blocks
+// (16,384 entries); each iteration removes a chain's first block, which
+// drops the 255 blocks below it with their engine entries (a cascade),
+// then stores the chain again (512 block-ops per iteration).
+func BenchmarkRemoveChainRoot(b *testing.B) {
+	x := mustNew(b, DefaultConfig())
+	const chains, n = 64, 256
+	w := kvevent.Worker{ID: 1}
+	st := make([]kvevent.Event, chains)
+	rm := make([]kvevent.Event, chains)
+	for c := range chains {
+		st[c] = kvevent.Event{Worker: w, Kind: kvevent.Stored}
+		for i := range n {
+			st[c].Blocks = append(st[c].Blocks, kvevent.Block{EngineHash: uint64(c)<<32 | uint64(i) + 1, LocalHash: uint64(c)<<32 | uint64(i)})
+		}
+		rm[c] = kvevent.Event{Worker: w, Kind: kvevent.Removed, Removed: []uint64{st[c].Blocks[0].EngineHash}}
+		if err := x.Apply(&st[c]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	var ct *cpuTimer
+	for b.Loop() {
+		if ct == nil {
+			ct = startCPU(b)
+		}
+		c := i % chains
+		if err := x.Apply(&rm[c]); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.Apply(&st[c]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	ct.stop()
+	if got := x.Stats().Entries; got != chains*n {
+		b.Fatalf("%d entries, want %d", got, chains*n)
+	}
+}

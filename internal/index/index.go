@@ -62,23 +62,23 @@ type holderKey struct {
 // predict-on-route shadows, in one tree. It is not safe for concurrent
 // use; Concurrent wraps it for that. It does no I/O and reads no clock.
 type Index struct {
-	cfg       Config
-	ns        *nodes
-	kids      childTable
-	holders   []holder // index = holder id; 0 unused
-	byKey     map[holderKey]uint32
-	freeIDs   []uint32
-	byWorker  map[kvevent.WorkerID][]uint32 // worker -> its holder ids
-	approx    approxState
-	used      []uint32 // last-matched tick per node (only with MaxBytes)
-	tick      uint32
-	stats     counters
-	rev       map[uint32]uint64 // scratch reverse engine map (one cascade)
-	revHolder *holder
-	revTier   int
-	stack     []uint32 // scratch for dropSubtree
-	order     []uint32 // scratch for dropSubtree
-	sink      uint32   // keeps prefetch loads alive; meaningless
+	cfg      Config
+	ns       *nodes
+	kids     childTable
+	holders  []holder // index = holder id; 0 unused
+	byKey    map[holderKey]uint32
+	freeIDs  []uint32
+	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
+	approx   approxState
+	used     []uint32 // last-matched tick per node (only with MaxBytes)
+	tick     uint32
+	stats    counters
+	cascade  [kvevent.NumTiers][]uint32 // scratch for dropSubtree: nodes whose engine entries go
+	found    []uint64                   // scratch for deleteEngineEntries
+	bits     []uint64                   // scratch for deleteEngineEntries
+	stack    []uint32                   // scratch for dropSubtree
+	order    []uint32                   // scratch for dropSubtree
+	sink     uint32                     // keeps prefetch loads alive; meaningless
 }
 
 // prefetchRun is how many blocks of an event have their memory loaded
@@ -393,7 +393,6 @@ func (x *Index) prefetchNodes(m *engineTable, keys []uint64) uint32 {
 //
 // With topDone the top node's engine entries are already gone.
 func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
-	x.revHolder = nil
 	stack := append(x.stack[:0], top)
 	order := x.order[:0]
 	for len(stack) > 0 {
@@ -408,6 +407,7 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 	}
 	x.stack, x.order = stack[:0], order[:0]
 	h := &x.holders[id]
+	pending := false
 	for i := len(order) - 1; i >= 0; i-- {
 		nid := order[i]
 		n := x.ns.at(nid)
@@ -421,7 +421,8 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 		}
 		for t := range h.engine {
 			if mask&(1<<t) != 0 && h.engine[t] != nil {
-				x.deleteEngineEntry(h, t, nid)
+				x.cascade[t] = append(x.cascade[t], nid)
+				pending = true
 			}
 		}
 		if h.expiry != nil {
@@ -436,26 +437,66 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 			x.freeNode(nid)
 		}
 	}
+	if pending {
+		for t := range x.cascade {
+			if len(x.cascade[t]) > 0 {
+				x.deleteEngineEntries(h, t, x.cascade[t])
+				x.cascade[t] = x.cascade[t][:0]
+			}
+		}
+	}
 }
 
-// deleteEngineEntry removes holder h's tier-t engine entry for node nid.
-// Only cascades below a removed block need this reverse lookup; the
-// reverse map is built once per cascade.
-func (x *Index) deleteEngineEntry(h *holder, t int, nid uint32) {
+// deleteEngineEntries removes holder h's tier-t engine entries for the
+// given nodes (a cascade below a removed block). The table is keyed by
+// engine hash, so finding a node's key takes one pass over its slots: a
+// cascade costs O(table slots), not a map of the whole table per cascade,
+// and storing the key on every entry would cost 8 bytes per (worker,
+// block). Node ids are not reused meanwhile (nothing is allocated during a
+// cascade), so deleting after the nodes are freed is the same.
+func (x *Index) deleteEngineEntries(h *holder, t int, nids []uint32) {
 	m := h.engine[t]
-	if x.rev == nil || x.revHolder != h || x.revTier != t {
-		if x.rev == nil {
-			x.rev = map[uint32]uint64{}
+	slices.Sort(nids)
+	// Membership by a bitmap over the nodes' id range (a cascade's nodes
+	// were mostly allocated together), or by binary search when the range
+	// is too sparse for one.
+	lo, span := nids[0], uint64(nids[len(nids)-1]-nids[0])+1
+	var bits []uint64
+	if span <= 1<<16 || span <= 64*uint64(len(nids)) {
+		bits = x.bits[:0]
+		for range (span + 63) / 64 {
+			bits = append(bits, 0)
 		}
-		clear(x.rev)
-		m.each(func(k uint64, n uint32, _ uint32) { x.rev[n] = k })
-		x.revHolder, x.revTier = h, t
+		for _, nid := range nids {
+			d := nid - lo
+			bits[d>>6] |= 1 << (d & 63)
+		}
+		x.bits = bits
 	}
-	if k, ok := x.rev[nid]; ok {
+	found := x.found[:0]
+	for i := range m.slots {
+		s := &m.slots[i]
+		d := uint64(s.node - lo) // wraps for nodes below lo
+		if s.node == 0 || d >= span {
+			continue
+		}
+		if bits != nil {
+			if bits[d>>6]&(1<<(d&63)) == 0 {
+				continue
+			}
+		} else if _, ok := slices.BinarySearch(nids, s.node); !ok {
+			continue
+		}
+		found = append(found, s.key())
+		if len(found) == len(nids) {
+			break // a node has one key per tier: all found
+		}
+	}
+	for _, k := range found {
 		m.del(k)
-		delete(x.rev, nid)
 		h.entries--
 	}
+	x.found = found[:0]
 }
 
 func (x *Index) freeNode(nid uint32) {
