@@ -158,3 +158,10 @@ func FuzzDecodeEvent(f *testing.F) {
 		_, _ = DecodeChunk(b)
 	})
 }
+
+func TestNewRouterIDDistinct(t *testing.T) {
+	a, b := NewRouterID(), NewRouterID()
+	if a == 0 || b == 0 || a == b {
+		t.Fatalf("ids %d %d", a, b)
+	}
+}
