@@ -24,9 +24,9 @@ type simResult struct {
 type simMode int
 
 const (
-	simSynced simMode = iota // lifecycle events shared (delivered at the next instant), shadows on
-	simNoSync                // every replica sees only its own bookings
-	simSyncedNoShadows       // lifecycle events shared, shadows off
+	simSynced          simMode = iota // lifecycle events shared (delivered at the next instant), shadows on
+	simNoSync                         // every replica sees only its own bookings
+	simSyncedNoShadows                // lifecycle events shared, shadows off
 )
 
 // simulate replays a prefix-family workload on 4 mock engines (virtual
@@ -228,4 +228,5 @@ func TestSimulatedReplicas(t *testing.T) {
 		t.Errorf("ttft p50 %v vs single %v", three.ttftP50, one.ttftP50)
 	}
 }
+
 var simIDBase uint64 = 1
