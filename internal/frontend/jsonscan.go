@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,40 +251,80 @@ func (s *jscan) number() error {
 }
 
 // str scans a string starting at its opening quote; esc says whether it
-// holds escapes.
+// holds escapes. Plain bytes are skipped in a tight local loop: a prompt
+// is one long string.
 func (s *jscan) str() (esc bool, err error) {
-	s.i++
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return esc, nil
-		case c == '\\':
-			esc = true
-			s.i++
-			switch s.peek() {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i++
-			case 'u':
-				s.i++
-				for range 4 {
-					h := s.peek()
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return esc, s.fail("bad \\u escape")
-					}
-					s.i++
-				}
-			default:
-				return esc, s.fail("bad escape")
+	b, i, n := s.b, s.i+1, len(s.b)
+	for {
+		for i < n {
+			c := b[i]
+			if c == '"' || c == '\\' || c < 0x20 {
+				break
 			}
+			i++
+		}
+		if i >= n {
+			s.i = i
+			return esc, s.fail("unterminated string")
+		}
+		switch c := b[i]; {
+		case c == '"':
+			s.i = i + 1
+			return esc, nil
 		case c < 0x20:
+			s.i = i
 			return esc, s.fail("control character in string")
+		}
+		// A backslash.
+		esc = true
+		i++
+		if i >= n {
+			s.i = i
+			return esc, s.fail("unterminated string")
+		}
+		switch b[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i++
+		case 'u':
+			i++
+			for range 4 {
+				if i >= n || !isHex(b[i]) {
+					s.i = i
+					return esc, s.fail("bad \\u escape")
+				}
+				i++
+			}
 		default:
-			s.i++
+			s.i = i
+			return esc, s.fail("bad escape")
 		}
 	}
-	return esc, s.fail("unterminated string")
+}
+
+func isHex(h byte) bool { return h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F' }
+
+// jsonString decodes a JSON string literal already checked by scanObject
+// or encoding/json: without escapes and in valid UTF-8 it is its bytes,
+// otherwise encoding/json decodes it (escapes, U+FFFD for bad UTF-8).
+func jsonString(raw []byte) (string, error) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		in := raw[1 : len(raw)-1]
+		if bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && utf8.Valid(in) && !hasControl(in) {
+			return string(in), nil
+		}
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // parseFields reads the fields the front door needs from a completion or

@@ -77,3 +77,18 @@ func TestParseFields(t *testing.T) {
 		}
 	}
 }
+
+// jsonString agrees with encoding/json on every input.
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"\u00e9"`, "\"\xff\"", `"a"b"`, `"`, `""`, "\"\x01\"", `"tab	"`, `12`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := jsonString(raw)
+		var want string
+		jerr := json.Unmarshal(raw, &want)
+		if (err == nil) != (jerr == nil) || got != want {
+			t.Fatalf("%q: %q %v, encoding/json %q %v", raw, got, err, want, jerr)
+		}
+	})
+}

@@ -121,8 +121,8 @@ func (p *promptParser) completionPrompt(raw json.RawMessage) (prompt, error) {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, err := jsonString(raw)
+		if err != nil {
 			return prompt{}, fmt.Errorf("prompt: %v: %w", err, ErrBadRequest)
 		}
 		ids, err := p.encode(s, true)
