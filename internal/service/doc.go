@@ -1,0 +1,36 @@
+// Package service is kvrouter's composition root: it builds a running
+// router process from a config.Config and runs it.
+//
+// What it wires: the static workers (discovery, which refuses a worker
+// whose block size differs from --block-size loudly: log, metric, REFUSED
+// state); the router core over the concurrent prefix index; one vLLM-format
+// ZMQ subscriber per event-fed worker rank, whose batches go straight into
+// the index; the HTTP front door (OpenAI API, /v1/route, /v1/query,
+// /v1/workers, /health, /ready, /metrics, status page) with the served
+// model's tokenizer and chat template.
+//
+// Why a package and not main: the same wiring serves `kvrouter serve`,
+// `kvrouter up` (which adds a mock fleet, see Fleet) and the end-to-end
+// tests, which must run the real thing on loopback ports.
+//
+// Worker state is the service's to own, because it is the only place that
+// sees every signal: the subscriber's stream state per dp rank (SYNCING,
+// EXACT, DEGRADED with the reason: a gap being replayed, a gap replay could
+// not cover, an engine restart), the silence watchdog (an event-fed worker
+// with requests running and no event for --kv-events-silent-after is
+// DEGRADED, "no events for 60 s while serving requests"), and the health
+// prober (--worker-health-failures failed GET /health in a row: DOWN, not
+// routed to). A worker without events is APPROX and routed in approximate
+// mode. /ready turns true once every event-fed rank's initial replay is
+// done or given up (--ready-timeout).
+//
+// Shutdown order, on ctx cancel: stop accepting, let in-flight requests
+// finish (bounded by --shutdown-timeout; what is still open is closed and
+// its booking freed), then stop subscribers, probes and sweeps, then the
+// index writers. Nothing outlives Run.
+//
+// The NATS event plane and registry plug in at addWorker (event source per
+// worker) and next to the static directory (registry notifications); until
+// then a worker declaring NATS events is routed approximately, with a
+// warning.
+package service

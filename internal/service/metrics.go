@@ -1,0 +1,85 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+)
+
+// collector reads the worker states, the index's sizes and counters and
+// the router's counters at scrape time, so they cost nothing between
+// scrapes and can never disagree with /v1/workers.
+type collector struct{ s *Service }
+
+var _ prometheus.Collector = (*collector)(nil)
+
+var (
+	workerStateDesc = prometheus.NewDesc("kvrouter_worker_state",
+		"1 for each worker's current state (EXACT, DEGRADED, APPROX, DOWN, REFUSED), 0 for the others.", []string{"worker", "state"}, nil)
+	indexNodesDesc = prometheus.NewDesc("kvrouter_index_nodes",
+		"Distinct prefixes (tree nodes) in the prefix index.", nil, nil)
+	indexEntriesDesc = prometheus.NewDesc("kvrouter_index_entries",
+		"(worker rank, block) pairs in the prefix index.", nil, nil)
+	indexBytesDesc = prometheus.NewDesc("kvrouter_index_bytes",
+		"Estimated memory of the prefix index's structures, in bytes.", nil, nil)
+	indexWorkersDesc = prometheus.NewDesc("kvrouter_index_worker_ranks",
+		"Worker ranks (and predict shadows) the prefix index tracks.", nil, nil)
+	indexEventsDesc = prometheus.NewDesc("kvrouter_index_events_total",
+		"KV events given to the prefix index (applied or refused).", nil, nil)
+	indexBlockOpsDesc = prometheus.NewDesc("kvrouter_index_block_ops_total",
+		"Blocks stored or removed by applied events.", nil, nil)
+	indexRefusedDesc = prometheus.NewDesc("kvrouter_index_events_refused_total",
+		"Events or removals the index refused, by reason (invalid, unknown_parent, unknown_removal, conflict).", []string{"reason"}, nil)
+	indexDroppedDesc = prometheus.NewDesc("kvrouter_index_entries_dropped_total",
+		"Index entries dropped, by cause (evicted by the byte budget, expired TTL, pruned by the size cap).", []string{"cause"}, nil)
+	routerRoutedDesc = prometheus.NewDesc("kvrouter_router_routed_total",
+		"Requests booked by the router.", nil, nil)
+	routerRejectedDesc = prometheus.NewDesc("kvrouter_router_rejected_total",
+		"Routing decisions that failed (no candidates, all busy, bad request).", nil, nil)
+)
+
+var allStates = []discovery.State{discovery.StateExact, discovery.StateDegraded, discovery.StateApprox, discovery.StateDown, discovery.StateRefused}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
+		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range c.s.dir.Workers() {
+		for _, st := range allStates {
+			v := 0.0
+			if w.Status.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(workerStateDesc, prometheus.GaugeValue, v, w.Record.Name, st.String())
+		}
+	}
+	is := c.s.idx.Stats()
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	gauge(indexNodesDesc, float64(is.Nodes))
+	gauge(indexEntriesDesc, float64(is.Entries))
+	gauge(indexBytesDesc, float64(is.Bytes))
+	gauge(indexWorkersDesc, float64(is.Workers))
+	counter(indexEventsDesc, is.Events)
+	counter(indexBlockOpsDesc, is.BlockOps)
+	counter(indexRefusedDesc, is.Invalid, "invalid")
+	counter(indexRefusedDesc, is.UnknownParent, "unknown_parent")
+	counter(indexRefusedDesc, is.UnknownRemoval, "unknown_removal")
+	counter(indexRefusedDesc, is.Conflicts, "conflict")
+	counter(indexDroppedDesc, is.Evicted, "evicted")
+	counter(indexDroppedDesc, is.Expired, "expired")
+	counter(indexDroppedDesc, is.Pruned, "pruned")
+	rs := c.s.router.Stats()
+	counter(routerRoutedDesc, rs.Routed)
+	counter(routerRejectedDesc, rs.Rejected)
+}

@@ -1,0 +1,374 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/frontend"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// Options are what a Service takes besides its Config: the process-wide
+// things a caller (the command, a test) owns.
+type Options struct {
+	// Logger receives every component's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives every component's metrics and is what /metrics
+	// serves; nil means a fresh registry (never the global one).
+	Registry *prometheus.Registry
+	// Clock is the time source; nil means time.Now.
+	Clock func() time.Time
+}
+
+// Service is one kvrouter router process: the router core, its index, the
+// worker set with its event subscribers, health probes, and the HTTP front
+// door. Build it with New, run it once with Run.
+type Service struct {
+	cfg   config.Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	clock func() time.Time
+
+	idx     *index.Concurrent
+	router  *router.Router
+	dir     *discovery.Directory
+	workers *workerSet
+	front   *frontend.Frontend
+	ranks   []*rankState
+
+	ran       atomic.Bool
+	closeOnce sync.Once
+	started   atomic.Int64 // Unix ns when Run started; 0 before
+	gaveUp    atomic.Bool
+	addr      atomic.Value // net.Addr once serving
+}
+
+// ErrRun is returned by a second call to Run.
+var ErrRun = errors.New("service: Run called twice")
+
+// New builds everything the configuration describes; it validates cfg,
+// loads the tokenizer and chat template, checks the static workers against
+// the router's block size (refusing mismatches loudly), and prepares one
+// event subscriber per event-fed worker rank. It starts only the index's
+// writer goroutines: call Run, or Close if Run will not be called.
+func New(cfg config.Config, o Options) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: o.Logger, reg: o.Registry, clock: o.Clock}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	model, err := LoadModel(cfg.TokenizerDir)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := cfg.WorkerRecords()
+	if err != nil {
+		return nil, fmt.Errorf("static workers: %w", err)
+	}
+	expect := discovery.Expect{BlockSize: cfg.BlockSize, Hash: discovery.DefaultHashContract()}
+	dir, notes, err := discovery.NewDirectory(expect, recs, s.reg, s.log, s.clock())
+	if err != nil {
+		return nil, fmt.Errorf("building the worker directory: %w", err)
+	}
+	s.dir = dir
+
+	ic := cfg.IndexConfig()
+	ic.OnError = func(w kvevent.Worker, err error) {
+		s.log.Debug("index refused an operation", "worker", w.String(), "err", err)
+	}
+	if s.idx, err = index.NewConcurrent(ic); err != nil {
+		return nil, fmt.Errorf("building the index: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.idx.Close()
+		}
+	}()
+	if s.router, err = router.New(cfg.RouterConfig(), s.idx, s.clock, nil); err != nil {
+		return nil, fmt.Errorf("building the router: %w", err)
+	}
+	s.workers = newWorkerSet(dir, s.router, s.clock, s.log, cfg.Events.SilentAfter)
+	zm, err := vllmzmq.NewMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering event metrics: %w", err)
+	}
+	for _, n := range notes {
+		if n.Kind != discovery.Added {
+			continue
+		}
+		if err := s.addWorker(n.Worker.Record, zm); err != nil {
+			return nil, err
+		}
+	}
+	s.front, err = frontend.New(cfg.FrontendConfig(), frontend.Deps{
+		Router: s.router, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
+		Index: s.idx, Registry: s.reg, Logger: s.log, Clock: s.clock, Ready: s.Ready,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the front door: %w", err)
+	}
+	if err := s.reg.Register(&collector{s: s}); err != nil {
+		return nil, fmt.Errorf("registering service metrics: %w", err)
+	}
+	ok = true
+	return s, nil
+}
+
+// addWorker adds an accepted worker to the router and, when its events are
+// consumed, prepares one subscriber per dp rank. This is the one place an
+// event source is chosen: ZMQ straight from the engine today; the NATS
+// event plane (Dynamo RouterEvents) plugs in here as another case.
+func (s *Service) addWorker(rec discovery.WorkerRecord, zm *vllmzmq.Metrics) error {
+	exact := false
+	switch rec.Events.Kind {
+	case discovery.EventsZMQ:
+		exact = !s.cfg.Router.NoKVEvents
+	case discovery.EventsNATS:
+		s.log.Warn("worker publishes on the NATS event plane, which kvrouter serve does not consume yet: routed in approximate mode",
+			"worker", rec.Name)
+	}
+	mode := router.Approximate
+	if exact {
+		mode = router.Exact
+	}
+	info := router.WorkerInfo{ID: rec.ID, BlockSize: rec.BlockSize, DPStart: int(rec.DPStart), DPSize: int(rec.DPSize),
+		KVCapacityBlocks: int(rec.KVCapacityBlocks), MaxBatchedTokens: int(rec.MaxBatchedTokens), Mode: mode}
+	if err := s.router.AddWorker(info); err != nil {
+		return fmt.Errorf("worker %q: %w", rec.Name, err)
+	}
+	w := s.workers.add(rec, exact)
+	for i, r := range w.ranks {
+		sc := vllmzmq.DefaultSubscriberConfig()
+		sc.Worker = r.worker
+		var err error
+		if sc.Endpoint, err = vllmzmq.OffsetEndpoint(rec.Events.Endpoint, i); err != nil {
+			return fmt.Errorf("worker %q events: %w", rec.Name, err)
+		}
+		if rec.Events.Replay != "" {
+			if sc.ReplayEndpoint, err = vllmzmq.OffsetEndpoint(rec.Events.Replay, i); err != nil {
+				return fmt.Errorf("worker %q replay: %w", rec.Name, err)
+			}
+		}
+		sc.Topic = rec.Events.Topic
+		sc.BlockSize = rec.BlockSize
+		sc.DialRetry = s.cfg.Events.DialRetry
+		sc.ReplayTimeout = s.cfg.Events.ReplayTimeout
+		sc.Logger = s.log.With("component", "kv-events", "worker_name", rec.Name)
+		sc.Metrics = zm
+		sub, err := vllmzmq.NewSubscriber(sc, r)
+		if err != nil {
+			return fmt.Errorf("worker %q events: %w", rec.Name, err)
+		}
+		s.workers.mu.Lock()
+		r.sub = sub
+		s.workers.mu.Unlock()
+		s.ranks = append(s.ranks, r)
+	}
+	return nil
+}
+
+// Run serves the front door on ln and runs the event subscribers, health
+// probes and periodic sweeps until ctx is cancelled, then shuts down
+// gracefully: it stops accepting, lets in-flight requests finish (bounded
+// by --shutdown-timeout), then stops the subscribers and the index. It
+// returns nil after a clean shutdown, or the listener's error.
+func (s *Service) Run(ctx context.Context, ln net.Listener) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return ErrRun
+	}
+	defer s.Close()
+	s.started.Store(s.clock().UnixNano())
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, r := range s.ranks {
+		wg.Go(func() {
+			if err := r.sub.Run(bg); err != nil {
+				s.log.Error("KV event subscriber stopped", "worker", r.w.name, "dp_rank", r.worker.Rank, "err", err)
+			}
+		})
+	}
+	wg.Go(func() { s.sweepLoop(bg) })
+	wg.Go(func() { s.silenceLoop(bg) })
+	if s.cfg.Events.HealthInterval > 0 {
+		wg.Go(func() { s.healthLoop(bg) })
+	}
+
+	srv := s.front.NewServer(ln)
+	s.addr.Store(ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve() }()
+	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "workers", len(s.workers.names),
+		"event_streams", len(s.ranks), "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		errc = nil
+	}
+	s.log.Info("shutting down: no new connections; waiting for in-flight requests", "timeout", s.cfg.Frontend.ShutdownTimeout)
+	if err := srv.Shutdown(context.Background()); err != nil {
+		s.log.Warn("in-flight requests did not finish in time; they were closed and their bookings freed", "err", err)
+	}
+	if errc != nil {
+		if err := <-errc; err != nil && serveErr == nil {
+			serveErr = err
+		}
+	}
+	stopBG()
+	wg.Wait()
+	s.log.Info("kvrouter stopped")
+	return serveErr
+}
+
+// Close stops the index writers. Run calls it on return; call it yourself
+// only for a Service that is never run. Idempotent.
+func (s *Service) Close() {
+	s.closeOnce.Do(s.idx.Close)
+}
+
+// Ready reports readiness for /ready: nil once every event-fed worker
+// rank's initial replay is done or given up (--ready-timeout after Run
+// started).
+func (s *Service) Ready() error {
+	start := s.started.Load()
+	if start == 0 {
+		return errors.New("starting")
+	}
+	ok, pending := s.workers.synced()
+	if ok {
+		return nil
+	}
+	if t := s.cfg.Events.ReadyTimeout; t > 0 && s.clock().Sub(time.Unix(0, start)) >= t {
+		if s.gaveUp.CompareAndSwap(false, true) {
+			s.log.Warn("gave up waiting for the initial event replay; ready anyway (these workers stay DEGRADED until their events arrive)",
+				"pending", strings.Join(pending, ", "), "after", t)
+		}
+		return nil
+	}
+	return fmt.Errorf("waiting for the initial KV event replay of %s", strings.Join(pending, ", "))
+}
+
+// Handler returns the front door's HTTP handler (what Run serves).
+func (s *Service) Handler() http.Handler { return s.front.Handler() }
+
+// Router returns the router core.
+func (s *Service) Router() *router.Router { return s.router }
+
+// Index returns the prefix index.
+func (s *Service) Index() *index.Concurrent { return s.idx }
+
+// Registry returns the registry /metrics serves.
+func (s *Service) Registry() *prometheus.Registry { return s.reg }
+
+// Workers returns every worker with its state, by name.
+func (s *Service) Workers() []frontend.WorkerEntry { return s.workers.List() }
+
+// Addr returns the address Run serves on, or nil before Run.
+func (s *Service) Addr() net.Addr {
+	a, _ := s.addr.Load().(net.Addr)
+	return a
+}
+
+// sweepLoop frees expired bookings and drops expired approximate and
+// predicted index entries; the router core starts no timers itself.
+func (s *Service) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Router.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if freed := s.router.Sweep(); len(freed) > 0 {
+				s.log.Warn("freed expired bookings (a Free was lost)", "count", len(freed))
+			}
+		}
+	}
+}
+
+// silenceLoop looks for event-fed workers serving requests without
+// publishing events.
+func (s *Service) silenceLoop(ctx context.Context) {
+	every := min(max(s.cfg.Events.SilentAfter/4, 10*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			active := map[kvevent.WorkerID]int{}
+			for _, l := range s.router.Loads() {
+				active[l.Worker.ID] += l.ActiveRequests
+			}
+			s.workers.checkSilence(active, s.clock())
+		}
+	}
+}
+
+// healthLoop probes every worker's /health; failures in a row mark it DOWN
+// (not routed to), one success brings it back.
+func (s *Service) healthLoop(ctx context.Context) {
+	client := &http.Client{Timeout: s.cfg.Events.HealthTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	t := time.NewTicker(s.cfg.Events.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for id, u := range s.workers.urls() {
+			wg.Go(func() {
+				err := probe(ctx, client, strings.TrimRight(u, "/")+"/health")
+				if ctx.Err() != nil {
+					return
+				}
+				s.workers.probed(id, err, s.cfg.Events.HealthFailures)
+			})
+		}
+		wg.Wait()
+	}
+}
+
+func probe(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}

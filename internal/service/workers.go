@@ -1,0 +1,333 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/frontend"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// eventRouter is what the worker set needs from the router core.
+type eventRouter interface {
+	ApplyEvent(ev kvevent.Event) error
+	SetDown(id kvevent.WorkerID, down bool) bool
+}
+
+var _ eventRouter = (*router.Router)(nil)
+
+// workerSet owns every worker's state. It turns what the event
+// subscribers, the silence watchdog and the health prober observe into one
+// discovery state per worker (EXACT, DEGRADED, APPROX, DOWN; REFUSED is
+// discovery's own), and it is the front door's Directory.
+//
+// Precedence when several things are wrong at once: REFUSED, then DOWN
+// (not routed at all), then APPROX (no events by design), then DEGRADED
+// (a rank syncing or recovering, or events silent while serving), then
+// EXACT.
+type workerSet struct {
+	dir    *discovery.Directory
+	router eventRouter
+	clock  func() time.Time
+	log    *slog.Logger
+	silent time.Duration
+
+	mu    sync.Mutex
+	byID  map[kvevent.WorkerID]*workerState
+	names []kvevent.WorkerID // sorted by name
+}
+
+// workerState is what the service tracks about one worker beyond its
+// discovery record.
+type workerState struct {
+	id    kvevent.WorkerID
+	name  string
+	url   string
+	dp    bool
+	exact bool // fed by KV events (else approximate mode)
+
+	// lastEvent is the wall time of the last applied batch, in Unix ns;
+	// atomic so the event path takes no lock.
+	lastEvent atomic.Int64
+	// silentFlag mirrors silent for the event path's lock-free check.
+	silentFlag atomic.Bool
+
+	// Guarded by workerSet.mu.
+	ranks     []*rankState
+	busySince time.Time
+	silent    bool
+	down      bool
+	downWhy   string
+	failures  int
+}
+
+// rankState is one data-parallel rank's event stream.
+type rankState struct {
+	w      *workerState
+	set    *workerSet
+	worker kvevent.Worker
+	sub    *vllmzmq.Subscriber
+
+	// Guarded by workerSet.mu.
+	state  vllmzmq.State
+	reason string
+	synced bool // left SYNCING at least once: initial replay done or given up
+}
+
+var _ vllmzmq.Handler = (*rankState)(nil)
+
+func newWorkerSet(dir *discovery.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
+	return &workerSet{dir: dir, router: r, clock: clock, log: log, silent: silent, byID: map[kvevent.WorkerID]*workerState{}}
+}
+
+// add registers an accepted worker; exact says whether its events are
+// consumed. It returns the worker's rank states (one per dp rank) for
+// event-fed workers.
+func (s *workerSet) add(rec discovery.WorkerRecord, exact bool) *workerState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: exact}
+	if exact {
+		for r := range rec.DPSize {
+			w.ranks = append(w.ranks, &rankState{w: w, set: s,
+				worker: kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(rec.DPStart + r)},
+				state:  vllmzmq.StateSyncing, reason: "awaiting initial event recovery"})
+		}
+	}
+	w.lastEvent.Store(s.clock().UnixNano())
+	s.byID[rec.ID] = w
+	s.names = append(s.names, rec.ID)
+	sort.Slice(s.names, func(i, j int) bool { return s.byID[s.names[i]].name < s.byID[s.names[j]].name })
+	s.updateLocked(w)
+	return w
+}
+
+// Apply implements vllmzmq.Handler: the batch's events go to the router's
+// index, in order.
+func (r *rankState) Apply(seq uint64, events []kvevent.Event) {
+	s := r.set
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("KV event batch", "worker", r.w.name, "dp_rank", r.worker.Rank, "seq", seq, "events", len(events), "first", events[0].Kind, "blocks", len(events[0].Blocks))
+	}
+	for _, ev := range events {
+		if err := s.router.ApplyEvent(ev); err != nil {
+			s.log.Debug("KV event not applied", "worker", r.w.name, "err", err)
+		}
+	}
+	r.w.lastEvent.Store(s.clock().UnixNano())
+	if r.w.silentFlag.Load() {
+		s.mu.Lock()
+		r.w.silent = false
+		r.w.silentFlag.Store(false)
+		r.w.busySince = time.Time{}
+		s.updateLocked(r.w)
+		s.mu.Unlock()
+	}
+}
+
+// StateChanged implements vllmzmq.Handler.
+func (r *rankState) StateChanged(c vllmzmq.StateChange) {
+	s := r.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.state, r.reason = c.State, c.Reason
+	if c.State != vllmzmq.StateSyncing && !r.synced {
+		r.synced = true
+		s.log.Info("worker event stream synced", "worker", r.w.name, "dp_rank", r.worker.Rank, "detail", c.Reason)
+	}
+	if c.State == vllmzmq.StateDegraded {
+		s.log.Warn("worker event stream degraded", "worker", r.w.name, "dp_rank", r.worker.Rank, "reason", c.Reason)
+	}
+	s.updateLocked(r.w)
+}
+
+// status derives a worker's state and reason from what is known of it.
+func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
+	if w.down {
+		return discovery.StateDown, w.downWhy
+	}
+	if !w.exact {
+		return discovery.StateApprox, "no event source: approximate mode"
+	}
+	var why []string
+	for _, r := range w.ranks {
+		if r.state == vllmzmq.StateExact {
+			continue
+		}
+		reason := r.reason
+		if r.state == vllmzmq.StateSyncing {
+			reason = "awaiting initial event recovery (" + reason + ")"
+		}
+		if len(w.ranks) > 1 {
+			reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
+		}
+		why = append(why, reason)
+	}
+	if w.silent {
+		why = append(why, fmt.Sprintf("no events for %s while serving requests", fmtDur(s.silent)))
+	}
+	if len(why) > 0 {
+		return discovery.StateDegraded, strings.Join(why, "; ")
+	}
+	return discovery.StateExact, ""
+}
+
+// updateLocked pushes a worker's derived status to the directory, logging
+// transitions.
+func (s *workerSet) updateLocked(w *workerState) {
+	st, why := s.statusLocked(w)
+	old, _ := s.dir.Get(w.id)
+	if old.Status.State == discovery.StateRefused {
+		return
+	}
+	if old.Status.State == st && old.Status.Reason == why && !old.Status.Since.IsZero() {
+		return
+	}
+	s.dir.SetStatus(w.id, st, why, s.clock())
+	if old.Status.State != st {
+		lvl := slog.LevelInfo
+		if st == discovery.StateDown || st == discovery.StateDegraded {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), lvl, "worker state", "worker", w.name, "from", old.Status.State.String(), "to", st.String(), "reason", why)
+	}
+}
+
+// checkSilence marks event-fed workers DEGRADED when requests run on them
+// and no event arrived for the silence window; active maps worker ids to
+// their running requests.
+func (s *workerSet) checkSilence(active map[kvevent.WorkerID]int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.names {
+		w := s.byID[id]
+		if !w.exact || w.down {
+			continue
+		}
+		if active[id] == 0 {
+			w.busySince = time.Time{}
+			continue
+		}
+		if w.busySince.IsZero() {
+			w.busySince = now
+		}
+		since := time.Unix(0, w.lastEvent.Load())
+		if w.busySince.After(since) {
+			since = w.busySince
+		}
+		if !w.silent && now.Sub(since) >= s.silent {
+			w.silent = true
+			w.silentFlag.Store(true)
+			s.updateLocked(w)
+		}
+	}
+}
+
+// probed records a health probe's outcome; failures in a row past limit
+// mark the worker DOWN, one success brings it back.
+func (s *workerSet) probed(id kvevent.WorkerID, err error, limit int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.byID[id]
+	if w == nil {
+		return
+	}
+	if err == nil {
+		w.failures = 0
+		if w.down {
+			w.down, w.downWhy = false, ""
+			s.router.SetDown(id, false)
+			s.updateLocked(w)
+		}
+		return
+	}
+	w.failures++
+	if w.failures >= limit && !w.down {
+		w.down, w.downWhy = true, fmt.Sprintf("health check failed %d times: %v", w.failures, err)
+		s.router.SetDown(id, true)
+		s.updateLocked(w)
+	}
+}
+
+// synced reports whether every event-fed rank has finished (or given up)
+// its initial replay, and names those that have not.
+func (s *workerSet) synced() (bool, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pending []string
+	for _, id := range s.names {
+		for _, r := range s.byID[id].ranks {
+			if !r.synced {
+				pending = append(pending, r.worker.String()+" ("+s.byID[id].name+")")
+			}
+		}
+	}
+	return len(pending) == 0, pending
+}
+
+// urls returns every known worker's id and URL, for the health prober.
+func (s *workerSet) urls() map[kvevent.WorkerID]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[kvevent.WorkerID]string, len(s.byID))
+	for id, w := range s.byID {
+		m[id] = w.url
+	}
+	return m
+}
+
+// Lookup implements frontend.Directory.
+func (s *workerSet) Lookup(id kvevent.WorkerID) (frontend.WorkerEntry, bool) {
+	w, ok := s.dir.Get(id)
+	if !ok {
+		return frontend.WorkerEntry{}, false
+	}
+	return s.entry(w), true
+}
+
+// List implements frontend.Directory: every worker, refused ones included,
+// by name.
+func (s *workerSet) List() []frontend.WorkerEntry {
+	ws := s.dir.Workers()
+	out := make([]frontend.WorkerEntry, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, s.entry(w))
+	}
+	return out
+}
+
+func (s *workerSet) entry(w discovery.Worker) frontend.WorkerEntry {
+	e := frontend.WorkerEntry{ID: w.Record.ID, Name: w.Record.Name, URL: w.Record.URL, Status: w.Status,
+		SendDPRank: w.Record.DPSize > 1}
+	s.mu.Lock()
+	ws := s.byID[w.Record.ID]
+	var sub *vllmzmq.Subscriber
+	if ws != nil && len(ws.ranks) > 0 {
+		sub = ws.ranks[0].sub
+	}
+	s.mu.Unlock()
+	if sub != nil {
+		st := sub.Status()
+		e.LastSequence, e.HasSequence = st.LastSeq, st.HasSeq
+	}
+	return e
+}
+
+var _ frontend.Directory = (*workerSet)(nil)
+
+// fmtDur renders whole seconds as "60 s" and shorter spans as Go does.
+func fmtDur(d time.Duration) string {
+	if d >= time.Second && d%time.Second == 0 {
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return d.String()
+}
