@@ -113,7 +113,7 @@ func (r Routed) Route(req router.Request) (router.Decision, error) { return r.s.
 func (s *Sync) Router() Routed { return Routed{Router: s.r, s: s} }
 
 // Start subscribes to peers' events, announces this replica, learns the
-// live peers and fetches their bookings (each peer's snapshot within
+// live peers and fetches their bookings (all peers at once, each within
 // SnapshotTimeout; a peer that does not answer is logged and skipped),
 // then starts publishing. It returns once the snapshot is applied.
 func (s *Sync) Start(ctx context.Context) error {
@@ -177,15 +177,19 @@ func (s *Sync) Start(ctx context.Context) error {
 
 	begin := time.Now()
 	s.core.BeginSnapshot()
+	var fetches sync.WaitGroup
 	for _, p := range peers {
-		evs, err := s.fetchSnapshot(ctx, p)
-		if err != nil {
-			s.log.Warn("replica snapshot failed; relying on live events and expiry", "peer", p, "err", err)
-			continue
-		}
-		n := s.core.ApplySnapshot(p, evs)
-		s.log.Info("replica snapshot applied", "peer", p, "bookings", n)
+		fetches.Go(func() {
+			evs, err := s.fetchSnapshot(ctx, p)
+			if err != nil {
+				s.log.Warn("replica snapshot failed; relying on live events and expiry", "peer", p, "err", err)
+				return
+			}
+			n := s.core.ApplySnapshot(p, evs)
+			s.log.Info("replica snapshot applied", "peer", p, "bookings", n)
+		})
 	}
+	fetches.Wait()
 	s.core.EndSnapshot()
 	s.snapshot = time.Since(begin)
 

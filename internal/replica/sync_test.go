@@ -298,3 +298,36 @@ func TestSyncHerdingOverNATS(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncQueueFullDropsAndCounts: routing never blocks on a full outgoing
+// queue; the overflow is dropped and counted in the metric.
+func TestSyncQueueFullDropsAndCounts(t *testing.T) {
+	url := server(t)
+	c := natsbus.DefaultConfig()
+	c.URL = url
+	bus, err := natsbus.Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(); bus.WaitForShutdown() })
+	r := newTestRouter(t, 77, 2, time.Now)
+	cfg := DefaultConfig()
+	cfg.QueueSize = 2
+	reg := prometheus.NewRegistry()
+	s, err := New(cfg, bus, r, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not started: nothing drains the queue.
+	for i := range 5 {
+		if _, err := s.Route(router.Request{ID: fmt.Sprint("d", i), Tokens: prompt(1, i, 16, 48)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(mustCollector(t, reg, "kvrouter_replica_events_dropped_total")); got != 3 {
+		t.Fatalf("dropped %v, want 3", got)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
