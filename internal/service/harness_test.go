@@ -365,3 +365,14 @@ func prompts(n int, seed uint32) [][]uint32 {
 }
 
 var _ = kvevent.TierDevice
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}

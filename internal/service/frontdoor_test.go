@@ -1,0 +1,242 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+)
+
+const model = "Qwen/Qwen3-0.6B"
+
+type usageBody struct {
+	Choices []struct {
+		Text    string `json:"text"`
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func longText() string {
+	var b strings.Builder
+	for i := range 120 {
+		b.WriteString("The router keeps a prefix index of every worker's KV cache, entry ")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(". ")
+	}
+	return b.String()
+}
+
+// TestFrontDoor is `kvrouter up` on random ports: the OpenAI API through
+// the router to mock workers fed by ZMQ events, with the embedded Qwen3
+// tokenizer on both sides.
+func TestFrontDoor(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 3, cfg: func(c *config.Config) { c.Events.HealthInterval = 0 }})
+	chat := func(content string, stream bool) map[string]any {
+		b := map[string]any{"model": model, "max_tokens": 4,
+			"messages": []map[string]any{{"role": "user", "content": content}}}
+		if stream {
+			b["stream"] = true
+			b["stream_options"] = map[string]any{"include_usage": true}
+		}
+		return b
+	}
+
+	t.Run("chat and completion, streamed and not", func(t *testing.T) {
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+		}{
+			{"/v1/chat/completions", chat("Hello there", false)},
+			{"/v1/chat/completions", chat("Hello there", true)},
+			{"/v1/completions", map[string]any{"model": model, "prompt": "Once upon a time", "max_tokens": 4}},
+			{"/v1/completions", map[string]any{"model": model, "prompt": "Once upon a time", "max_tokens": 4, "stream": true}},
+		} {
+			resp, body := r.post(tc.path, tc.body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s %v: %d %s", tc.path, tc.body["stream"], resp.StatusCode, body)
+			}
+			if resp.Header.Get("X-Kvrouter-Worker") == "" {
+				t.Errorf("%s: no X-Kvrouter-Worker header", tc.path)
+			}
+			if tc.body["stream"] == true {
+				if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") ||
+					!strings.Contains(body, "data: ") || !strings.Contains(body, "data: [DONE]") {
+					t.Errorf("%s stream: %q", tc.path, body)
+				}
+				continue
+			}
+			var u usageBody
+			if err := json.Unmarshal([]byte(body), &u); err != nil || len(u.Choices) != 1 || u.Usage.CompletionTokens != 4 {
+				t.Errorf("%s: %q (%v)", tc.path, body, err)
+			}
+		}
+	})
+
+	text := longText()
+	var first string
+	t.Run("repeated long prompt lands on the worker that cached it", func(t *testing.T) {
+		resp, body := r.post("/v1/chat/completions", chat(text, false))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		first = resp.Header.Get("X-Kvrouter-Worker")
+		var u usageBody
+		if err := json.Unmarshal([]byte(body), &u); err != nil {
+			t.Fatal(err)
+		}
+		if u.Usage.PromptTokens < 20*blockSize {
+			t.Fatalf("prompt has only %d tokens", u.Usage.PromptTokens)
+		}
+		// Wait until the worker's stored event reached the index.
+		r.eventually(5*time.Second, "prompt indexed", func() (bool, string) {
+			resp, body := r.post("/v1/route", chat(text, false))
+			return resp.StatusCode == http.StatusOK && strings.Contains(body, `"overlap_blocks":`+strconv.Itoa(u.Usage.PromptTokens/blockSize)), body
+		})
+		for range 3 {
+			resp, body = r.post("/v1/chat/completions", chat(text, false))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if w := resp.Header.Get("X-Kvrouter-Worker"); w != first {
+				t.Fatalf("repeat went to %s, the prompt is cached on %s", w, first)
+			}
+			var u2 usageBody
+			if err := json.Unmarshal([]byte(body), &u2); err != nil {
+				t.Fatal(err)
+			}
+			predicted, _ := strconv.Atoi(resp.Header.Get("X-Kvrouter-Overlap-Blocks"))
+			// The engine recomputes at least the prompt's last token, so a
+			// prompt of whole blocks gets one block less from the cache.
+			want := min(predicted*blockSize, (u2.Usage.PromptTokens-1)/blockSize*blockSize)
+			if u2.Usage.PromptTokensDetails.CachedTokens == 0 || u2.Usage.PromptTokensDetails.CachedTokens != want {
+				t.Fatalf("worker reports %d cached tokens; router predicted %d blocks (%d tokens expected) of %d prompt tokens",
+					u2.Usage.PromptTokensDetails.CachedTokens, predicted, want, u2.Usage.PromptTokens)
+			}
+		}
+	})
+
+	t.Run("killed worker: retried elsewhere, no booking leaked", func(t *testing.T) {
+		var victim *FleetWorker
+		for _, w := range r.fleet.Workers {
+			if w.Name == first {
+				victim = w
+			}
+		}
+		if victim == nil {
+			t.Fatalf("no worker %q", first)
+		}
+		if err := victim.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		before := r.metric("kvrouter_frontend_retries_total")
+		resp, body := r.post("/v1/chat/completions", chat(text, false))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		if w := resp.Header.Get("X-Kvrouter-Worker"); w == victim.Name || w == "" {
+			t.Fatalf("served by %q", w)
+		}
+		if r.metric("kvrouter_frontend_retries_total") <= before {
+			t.Fatal("no retry was counted: the killed worker was not chosen first")
+		}
+		r.eventually(5*time.Second, "no booking leaked", r.noBookings)
+	})
+}
+
+// TestDeadWorkerMarkedDown: a worker whose /health stops answering is
+// marked DOWN with the reason and no longer routed to.
+func TestDeadWorkerMarkedDown(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 2})
+	victim := r.fleet.Workers[0]
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually(5*time.Second, "worker DOWN", func() (bool, string) {
+		st := r.workers()[victim.Name]
+		return st[0] == "DOWN" && strings.Contains(st[1], "health check failed"), st[0] + " " + st[1]
+	})
+	if n := r.metric("kvrouter_worker_state", "worker", victim.Name, "state", "DOWN"); n != 1 {
+		t.Fatalf("kvrouter_worker_state{DOWN} = %v", n)
+	}
+	before := r.metric("kvrouter_frontend_retries_total")
+	for _, p := range prompts(6, 4) {
+		if w := r.complete(p, 2); w != r.fleet.Workers[1].Name {
+			t.Fatalf("served by %q", w)
+		}
+	}
+	if r.metric("kvrouter_frontend_retries_total") != before {
+		t.Fatal("a DOWN worker was still chosen")
+	}
+}
+
+// TestReadyWaitsForReplay: /ready is 503 while a worker's event endpoint
+// cannot be reached, and turns 200 once the wait is given up.
+func TestReadyWaitsForReplay(t *testing.T) {
+	cfg := config.Default()
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.Events.ReadyTimeout = 1500 * time.Millisecond
+	cfg.Events.HealthInterval = 0
+	cfg.Events.DialRetry = 10 * time.Millisecond
+	// Port 1 on loopback: nothing listens, dials are refused forever.
+	cfg.Workers = append(cfg.Workers, zmqWorker)
+	cfg.Workers[0].Events = "tcp://127.0.0.1:1"
+	svc, err := New(cfg, Options{Logger: discardLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Ready(); err == nil {
+		t.Fatal("ready before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ln := listen(t)
+	go func() { done <- svc.Run(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	url := "http://" + ln.Addr().String() + "/ready"
+	code := func() int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for code() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c := code(); c != http.StatusServiceUnavailable {
+		t.Fatalf("/ready %d while the replay is pending (Ready: %v)", c, svc.Ready())
+	}
+	if err := svc.Ready(); err == nil || !strings.Contains(err.Error(), "w1") {
+		t.Fatalf("Ready() = %v, want the pending worker named", err)
+	}
+	for code() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/ready never turned 200 after the ready timeout")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
