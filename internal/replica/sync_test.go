@@ -331,3 +331,24 @@ func TestSyncQueueFullDropsAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSyncReturningReplicaRefetched: a replica whose heartbeats stop for
+// longer than the TTL is declared gone (its bookings freed); when its
+// record comes back, its peers fetch its bookings again.
+func TestSyncReturningReplicaRefetched(t *testing.T) {
+	url := server(t)
+	a, b := startReplica(t, url, 61), startReplica(t, url, 62)
+	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
+	for i := range 5 {
+		if _, err := b.s.Route(router.Request{ID: fmt.Sprint("b", i), Tokens: prompt(3, i, 32, 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "bookings shared", func() bool { n, _ := loadSum(a.r); return n == 5 })
+	b.s.lease.Abandon() // heartbeats cut off, b otherwise alive
+	eventually(t, "b declared gone", func() bool { n, _ := loadSum(a.r); return n == 0 })
+	if err := b.s.lease.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's bookings fetched again", func() bool { n, _ := loadSum(a.r); return n == 5 })
+}
