@@ -99,7 +99,7 @@ func newFlagSet(o Options, c *Config, out io.Writer) *flag.FlagSet {
 	}
 	fs.Usage = func() {
 		if o.Usage != "" {
-			fmt.Fprintln(out, o.Usage)
+			fmt.Fprintln(out, o.Usage+"\n")
 		}
 		fmt.Fprintf(out, "Every flag may also be set in the --config YAML file (same name) or as KVROUTER_<NAME> in the environment; flags win.\n\n")
 		fs.PrintDefaults()

@@ -177,7 +177,7 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, zm *vllmzmq.Metrics) err
 		sc.BlockSize = rec.BlockSize
 		sc.DialRetry = s.cfg.Events.DialRetry
 		sc.ReplayTimeout = s.cfg.Events.ReplayTimeout
-		sc.Logger = s.log.With("component", "kv-events", "worker_name", rec.Name)
+		sc.Logger = s.log.With("worker_name", rec.Name)
 		sc.Metrics = zm
 		sub, err := vllmzmq.NewSubscriber(sc, r)
 		if err != nil {

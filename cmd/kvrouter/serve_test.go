@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/service"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
+)
+
+func TestServeConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--bogus"}, 2, "bogus"},
+		{[]string{"--port", "99999"}, 2, "--port 99999"},
+		{[]string{"--worker", "name=w1"}, 2, "url"},
+		{[]string{"--config", "/nonexistent.yaml"}, 2, "reading config file"},
+		{[]string{"-h"}, 0, "kv-overlap-score-credit"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), append([]string{"serve"}, tc.args...), nil, &bytes.Buffer{}, &stderr); code != tc.code {
+			t.Errorf("serve %v: exit %d, want %d (%s)", tc.args, code, tc.code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("serve %v: stderr does not mention %q:\n%s", tc.args, tc.want, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"up", "--worker", "name=w1,url=http://h:1"}, nil, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Errorf("up --worker: exit %d, want 2", code)
+	}
+}
+
+// waitFor polls buf until re matches, returning the first group.
+func waitFor(t *testing.T, buf *syncBuffer, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(buf.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never matched %v in:\n%s", re, buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func chatOK(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("router never ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	body := `{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4}`
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var v struct {
+		Choices []json.RawMessage `json:"choices"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &v) != nil || len(v.Choices) != 1 {
+		t.Fatalf("chat: %d %s", resp.StatusCode, b)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestServeRoutesToStaticWorkers(t *testing.T) {
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := service.DefaultFleetConfig()
+	fc.Workers = 1
+	fc.Engine.BlockSize = 16
+	fc.Engine.NumGPUBlocks = 256
+	fc.Engine.SpeedupRatio = 100
+	fc.Tokenizer = tok
+	fc.Logger = discardLogger()
+	fleet, err := service.StartFleet(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Stop()
+	w := fleet.Workers[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--port", "0", "--worker",
+			fmt.Sprintf("name=%s,url=%s,events=%s,replay=%s,topic=%s", w.Name, w.URL, w.Events, w.Replay, w.Topic)},
+			nil, &bytes.Buffer{}, &stderr)
+	}()
+	addr := waitFor(t, &stderr, regexp.MustCompile(`msg="kvrouter serving" addr=(\S+)`))
+	chatOK(t, "http://"+addr)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, stderr.String())
+	}
+}
+
+func TestUpStartsFleetAndRouter(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"up", "--port", "0", "--workers", "2", "--nats-port", "-1", "--data-dir", t.TempDir(),
+			"--speedup-ratio", "100", "--num-gpu-blocks-override", "512"}, nil, &stdout, &stderr)
+	}()
+	base := waitFor(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
+	if !strings.Contains(stdout.String(), "curl "+base+"/v1/chat/completions") || !strings.Contains(stdout.String(), "status page  "+base+"/") {
+		t.Fatalf("banner lacks the curl example or the status page:\n%s", stdout.String())
+	}
+	chatOK(t, base)
+	if !strings.Contains(stderr.String(), "embedded NATS server running") {
+		t.Errorf("the embedded NATS server was not started:\n%s", stderr.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("up exited %d:\n%s", code, stderr.String())
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/kvrouter/kvrouter/internal/mocker"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/service"
+)
+
+func init() {
+	register("up", command{summary: "start a local fleet in one process: mock workers, embedded NATS and the router", run: runUp})
+}
+
+const upUsage = `Usage: kvrouter up [flags]
+
+Starts, in one process, K mock vLLM workers on loopback ports (KV events over ZMQ, the embedded
+Qwen3 tokenizer), an embedded NATS server, and the router on 127.0.0.1:8000. Ctrl-C stops
+everything. Takes every 'kvrouter serve' option except --worker; see docs/config.md.`
+
+// upFlags are the options only `kvrouter up` has.
+type upFlags struct {
+	workers  int
+	noNATS   bool
+	natsPort int
+	engine   mocker.Config
+}
+
+func (u *upFlags) bind(fs *flag.FlagSet) {
+	fs.IntVar(&u.workers, "workers", u.workers, "mock workers to start")
+	fs.Float64Var(&u.engine.SpeedupRatio, "speedup-ratio", u.engine.SpeedupRatio, "divide the mock engines' modelled step times by this")
+	fs.IntVar(&u.engine.NumGPUBlocks, "num-gpu-blocks-override", u.engine.NumGPUBlocks, "device KV blocks per mock worker")
+	fs.IntVar(&u.engine.MaxNumSeqs, "max-num-seqs", u.engine.MaxNumSeqs, "max running requests per mock worker")
+	fs.IntVar(&u.engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.engine.MaxNumBatchedTokens, "max tokens per mock engine step")
+	fs.IntVar(&u.natsPort, "nats-port", u.natsPort, "client port of the embedded NATS server (-1: any free port)")
+	fs.BoolVar(&u.noNATS, "no-nats", u.noNATS, "do not start the embedded NATS server")
+}
+
+func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	u := &upFlags{workers: 4, natsPort: natsbus.DefaultConfig().Port, engine: mocker.DefaultConfig()}
+	cfg, code, ok := loadConfig("up", upUsage, args, u.bind, stderr)
+	if !ok {
+		return code
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "kvrouter up: "+format+"\n", a...)
+		return 1
+	}
+	if len(cfg.Workers) > 0 {
+		fmt.Fprintln(stderr, "kvrouter up: runs its own mock workers; use 'kvrouter serve' with --worker for real ones")
+		return 2
+	}
+	if u.workers < 1 || u.workers > 256 {
+		fmt.Fprintf(stderr, "kvrouter up: --workers %d out of range [1, 256]\n", u.workers)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
+	model, err := service.LoadModel(cfg.TokenizerDir)
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	if !u.noNATS {
+		nc := natsbus.DefaultConfig()
+		nc.Port = u.natsPort
+		nc.DataDir = cfg.DataDir
+		bus, err := natsbus.Start(nc, log.With("component", "nats"))
+		if err != nil {
+			log.Warn("embedded NATS server not started; continuing without it (KV events flow over ZMQ)", "err", err)
+		} else {
+			log.Info("embedded NATS server running (JetStream store under the data dir); KV events flow over ZMQ until the NATS event plane is wired into up",
+				"url", bus.ClientURL(), "data_dir", cfg.DataDir)
+			defer func() {
+				bus.Shutdown()
+				bus.WaitForShutdown()
+			}()
+		}
+	}
+
+	fc := service.DefaultFleetConfig()
+	fc.Workers = u.workers
+	fc.Model = cfg.Model
+	fc.Engine = u.engine
+	fc.Engine.BlockSize = cfg.BlockSize
+	fc.Tokenizer = model.Tokenizer
+	fc.Logger = log.With("component", "mocker")
+	fleet, err := service.StartFleet(fc)
+	if err != nil {
+		return fail("starting mock workers: %v", err)
+	}
+	defer fleet.Stop()
+	cfg.Workers = fleet.Static()
+
+	svc, err := service.New(cfg, service.Options{Logger: log.With("component", "router")})
+	if err != nil {
+		return fail("%v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		svc.Close()
+		return fail("%v (another kvrouter running? try --port)", err)
+	}
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, `
+kvrouter is up: %d mock workers behind the router at %s (model %s)
+
+  status page  %s/
+  workers      %s/v1/workers
+  metrics      %s/metrics
+
+  try:
+    curl %s/v1/chat/completions -H 'Content-Type: application/json' \
+      -d '{"model":"%s","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32}'
+
+Ctrl-C stops everything.
+
+`, u.workers, url, cfg.Model, url, url, url, url, cfg.Model)
+	if err := svc.Run(ctx, ln); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
