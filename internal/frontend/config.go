@@ -123,6 +123,11 @@ func (c Config) Validate() error {
 	case c.ReadHeaderTimeout <= 0:
 		return bad("read header timeout %v must be positive", c.ReadHeaderTimeout)
 	}
+	for i, a := range c.Aliases {
+		if a == "" || a == c.Model {
+			return bad("alias %d (%q) is empty or the model name", i, a)
+		}
+	}
 	for i, k := range c.APIKeys {
 		if k == "" {
 			return bad("api key %d is empty", i)

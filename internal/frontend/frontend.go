@@ -160,7 +160,17 @@ func (f *Frontend) routes() http.Handler {
 	handle("GET /ready", "ready", accessOpen, f.handleReady)
 	handle("GET /metrics", "metrics", accessAdmin, f.handleMetrics)
 	handle("GET /{$}", "status", accessAdmin, f.handleStatus)
+	allow := map[string]string{
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/v1/route": "POST",
+		"/v1/query": "POST", "/v1/workers": "GET", "/health": "GET", "/ready": "GET", "/metrics": "GET", "/": "GET",
+	}
 	handle("/", "other", accessOpen, func(rw http.ResponseWriter, r *http.Request) {
+		if m, ok := allow[r.URL.Path]; ok {
+			rw.Header().Set("Allow", m)
+			writeError(rw, http.StatusMethodNotAllowed, typeInvalidRequest, "method_not_allowed", "",
+				fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, m))
+			return
+		}
 		writeError(rw, http.StatusNotFound, typeNotFound, "not_found", "",
 			fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,6 +40,7 @@ func TestBadInput(t *testing.T) {
 		{"token ids too many", "/v1/completions", `{"prompt": [` + strings.Repeat("1,", 1000) + `1]}`, 413, typeInvalidRequest, codeContextLength},
 		{"chat too many tokens", "/v1/chat/completions", `{"messages": [{"role":"user","content":"` + long + `"}]}`, 413, typeInvalidRequest, codeContextLength},
 		{"unknown path", "/v2/nothing", `{}`, 404, typeNotFound, "not_found"},
+		{"wrong method", "/v1/models", `{}`, 405, typeInvalidRequest, "method_not_allowed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,6 +188,39 @@ func TestAuthAdminFallsBackToAPIKeys(t *testing.T) {
 	}
 	if resp, _ := fl.do("GET", "/v1/workers", nil, "Authorization", "Bearer k"); resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"model":       func(c *Config) { c.Model = "" },
+		"body":        func(c *Config) { c.MaxBodyBytes = 0 },
+		"tokens":      func(c *Config) { c.MaxPromptTokens = -1 },
+		"retries":     func(c *Config) { c.MaxRetries = 17 },
+		"dial":        func(c *Config) { c.DialTimeout = 0 },
+		"header":      func(c *Config) { c.ResponseHeaderTimeout = -1 },
+		"idle":        func(c *Config) { c.MaxIdleConnsPerWorker = -1 },
+		"retry-after": func(c *Config) { c.RetryAfter = 0 },
+		"recent":      func(c *Config) { c.RecentDecisions = -1 },
+		"refresh":     func(c *Config) { c.StatusRefresh = 0 },
+		"capture":     func(c *Config) { c.UsageCaptureBytes = -1 },
+		"shutdown":    func(c *Config) { c.ShutdownTimeout = 0 },
+		"read header": func(c *Config) { c.ReadHeaderTimeout = 0 },
+		"alias":       func(c *Config) { c.Aliases = []string{""} },
+		"api key":     func(c *Config) { c.APIKeys = []string{""} },
+		"admin key":   func(c *Config) { c.AdminKeys = []string{"a", ""} },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err %v, want ErrConfig", name, err)
+		}
+	}
+	if _, err := New(DefaultConfig(), Deps{}); !errors.Is(err, ErrDeps) {
+		t.Fatalf("no deps: %v", err)
 	}
 }
 

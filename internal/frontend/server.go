@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -21,7 +22,7 @@ func (f *Frontend) NewServer(ln net.Listener) *Server {
 	return &Server{f: f, ln: ln, srv: &http.Server{
 		Handler:           f.Handler(),
 		ReadHeaderTimeout: f.cfg.ReadHeaderTimeout,
-		ErrorLog:          nil,
+		ErrorLog:          slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
 	}}
 }
 
