@@ -103,9 +103,10 @@ type mock struct {
 	stop func()
 }
 
-func startMock(t testing.TB, id uint64, speedup float64) *mock {
+func startMock(t testing.TB, id uint64, speedup float64, sinks ...server.EventSink) *mock {
 	t.Helper()
 	c := server.DefaultConfig()
+	c.Sinks = sinks
 	c.Model = testModel
 	c.WorkerID = id
 	c.Engine.BlockSize = 16
@@ -151,7 +152,29 @@ type fleetOpt struct {
 	cfg     func(*Config)
 	rcfg    func(*router.Config)
 	wrap    func(Router) Router
+	// exact feeds the workers' KV events to the router (exact mode)
+	// instead of approximate mode.
+	exact bool
 }
+
+// routerSink applies a mock worker's KV events to the router as they are
+// published, the way the event plane will.
+type routerSink struct {
+	r  *router.Router
+	id kvevent.WorkerID
+}
+
+func (s routerSink) Publish(b server.Batch, _ server.Delivery) error {
+	for _, e := range b.Events {
+		if err := s.r.ApplyEvent(e.KVEvent(kvevent.Worker{ID: s.id, Rank: kvevent.DPRank(b.Rank)})); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (routerSink) Restart(int)  {}
+func (routerSink) Close() error { return nil }
 
 func newFleet(t testing.TB, o fleetOpt) *fleet {
 	t.Helper()
@@ -175,13 +198,18 @@ func newFleet(t testing.TB, o fleetOpt) *fleet {
 	}
 	for i := range o.workers {
 		id := uint64(i + 1)
-		m := startMock(t, id, o.speedup)
-		fl.mocks = append(fl.mocks, m)
-		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: router.Approximate, KVCapacityBlocks: 2048}); err != nil {
+		mode, status := router.Approximate, discovery.Status{State: discovery.StateApprox, Reason: "no events", Since: time.Now()}
+		var sinks []server.EventSink
+		if o.exact {
+			mode, status = router.Exact, discovery.Status{State: discovery.StateExact, Since: time.Now()}
+			sinks = append(sinks, routerSink{r: fl.r, id: kvevent.WorkerID(id)})
+		}
+		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: mode, KVCapacityBlocks: 2048}); err != nil {
 			t.Fatal(err)
 		}
-		fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + string(rune('0'+id)), URL: m.url,
-			Status: discovery.Status{State: discovery.StateApprox, Reason: "no events", Since: time.Now()}})
+		m := startMock(t, id, o.speedup, sinks...)
+		fl.mocks = append(fl.mocks, m)
+		fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + string(rune('0'+id)), URL: m.url, Status: status})
 	}
 	cfg := DefaultConfig()
 	if o.cfg != nil {

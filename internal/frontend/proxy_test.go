@@ -329,3 +329,55 @@ func TestSetGeneratedAsTokensStream(t *testing.T) {
 	cancel()
 	fl.waitIdle()
 }
+
+// With the workers' KV events applied (exact mode), the router's
+// prediction is the engine's own cache: the repeat lands on the worker
+// holding the prompt, and the reported cached tokens match the overlap.
+func TestExactModeFollowsWorkerEvents(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 3, exact: true})
+	prompt := words(13, 300)
+	first, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
+	if first.StatusCode != 200 {
+		t.Fatalf("status %d: %s", first.StatusCode, body)
+	}
+	fl.waitIdle()
+	var u usageBody
+	if err := json.Unmarshal(body, &u); err != nil {
+		t.Fatal(err)
+	}
+	full := u.Usage.PromptTokens / 16
+	worker := first.Header.Get(HeaderWorker)
+	// The stored events arrive after the engine step: poll /v1/query.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, qb := fl.do("POST", "/v1/query", map[string]any{"prompt": prompt})
+		var q queryResponse
+		if err := json.Unmarshal(qb, &q); err != nil {
+			t.Fatal(err)
+		}
+		if q.Workers[0].Worker == worker && q.Workers[0].OverlapBlocks == full && q.Workers[0].State == "EXACT" && q.Workers[1].OverlapBlocks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index never showed %d blocks on %s: %s", full, worker, qb)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != worker || resp.Header.Get(HeaderOverlapBlocks) != strconv.Itoa(full) {
+		t.Fatalf("repeat: status %d worker %s overlap %s, want %s with %d", resp.StatusCode, resp.Header.Get(HeaderWorker),
+			resp.Header.Get(HeaderOverlapBlocks), worker, full)
+	}
+	ev := sseEvents(body)
+	if err := json.Unmarshal([]byte(ev[len(ev)-2]), &u); err != nil {
+		t.Fatal(err)
+	}
+	if c := u.Usage.PromptTokensDetails.CachedTokens; c < (full-1)*16 || c > full*16 {
+		t.Fatalf("worker reports %d cached tokens, router predicted %d", c, full*16)
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker); got != 2 {
+		t.Fatalf("accuracy samples %v, want 2", got)
+	}
+}
