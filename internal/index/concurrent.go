@@ -68,7 +68,9 @@ type op struct {
 
 // writer is one writer goroutine's queue.
 type writer struct {
-	in chan op
+	in    chan op
+	batch []op   // the operations of one lock hold
+	sink  uint32 // keeps prefetch loads alive; meaningless
 }
 
 // Concurrent is the index for the router: one tree behind a read-write
@@ -122,18 +124,11 @@ func (c *Concurrent) write(w *writer) {
 			close(o.done)
 			continue
 		}
-		// Apply this operation and whatever else is already queued, up to
-		// maxBatch blocks, under one lock hold.
-		c.mu.Lock()
-		cost := 0
-		for {
-			if err := c.do(o); err != nil && c.cfg.OnError != nil {
-				failed = append(failed, failure{o.ev.Worker, err})
-			}
-			cost += 1 + len(o.ev.Blocks) + len(o.ev.Removed) + len(o.local)
-			if cost >= maxBatch {
-				break
-			}
+		// Take this operation and whatever else is already queued, up to
+		// maxBatch blocks or a barrier.
+		batch := append(w.batch[:0], o)
+		cost := o.cost()
+		for cost < maxBatch {
 			var ok bool
 			select {
 			case o, ok = <-w.in:
@@ -142,15 +137,43 @@ func (c *Concurrent) write(w *writer) {
 			if !ok {
 				break
 			}
+			batch = append(batch, o)
 			if o.kind == opBarrier {
-				c.mu.Unlock()
-				close(o.done)
-				c.mu.Lock()
-				cost = maxBatch // end the batch after the barrier
 				break
+			}
+			cost += o.cost()
+		}
+		// Load the memory the batch will touch under the read lock, next
+		// to queries, so that the write lock is held for less time: most
+		// of applying an event is waiting for the cache misses of its
+		// worker's engine-hash table. Only when the read lock is free
+		// now: waiting for it would cost the writer a second lock handoff.
+		if c.mu.TryRLock() {
+			for i := range batch {
+				if batch[i].kind == opApply {
+					w.sink += c.x.prefetch(&batch[i].ev)
+				}
+			}
+			c.mu.RUnlock()
+		}
+		var barrier chan struct{}
+		c.mu.Lock()
+		for i := range batch {
+			o := &batch[i]
+			if o.kind == opBarrier {
+				barrier = o.done
+				break // always last
+			}
+			if err := c.do(o); err != nil && c.cfg.OnError != nil {
+				failed = append(failed, failure{o.ev.Worker, err})
 			}
 		}
 		c.mu.Unlock()
+		if barrier != nil {
+			close(barrier)
+		}
+		clear(batch) // drop references to the events' slices
+		w.batch = batch[:0]
 		for _, f := range failed {
 			c.cfg.OnError(f.w, f.err)
 		}
@@ -158,7 +181,10 @@ func (c *Concurrent) write(w *writer) {
 	}
 }
 
-func (c *Concurrent) do(o op) error {
+// cost is an operation's weight in a writer batch: one plus its blocks.
+func (o *op) cost() int { return 1 + len(o.ev.Blocks) + len(o.ev.Removed) + len(o.local) }
+
+func (c *Concurrent) do(o *op) error {
 	switch o.kind {
 	case opApply:
 		return c.x.Apply(&o.ev)

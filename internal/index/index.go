@@ -375,6 +375,36 @@ func (x *Index) remove(ev *kvevent.Event) error {
 	return nil
 }
 
+// prefetchLimit bounds the blocks of one event that prefetch loads: more
+// would not stay cached until they are applied.
+const prefetchLimit = 4 * prefetchRun
+
+// prefetch loads the memory that applying ev will touch first (engine-hash
+// slots, and for a removal the nodes) and returns a meaningless sum to keep
+// the loads alive. It only reads, so it is safe with concurrent readers;
+// Concurrent calls it under the read lock to shorten its write lock holds.
+func (x *Index) prefetch(ev *kvevent.Event) uint32 {
+	if int(ev.Tier) >= kvevent.NumTiers {
+		return 0
+	}
+	id, ok := x.byKey[holderKey{ev.Worker, kindExact}]
+	if !ok {
+		return 0
+	}
+	m := x.holders[id].engine[ev.Tier]
+	if m == nil || m.n == 0 {
+		return 0
+	}
+	switch ev.Kind {
+	case kvevent.Stored:
+		return m.prefetchBlocks(ev.Blocks[:min(len(ev.Blocks), prefetchLimit)])
+	case kvevent.Removed:
+		keys := ev.Removed[:min(len(ev.Removed), prefetchLimit)]
+		return m.prefetch(keys) + x.prefetchNodes(m, keys)
+	}
+	return 0
+}
+
 // prefetchNodes loads the nodes the keys map to (a hint only: the
 // removals that follow look them up again, in order).
 func (x *Index) prefetchNodes(m *engineTable, keys []uint64) uint32 {

@@ -1,6 +1,7 @@
 package indexbench
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"testing"
@@ -70,6 +71,25 @@ func benchApply(b *testing.B, s *Stream) {
 	if cpu1, ok := threadCPU(); ok && ok0 && cpu1 > cpu0 {
 		b.ReportMetric(float64(s.BlockOps*b.N)/(cpu1-cpu0).Seconds(), "block-ops/cpu-s")
 	}
+}
+
+// BenchmarkReadersWhileWriting applies the second half of the whole
+// trace's stream through a Concurrent index (4 writers) while one reader
+// queries flat out: queries/s and the reader's wall-clock p50/p99, lock
+// waits included.
+func BenchmarkReadersWhileWriting(b *testing.B) {
+	s := fullStream(b)
+	var r concurrentResult
+	for b.Loop() {
+		var err error
+		if r, err = concurrentRun(context.Background(), s, 4, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(r.queriesPerSec, "queries/s")
+	b.ReportMetric(r.blockOpsPerSec, "block-ops/s")
+	b.ReportMetric(r.p50us, "p50-µs")
+	b.ReportMetric(r.p99us, "p99-µs")
 }
 
 // BenchmarkReplayQuery queries the replayed index with the stream's

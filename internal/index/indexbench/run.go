@@ -63,9 +63,14 @@ type Result struct {
 
 	// Query throughput while the concurrent index applies the whole
 	// stream, with 1 and 2 reader goroutines, and the apply rate then.
-	QueriesPerSec1Reader   float64 `json:"queries_per_sec_1_reader"`
-	QueriesPerSec2Readers  float64 `json:"queries_per_sec_2_readers"`
-	BlockOpsPerSec1Reader  float64 `json:"block_ops_per_sec_1_reader"`
+	QueriesPerSec1Reader  float64 `json:"queries_per_sec_1_reader"`
+	QueriesPerSec2Readers float64 `json:"queries_per_sec_2_readers"`
+	BlockOpsPerSec1Reader float64 `json:"block_ops_per_sec_1_reader"`
+	// QueryWhileWritingP50us and QueryWhileWritingP99us are the wall-clock
+	// latencies of the 1-reader run's queries, waiting for the lock
+	// included: what a router sees while the writers run flat out.
+	QueryWhileWritingP50us float64 `json:"query_while_writing_p50_us"`
+	QueryWhileWritingP99us float64 `json:"query_while_writing_p99_us"`
 	BlockOpsPerSec2Readers float64 `json:"block_ops_per_sec_2_readers"`
 	UnknownRemovals        uint64  `json:"unknown_removals"`
 	UnknownParents         uint64  `json:"unknown_parents"`
@@ -128,31 +133,42 @@ func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
 	}
 
 	// 3. Concurrent index, no readers.
-	rate, _, err := concurrentRun(ctx, s, cfg.Writers, 0)
+	cr, err := concurrentRun(ctx, s, cfg.Writers, 0)
 	if err != nil {
 		return r, err
 	}
-	r.ConcurrentBlockOpsPerSec = rate
+	r.ConcurrentBlockOpsPerSec = cr.blockOpsPerSec
 	// 4. With 1 and 2 readers querying while the stream is applied.
-	if r.BlockOpsPerSec1Reader, r.QueriesPerSec1Reader, err = concurrentRun(ctx, s, cfg.Writers, 1); err != nil {
+	if cr, err = concurrentRun(ctx, s, cfg.Writers, 1); err != nil {
 		return r, err
 	}
-	if r.BlockOpsPerSec2Readers, r.QueriesPerSec2Readers, err = concurrentRun(ctx, s, cfg.Writers, 2); err != nil {
+	r.BlockOpsPerSec1Reader, r.QueriesPerSec1Reader = cr.blockOpsPerSec, cr.queriesPerSec
+	r.QueryWhileWritingP50us, r.QueryWhileWritingP99us = cr.p50us, cr.p99us
+	if cr, err = concurrentRun(ctx, s, cfg.Writers, 2); err != nil {
 		return r, err
 	}
+	r.BlockOpsPerSec2Readers, r.QueriesPerSec2Readers = cr.blockOpsPerSec, cr.queriesPerSec
 	return r, nil
 }
 
+// concurrentResult is one concurrentRun's figures.
+type concurrentResult struct {
+	blockOpsPerSec, queriesPerSec float64
+	p50us, p99us                  float64 // query latency, wall clock, lock wait included
+}
+
 // concurrentRun applies the stream to a fresh concurrent index and
-// returns block-ops/s and, with readers, queries/s. With readers, the first
-// half of the events is applied untimed so that queries meet a populated
-// index; readers then query in a loop while the second half is applied.
-func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (float64, float64, error) {
+// returns block-ops/s and, with readers, queries/s and their latency. With
+// readers, the first half of the events is applied untimed so that queries
+// meet a populated index; readers then query in a loop while the second
+// half is applied.
+func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (concurrentResult, error) {
+	var res concurrentResult
 	cfg := index.DefaultConcurrentConfig()
 	cfg.Writers = writers
 	c, err := index.NewConcurrent(cfg)
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	defer c.Close()
 	from, ops := 0, s.BlockOps
@@ -160,28 +176,31 @@ func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (float6
 		from = len(s.Events) / 2
 		for i := range s.Events[:from] {
 			if err := c.Apply(s.Events[i]); err != nil {
-				return 0, 0, err
+				return res, err
 			}
 			ops -= len(s.Events[i].Blocks) + len(s.Events[i].Removed)
 		}
 		if err := c.Flush(); err != nil {
-			return 0, 0, err
+			return res, err
 		}
 	}
 	var stop atomic.Bool
 	var queries atomic.Int64
 	var wg sync.WaitGroup
+	lats := make([][]time.Duration, readers)
 	for k := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var sc index.Scores
-			n := int64(0)
+			lat := make([]time.Duration, 0, 1<<16)
 			for i := k; !stop.Load(); i++ {
+				t0 := time.Now()
 				c.Query(s.Queries[i%len(s.Queries)], &sc)
-				n++
+				lat = append(lat, time.Since(t0))
 			}
-			queries.Add(n)
+			queries.Add(int64(len(lat)))
+			lats[k] = lat
 		}()
 	}
 	start := time.Now()
@@ -197,7 +216,19 @@ func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (float6
 	el := time.Since(start).Seconds()
 	stop.Store(true)
 	wg.Wait()
-	return float64(ops) / el, float64(queries.Load()) / el, ctx.Err()
+	res.blockOpsPerSec, res.queriesPerSec = float64(ops)/el, float64(queries.Load())/el
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	if len(all) > 0 {
+		slices.Sort(all)
+		pct := func(p float64) float64 {
+			return float64(all[min(len(all)-1, int(p*float64(len(all))))].Nanoseconds()) / 1e3
+		}
+		res.p50us, res.p99us = pct(0.50), pct(0.99)
+	}
+	return res, ctx.Err()
 }
 
 // timeQueries runs n queries (cycling through qs, each cut to limit blocks
