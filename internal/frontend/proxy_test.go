@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"io"
 	"net/http"
@@ -379,5 +380,55 @@ func TestExactModeFollowsWorkerEvents(t *testing.T) {
 	fl.waitIdle()
 	if got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker); got != 2 {
 		t.Fatalf("accuracy samples %v, want 2", got)
+	}
+}
+
+// A worker answering 5xx before its first byte is excluded and the
+// request served by another worker.
+func TestWorker5xxRetriedOnAnotherWorker(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2})
+	prompt := words(17, 200)
+	resp, _ := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 1})
+	fl.waitIdle()
+	cached := resp.Header.Get(HeaderWorker)
+	id := kvevent.WorkerID(cached[1] - '0')
+	bad := newLoopbackServer(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		http.Error(rw, `{"error":{"message":"engine dead"}}`, http.StatusServiceUnavailable)
+	}))
+	e, _ := fl.dir.Lookup(id)
+	e.URL = bad
+	fl.dir.set(e)
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 1})
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) == cached {
+		t.Fatalf("status %d from %s (the failing worker is %s): %s", resp.StatusCode, resp.Header.Get(HeaderWorker), cached, body)
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_retries_total", "reason", "status_5xx"); got != 1 {
+		t.Fatalf("5xx retries %v, want 1", got)
+	}
+}
+
+// A worker that breaks mid-stream: the client gets the events so far and
+// an in-band error event; the booking is freed.
+func TestWorkerFailsMidStream(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1})
+	broken := newLoopbackServer(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		rw.WriteHeader(200)
+		fmt.Fprint(rw, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n")
+		rw.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // drop the connection
+	}))
+	e, _ := fl.dir.Lookup(1)
+	e.URL = broken
+	fl.dir.set(e)
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 5, "stream": true})
+	ev := sseEvents(body)
+	if resp.StatusCode != 200 || len(ev) != 2 || !strings.Contains(ev[0], `"text":"a"`) || !strings.Contains(ev[1], `"type":"upstream_error"`) {
+		t.Fatalf("status %d events %q", resp.StatusCode, ev)
+	}
+	fl.waitIdle()
+	if got := fl.metric("kvrouter_frontend_lifecycle_calls_total", "op", "free", "result", "ok"); got != 1 {
+		t.Fatalf("free calls %v", got)
 	}
 }
