@@ -68,6 +68,15 @@ type Directory interface {
 	List() []WorkerEntry
 }
 
+// FailureReporter is optionally implemented by a Directory to learn that
+// a worker failed before its first response byte (reason: connect,
+// status_5xx, read), so that discovery can probe it or mark it DOWN; the
+// front door itself only retries the request elsewhere. Called on the
+// request's goroutine: it must not block.
+type FailureReporter interface {
+	WorkerFailed(id kvevent.WorkerID, reason string, err error)
+}
+
 // Tokenizer turns prompt text into token ids; *tokenizer.Tokenizer
 // satisfies it. It must be safe for concurrent use.
 type Tokenizer interface {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -60,9 +61,10 @@ func testTemplate(t testing.TB) *chattemplate.Template {
 
 // testDir is a Directory backed by a map.
 type testDir struct {
-	mu    sync.Mutex
-	m     map[kvevent.WorkerID]WorkerEntry
-	order []kvevent.WorkerID
+	mu       sync.Mutex
+	m        map[kvevent.WorkerID]WorkerEntry
+	order    []kvevent.WorkerID
+	failures []string
 }
 
 func (d *testDir) set(e WorkerEntry) {
@@ -94,7 +96,16 @@ func (d *testDir) List() []WorkerEntry {
 	return out
 }
 
-var _ Directory = (*testDir)(nil)
+func (d *testDir) WorkerFailed(id kvevent.WorkerID, reason string, _ error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failures = append(d.failures, fmt.Sprintf("%d:%s", id, reason))
+}
+
+var (
+	_ Directory       = (*testDir)(nil)
+	_ FailureReporter = (*testDir)(nil)
+)
 
 // mock is a mock vLLM worker on a loopback port.
 type mock struct {

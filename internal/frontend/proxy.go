@@ -209,9 +209,13 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 			ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
 			return
 		}
-		f.log.Warn("worker failed before the first byte; retrying", "worker", fail.worker, "reason", fail.reason,
-			"err", fail.err, "request_id", req.ID, "attempt", attempt+1)
-		if attempt < f.cfg.MaxRetries {
+		retry := attempt < f.cfg.MaxRetries
+		f.log.Warn("worker failed before the first byte", "worker", fail.worker, "reason", fail.reason,
+			"err", fail.err, "request_id", req.ID, "attempt", attempt+1, "retrying", retry)
+		if fr, ok := f.dir.(FailureReporter); ok {
+			fr.WorkerFailed(d.Worker.ID, fail.reason, fail.err)
+		}
+		if retry {
 			f.m.retries.WithLabelValues(fail.reason).Inc()
 		}
 	}
@@ -224,6 +228,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	ex.rec.Outcome = fmt.Sprintf("worker %s failed (%s): %v", last.worker, last.reason, last.err)
 	if last.status >= 500 && last.body != nil {
 		copyHeader(rw.Header(), last.header)
+		rw.Header().Del("Content-Length") // the kept body may be cut short
 		rw.Header().Set(HeaderWorker, last.worker)
 		rw.WriteHeader(last.status)
 		_, _ = rw.Write(last.body)

@@ -9,6 +9,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -405,6 +406,11 @@ func TestWorker5xxRetriedOnAnotherWorker(t *testing.T) {
 	fl.waitIdle()
 	if got := fl.metric("kvrouter_frontend_retries_total", "reason", "status_5xx"); got != 1 {
 		t.Fatalf("5xx retries %v, want 1", got)
+	}
+	fl.dir.mu.Lock()
+	defer fl.dir.mu.Unlock()
+	if want := []string{fmt.Sprintf("%d:status_5xx", id)}; !slices.Equal(fl.dir.failures, want) {
+		t.Fatalf("reported failures %q, want %q", fl.dir.failures, want)
 	}
 }
 
