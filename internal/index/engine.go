@@ -172,6 +172,11 @@ func (t *engineTable) del(k uint64) {
 	t.deleteAt(i)
 }
 
+// minShrink is the table size (slots) at or below which a table never
+// shrinks: 12 KB, so that a worker whose few blocks come and go does not
+// resize its table back and forth on every event.
+const minShrink = 1024
+
 // deleteAt empties slot i (whose key has no extra references).
 func (t *engineTable) deleteAt(i int) {
 	mask := len(t.slots) - 1
@@ -184,7 +189,7 @@ func (t *engineTable) deleteAt(i int) {
 	}
 	t.slots[i] = engineSlot{}
 	t.n--
-	if len(t.slots) > 64 && t.n*8 < len(t.slots) {
+	if len(t.slots) > minShrink && t.n*8 < len(t.slots) {
 		t.resize(len(t.slots) / 2)
 	}
 }

@@ -365,6 +365,16 @@ func (x *Index) remove(ev *kvevent.Event) error {
 		}
 		// Last copy gone: the worker no longer holds this block, nor (by
 		// prefix semantics) anything it holds below it.
+		if n.first == 0 {
+			// A leaf (the usual case: engines evict chains from their
+			// tail): nothing below to drop. Exact holders have no expiry.
+			x.ns.setMask(n, id, 0)
+			x.holders[id].blocks--
+			if n.n == 0 {
+				x.freeNode(nid)
+			}
+			continue
+		}
 		x.ns.setMask(n, id, deviceMask) // engine entry already deleted
 		x.dropSubtree(id, nid, true)
 	}
