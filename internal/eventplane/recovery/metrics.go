@@ -1,0 +1,85 @@
+package recovery
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the event plane's router-side counters. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	received   *prometheus.CounterVec
+	applied    prometheus.Counter
+	duplicates prometheus.Counter
+	gaps       prometheus.Counter
+	restarts   prometheus.Counter
+	recoveries *prometheus.CounterVec
+	dumpEvents prometheus.Counter
+	malformed  prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them on reg (nil: not
+// exported). transport labels events_received ("nats", "zmq", "jetstream").
+func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+	m := &Metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_eventplane_events_received_total",
+			Help: "KV events received from the event plane, by transport."}, []string{"transport"}),
+		applied: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_events_applied_total",
+			Help: "KV events applied to the index (live, recovered and dumped)."}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_duplicates_dropped_total",
+			Help: "KV events dropped because their id was at or below the last applied one."}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_gaps_total",
+			Help: "Gaps found in event ids (each starts a range recovery)."}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_publisher_restarts_total",
+			Help: "Publisher restarts detected (new publisher id, ids starting over, TooNew)."}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_eventplane_recoveries_total",
+			Help: "Recovery query outcomes by kind: events, tree_dump, too_new, invalid_range, error, failed."}, []string{"kind"}),
+		dumpEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_dump_events_total",
+			Help: "Stored events replayed from tree dumps."}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_malformed_total",
+			Help: "Event-plane messages that could not be decoded."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.received, m.applied, m.duplicates, m.gaps, m.restarts, m.recoveries, m.dumpEvents, m.malformed} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// Received counts n events received on transport.
+func (m *Metrics) Received(transport string, n int) {
+	if m != nil {
+		m.received.WithLabelValues(transport).Add(float64(n))
+	}
+}
+
+// Malformed counts one undecodable message.
+func (m *Metrics) Malformed() {
+	if m != nil {
+		m.malformed.Inc()
+	}
+}
+
+func (m *Metrics) step(st Step) {
+	if m == nil {
+		return
+	}
+	m.applied.Add(float64(len(st.Apply)))
+	m.duplicates.Add(float64(st.Dropped))
+	if st.Gap {
+		m.gaps.Inc()
+	}
+	if st.Restart {
+		m.restarts.Inc()
+	}
+}
+
+func (m *Metrics) recovery(kind string, dumped int) {
+	if m == nil {
+		return
+	}
+	m.recoveries.WithLabelValues(kind).Inc()
+	m.dumpEvents.Add(float64(dumped))
+}

@@ -1,0 +1,365 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// Querier sends one recovery request to the worker rank it names and
+// returns the assembled reply. It is the transport's half of recovery (NATS
+// request/reply, a ZMQ DEALER). It must honour ctx and be safe for
+// concurrent use.
+type Querier interface {
+	Query(ctx context.Context, req Request) (Reply, error)
+}
+
+// Applier receives the events to fold into the router's index, in order per
+// worker rank; a Cleared event drops every block of its worker rank. It
+// must be safe for concurrent use (router.Router is).
+type Applier interface {
+	ApplyEvent(ev kvevent.Event) error
+}
+
+// StateFunc is told when a worker's event state changes: EXACT once every
+// rank is recovered and events flow in order, DEGRADED with a reason while
+// a rank recovers or after a recovery failed. It is called from the
+// tracker's goroutines, one call at a time; it must return quickly. The
+// service maps it onto discovery.Directory.SetStatus.
+type StateFunc func(id kvevent.WorkerID, state discovery.State, reason string)
+
+// Config tunes a Tracker.
+type Config struct {
+	// QueryTimeout bounds one recovery query (a dump included). Default 10 s.
+	QueryTimeout time.Duration
+	// RetryWait is the first pause before retrying a failed recovery; it
+	// doubles up to MaxRetryWait. Default 500 ms.
+	RetryWait time.Duration
+	// MaxRetryWait caps the retry pause. Default 30 s.
+	MaxRetryWait time.Duration
+	// MaxHeld is how many live events a rank holds while its query runs
+	// before it falls back to a dump. Default 65536.
+	MaxHeld int
+	// Inbox is each rank's queue of live events. Default 4096.
+	Inbox int
+	// AcceptUnknown follows publishers that discovery never announced (a
+	// Dynamo worker publishing on the subject): their events are applied
+	// and recovery is attempted like for any worker. Default true.
+	AcceptUnknown bool
+}
+
+// DefaultConfig returns the defaults documented on Config's fields.
+func DefaultConfig() Config {
+	return Config{QueryTimeout: 10 * time.Second, RetryWait: 500 * time.Millisecond, MaxRetryWait: 30 * time.Second,
+		MaxHeld: DefaultMaxHeld, Inbox: 4096, AcceptUnknown: true}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.QueryTimeout <= 0 || c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait || c.MaxHeld <= 0 || c.Inbox <= 0 {
+		return fmt.Errorf("invalid recovery config %+v", c)
+	}
+	return nil
+}
+
+// Tracker runs one Stream per worker rank, each on its own goroutine: live
+// events and query replies of a rank are handled in order, a slow dump of
+// one worker never stalls another.
+type Tracker struct {
+	cfg    Config
+	q      Querier
+	a      Applier
+	onSt   StateFunc
+	m      *Metrics
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	ranks   map[kvevent.Worker]*follower
+	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
+	agg     map[kvevent.WorkerID]discovery.State
+	closed  bool
+	stateMu sync.Mutex
+	wg      sync.WaitGroup
+}
+
+type input struct {
+	ev     kvevent.Event
+	pub    uint64
+	resync bool
+}
+
+type result struct {
+	rep Reply
+	err error
+}
+
+type follower struct {
+	s      *Stream
+	in     chan input
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewTracker returns a tracker applying to a and asking through q. onState
+// and m may be nil; log may be nil.
+func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics, log *slog.Logger) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Tracker{cfg: cfg, q: q, a: a, onSt: onState, m: m, log: log, ctx: ctx, cancel: cancel,
+		ranks: map[kvevent.Worker]*follower{}, states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
+		agg: map[kvevent.WorkerID]discovery.State{}}, nil
+}
+
+// Add starts following worker rank w: its events must already be
+// subscribed to; a dump is asked for at once. Adding a followed rank does
+// nothing.
+func (t *Tracker) Add(w kvevent.Worker) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.addLocked(w)
+}
+
+func (t *Tracker) addLocked(w kvevent.Worker) *follower {
+	if t.closed {
+		return nil
+	}
+	if f := t.ranks[w]; f != nil {
+		return f
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	f := &follower{s: NewStream(w, t.cfg.MaxHeld), in: make(chan input, t.cfg.Inbox), cancel: cancel, done: make(chan struct{})}
+	t.ranks[w] = f
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(f.done)
+		t.run(ctx, f)
+	}()
+	return f
+}
+
+// Remove stops following every rank of worker id and drops their blocks.
+func (t *Tracker) Remove(id kvevent.WorkerID) {
+	t.mu.Lock()
+	var fs []*follower
+	for w, f := range t.ranks {
+		if w.ID == id {
+			fs = append(fs, f)
+			delete(t.ranks, w)
+		}
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		f.cancel()
+		<-f.done
+		t.apply(kvevent.Event{Worker: f.s.Worker(), Kind: kvevent.Cleared})
+	}
+	t.stateMu.Lock()
+	delete(t.states, id)
+	delete(t.agg, id)
+	t.stateMu.Unlock()
+	if len(fs) > 0 {
+		t.log.Info("event plane: worker removed, its blocks dropped", "worker_id", uint64(id), "ranks", len(fs))
+	}
+}
+
+// Live feeds one live event from the transport; publisher is the
+// envelope's publisher id (0 when unknown). It blocks while the rank's
+// inbox is full.
+func (t *Tracker) Live(ev kvevent.Event, publisher uint64) {
+	t.mu.Lock()
+	f := t.ranks[ev.Worker]
+	if f == nil && t.cfg.AcceptUnknown {
+		f = t.addLocked(ev.Worker)
+	}
+	t.mu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case f.in <- input{ev: ev, pub: publisher}:
+	case <-t.ctx.Done():
+	}
+}
+
+// Resync asks every rank for what it missed (after a reconnect).
+func (t *Tracker) Resync() {
+	t.mu.Lock()
+	fs := make([]*follower, 0, len(t.ranks))
+	for _, f := range t.ranks {
+		fs = append(fs, f)
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		select {
+		case f.in <- input{resync: true}:
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// Workers returns the followed worker ranks.
+func (t *Tracker) Workers() []kvevent.Worker {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]kvevent.Worker, 0, len(t.ranks))
+	for w := range t.ranks {
+		out = append(out, w)
+	}
+	return out
+}
+
+// Close stops every follower and waits for them.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.cancel()
+	t.wg.Wait()
+}
+
+func (t *Tracker) run(ctx context.Context, f *follower) {
+	s := f.s
+	results := make(chan result, 1)
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	wait := t.cfg.RetryWait
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	exec := func(st Step) {
+		t.m.step(st)
+		if st.Clear {
+			t.apply(kvevent.Event{Worker: s.Worker(), Kind: kvevent.Cleared})
+		}
+		for _, ev := range st.Apply {
+			ev.Worker = s.Worker()
+			t.apply(ev)
+		}
+		if st.Gap {
+			t.log.Info("event plane: gap in event ids, recovering", "worker", s.Worker().String(), "query", st.Query.String())
+		}
+		if st.Restart {
+			t.log.Info("event plane: publisher restarted, asking for a dump", "worker", s.Worker().String())
+		}
+		if st.HasQuery {
+			req := st.Query
+			go func() {
+				qctx, cancel := context.WithTimeout(ctx, t.cfg.QueryTimeout)
+				rep, err := t.q.Query(qctx, req)
+				cancel()
+				results <- result{rep, err}
+			}()
+		}
+		if s.Failing() && !s.Pending() && retryC == nil {
+			if retry == nil {
+				retry = time.NewTimer(wait)
+			} else {
+				retry.Reset(wait)
+			}
+			retryC = retry.C
+			wait = min(2*wait, t.cfg.MaxRetryWait)
+		}
+		exact, reason := s.Exact()
+		t.report(s.Worker(), exact, reason)
+	}
+	exec(s.Start())
+	for {
+		select {
+		case <-ctx.Done():
+			if s.Pending() {
+				<-results // the query goroutine ends with ctx
+			}
+			return
+		case in := <-f.in:
+			if in.resync {
+				exec(s.Resync())
+				continue
+			}
+			exec(s.Live(in.ev, in.pub))
+		case r := <-results:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				t.m.recovery("failed", 0)
+				t.log.Warn("event plane: recovery query failed", "worker", s.Worker().String(), "err", r.err)
+				exec(s.Failed(r.err))
+				continue
+			}
+			dumped := 0
+			if r.rep.Kind == KindTreeDump {
+				dumped = len(r.rep.Events)
+				t.log.Info("event plane: applying tree dump", "worker", s.Worker().String(), "blocks", dumped, "last_event_id", r.rep.LastEventID)
+			}
+			t.m.recovery(r.rep.Kind.String(), dumped)
+			st := s.Reply(r.rep)
+			if !s.Failing() {
+				wait = t.cfg.RetryWait
+			}
+			exec(st)
+		case <-retryC:
+			retryC = nil
+			exec(s.Retry())
+		}
+	}
+}
+
+func (t *Tracker) apply(ev kvevent.Event) {
+	if err := t.a.ApplyEvent(ev); err != nil && !errors.Is(err, context.Canceled) {
+		t.log.Debug("event plane: index refused event", "worker", ev.Worker.String(), "event_id", ev.ID, "err", err)
+	}
+}
+
+// report folds one rank's state into its worker's and tells onState when
+// the worker's state changes.
+func (t *Tracker) report(w kvevent.Worker, exact bool, reason string) {
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
+	rs := t.states[w.ID]
+	if rs == nil {
+		rs = map[kvevent.DPRank]string{}
+		t.states[w.ID] = rs
+	}
+	if exact {
+		reason = ""
+	} else if reason == "" {
+		reason = "recovering"
+	}
+	prevReason, had := rs[w.Rank]
+	rs[w.Rank] = reason
+	state, why := discovery.StateExact, ""
+	for r, rr := range rs {
+		if rr != "" {
+			state, why = discovery.StateDegraded, fmt.Sprintf("rank %d: %s", r, rr)
+			break
+		}
+	}
+	prev, ok := t.agg[w.ID]
+	if ok && prev == state && had && prevReason == reason {
+		return
+	}
+	t.agg[w.ID] = state
+	if ok && prev == state && state == discovery.StateExact {
+		return
+	}
+	if t.onSt != nil {
+		t.onSt(w.ID, state, why)
+	}
+}
