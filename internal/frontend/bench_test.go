@@ -102,19 +102,26 @@ func BenchmarkFrontDoor(b *testing.B) {
 
 	prompts := benchPrompts(b, 64, 8192)
 	tok := testTokenizer(b)
+	chat := make([][]byte, len(prompts))
 	text := make([][]byte, len(prompts))
 	ids := make([][]byte, len(prompts))
 	for i, p := range prompts {
 		text[i], _ = json.Marshal(map[string]any{"model": testModel, "prompt": p, "max_tokens": 8, "stream": true})
 		ids[i], _ = json.Marshal(map[string]any{"model": testModel, "prompt": tok.Encode(p, true), "max_tokens": 8, "stream": true})
+		chat[i], _ = json.Marshal(map[string]any{"model": testModel, "max_tokens": 8, "stream": true,
+			"messages": []map[string]string{{"role": "system", "content": "You are terse."}, {"role": "user", "content": p}}})
 	}
-	run := func(b *testing.B, url string, bodies [][]byte) {
+	run := func(b *testing.B, url string, bodies [][]byte, path ...string) {
+		endpoint := "/v1/completions"
+		if len(path) > 0 {
+			endpoint = path[0]
+		}
 		lat := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
 		cpu0 := processCPU()
 		for i := range b.N {
 			start := time.Now()
-			resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+			resp, err := client.Post(url+endpoint, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -166,6 +173,8 @@ func BenchmarkFrontDoor(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { run(b, stub.URL, text) })
 	b.Run("front-text", func(b *testing.B) { run(b, front.URL, text) })
 	b.Run("front-token-ids", func(b *testing.B) { run(b, front.URL, ids) })
+	b.Run("direct-chat", func(b *testing.B) { run(b, stub.URL, chat, "/v1/chat/completions") })
+	b.Run("front-chat", func(b *testing.B) { run(b, front.URL, chat, "/v1/chat/completions") })
 	b.Run("500rps-direct", func(b *testing.B) { paced(b, stub.URL, text) })
 	b.Run("500rps-front-text", func(b *testing.B) { paced(b, front.URL, text) })
 	b.Run("500rps-front-token-ids", func(b *testing.B) { paced(b, front.URL, ids) })

@@ -347,6 +347,19 @@ func parseFields(body []byte) (requestFields, error) {
 			dst = &f.MaxTokens
 		case "max_completion_tokens":
 			dst = &f.MaxCompletionTokens
+		case "messages":
+			f.Messages = val
+			return nil
+		case "tools":
+			f.Tools = val
+			return nil
+		case "chat_template_kwargs":
+			f.ChatTemplateKwargs = val
+			return nil
+		case "add_generation_prompt":
+			dst = &f.AddGenerationPrompt
+		case "continue_final_message":
+			dst = &f.ContinueFinalMessage
 		default:
 			return nil
 		}

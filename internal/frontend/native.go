@@ -101,7 +101,11 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 		p, err := f.parser.completionPrompt(nr.Prompt)
 		return nr, p.tokens, err
 	default:
-		p, err := f.parser.chatPrompt(body)
+		fields, err := parseFields(body)
+		if err != nil {
+			return nr, nil, fmt.Errorf("invalid JSON body: %v: %w", err, ErrBadRequest)
+		}
+		p, err := f.parser.chatPrompt(&fields)
 		return nr, p.tokens, err
 	}
 }

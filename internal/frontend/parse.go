@@ -25,14 +25,21 @@ var (
 // requestFields are the fields of a completion or chat body the front door
 // reads besides the prompt; everything else is forwarded untouched.
 type requestFields struct {
-	Model  string          `json:"model"`
-	Prompt json.RawMessage `json:"prompt"`
+	Model  string
+	Prompt json.RawMessage
 	// promptIDs holds Prompt decoded when it is a list of token ids
 	// (decoded while the body's syntax is checked, in one pass).
 	promptIDs           []uint32
-	Stream              bool `json:"stream"`
-	MaxTokens           *int `json:"max_tokens"`
-	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	Stream              bool
+	MaxTokens           *int
+	MaxCompletionTokens *int
+	// The chat fields that decide the rendered prompt (raw JSON where
+	// key order matters).
+	Messages             json.RawMessage
+	Tools                json.RawMessage
+	ChatTemplateKwargs   json.RawMessage
+	AddGenerationPrompt  *bool
+	ContinueFinalMessage bool
 }
 
 // expectedOutput is the request's max output tokens, 0 when unknown.
@@ -266,12 +273,12 @@ func scanIDs(raw []byte, i int) ([]uint32, int, error) {
 	}
 }
 
-// chatPrompt renders a chat body with the model's template as vLLM's
+// chatPrompt renders a chat request with the model's template as vLLM's
 // server would and tokenizes it.
-func (p *promptParser) chatPrompt(body []byte) (prompt, error) {
-	cr, err := chattemplate.ParseChatRequest(body)
+func (p *promptParser) chatPrompt(f *requestFields) (prompt, error) {
+	cr, err := chatRequest(f)
 	if err != nil {
-		return prompt{}, fmt.Errorf("%v: %w", err, ErrBadRequest)
+		return prompt{}, err
 	}
 	if err := p.checkModel(cr.Model); err != nil {
 		return prompt{}, err
@@ -284,4 +291,30 @@ func (p *promptParser) chatPrompt(body []byte) (prompt, error) {
 	}
 	ids, err := p.encode(text, false)
 	return prompt{tokens: ids, batch: 1}, err
+}
+
+// chatRequest builds the template's view of a chat body from the fields
+// parseFields scanned, with chattemplate.ParseChatRequest's checks (it
+// would decode the whole body once more).
+func chatRequest(f *requestFields) (*chattemplate.ChatRequest, error) {
+	absent := func(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+	switch {
+	case absent(f.Messages) || f.Messages[0] != '[':
+		return nil, fmt.Errorf("chat request: messages must be a JSON array: %w", ErrBadRequest)
+	case !absent(f.Tools) && f.Tools[0] != '[':
+		return nil, fmt.Errorf("chat request: tools must be a JSON array: %w", ErrBadRequest)
+	case !absent(f.ChatTemplateKwargs) && f.ChatTemplateKwargs[0] != '{':
+		return nil, fmt.Errorf("chat request: chat_template_kwargs must be a JSON object: %w", ErrBadRequest)
+	case f.ContinueFinalMessage && f.AddGenerationPrompt != nil && *f.AddGenerationPrompt:
+		return nil, fmt.Errorf("chat request: continue_final_message and add_generation_prompt cannot both be true: %w", ErrBadRequest)
+	}
+	cr := &chattemplate.ChatRequest{Model: f.Model, Messages: f.Messages, Stream: f.Stream,
+		AddGenerationPrompt: f.AddGenerationPrompt, ContinueFinalMessage: f.ContinueFinalMessage}
+	if !absent(f.Tools) {
+		cr.Tools = f.Tools
+	}
+	if !absent(f.ChatTemplateKwargs) {
+		cr.ChatTemplateKwargs = f.ChatTemplateKwargs
+	}
+	return cr, nil
 }

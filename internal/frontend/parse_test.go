@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 
 	"pgregory.net/rapid"
 )
@@ -108,4 +111,53 @@ func TestWithTokenIDs(t *testing.T) {
 	if p, _ := json.Marshal(m["prompt"]); string(p) != "[7,8]" || m["stream"] != true || m["model"] != "m" || m["extra"] == nil {
 		t.Fatalf("rewritten body %s", out)
 	}
+}
+
+// chatRequest (from the scanned fields) and chattemplate.ParseChatRequest
+// (decoding the whole body) accept the same bodies and give the same
+// request.
+func TestChatRequestMatchesParseChatRequest(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		vals := map[string][]string{
+			"model":                  {`"m"`, `""`},
+			"messages":               {`[{"role":"user","content":"hi"}]`, `[]`, `"x"`, `null`, `{}`},
+			"tools":                  {`[{"type":"function"}]`, `null`, `{}`, `[]`},
+			"chat_template_kwargs":   {`{"enable_thinking":false}`, `null`, `[]`},
+			"add_generation_prompt":  {`true`, `false`, `null`},
+			"continue_final_message": {`true`, `false`},
+			"stream":                 {`true`, `false`},
+		}
+		keys := []string{"model", "messages", "tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "stream"}
+		var parts []string
+		for _, k := range keys {
+			if rapid.Bool().Draw(t, "has "+k) {
+				parts = append(parts, `"`+k+`":`+rapid.SampledFrom(vals[k]).Draw(t, k))
+			}
+		}
+		body := []byte("{" + strings.Join(parts, ",") + "}")
+		want, werr := chattemplate.ParseChatRequest(body)
+		f, err := parseFields(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		got, gerr := chatRequest(&f)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("%s: chatRequest err %v, ParseChatRequest err %v", body, gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		norm := func(r json.RawMessage) string {
+			if string(r) == "null" {
+				return ""
+			}
+			return string(r)
+		}
+		if got.Model != want.Model || string(got.Messages) != string(want.Messages) || norm(got.Tools) != norm(want.Tools) ||
+			norm(got.ChatTemplateKwargs) != norm(want.ChatTemplateKwargs) || got.ContinueFinalMessage != want.ContinueFinalMessage ||
+			got.Stream != want.Stream || (got.AddGenerationPrompt == nil) != (want.AddGenerationPrompt == nil) ||
+			(got.AddGenerationPrompt != nil && *got.AddGenerationPrompt != *want.AddGenerationPrompt) || got.Options().AddGenerationPrompt != want.Options().AddGenerationPrompt {
+			t.Fatalf("%s: got %+v, want %+v", body, got, want)
+		}
+	})
 }

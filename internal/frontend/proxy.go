@@ -103,7 +103,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	endpoint := "completions"
 	if chat {
 		endpoint = "chat"
-		p, err = f.parser.chatPrompt(body)
+		p, err = f.parser.chatPrompt(&fields)
 	} else if fields.promptIDs != nil {
 		p, err = f.parser.idsPrompt(fields.promptIDs)
 	} else {
