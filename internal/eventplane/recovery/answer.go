@@ -13,7 +13,8 @@ import (
 //   - no start, an empty buffer, or a start older than the buffer: a tree
 //     dump plus the id of the last real event;
 //   - end before start: InvalidRange;
-//   - start past the newest event: TooNew;
+//   - start past the newest event: TooNew (except an open range starting
+//     right after the newest: no events);
 //   - otherwise the buffered events start..end (end cut to the newest).
 //
 // Event ids count from 1 in the local indexer, so a start of 0 is read as 1.
@@ -33,6 +34,10 @@ func Answer(self kvevent.Worker, rec localindex.Recovery, req Request) Reply {
 	end := last
 	if req.HasEnd {
 		end = req.End
+	}
+	if !req.HasEnd && start == last+1 {
+		// "Everything after last": nothing was missed.
+		return Reply{Kind: KindEvents, LastEventID: last}
 	}
 	if start > last {
 		return Reply{Kind: KindTooNew, Start: req.Start, End: end, NewestAvailable: last, LastEventID: last}

@@ -187,11 +187,19 @@ func TestStreamWorkedExample(t *testing.T) {
 	if len(st.Apply) != 2 || st.Apply[0].ID != ev4.ID || st.Apply[1].ID != ev5.ID || st.Dropped != 1 {
 		t.Fatalf("recovered step: %+v", st)
 	}
-	// TooNew (the worker restarted behind us) asks for a dump.
+	// A resync with nothing missed gets no events and stays exact.
 	st = s.Resync()
 	if st.Query.Start != 6 || st.Query.HasEnd {
 		t.Fatalf("resync: %+v", st)
 	}
+	if st = s.Reply(Answer(testWorker, pub, st.Query)); st.HasQuery || len(st.Apply) != 0 {
+		t.Fatalf("resync with nothing missed: %+v", st)
+	}
+	if ok, why := s.Exact(); !ok {
+		t.Fatal(why)
+	}
+	// TooNew (the worker restarted behind us) asks for a dump.
+	st = s.Resync()
 	st = s.Reply(Answer(testWorker, localindex.New(testWorker, 4), st.Query))
 	if st.HasQuery {
 		// Empty buffer answers with a dump directly.

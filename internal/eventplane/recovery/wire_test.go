@@ -81,6 +81,7 @@ func TestAnswerKinds(t *testing.T) {
 		{RangeRequest(testWorker, 3, 4), KindEvents, 2},
 		{RangeRequest(testWorker, 4, 99), KindEvents, 2},
 		{Request{Worker: testWorker, HasStart: true, Start: 5}, KindEvents, 1},
+		{Request{Worker: testWorker, HasStart: true, Start: 6}, KindEvents, 0},
 		{RangeRequest(testWorker, 1, 4), KindTreeDump, 0},
 		{RangeRequest(testWorker, 6, 9), KindTooNew, 0},
 		{RangeRequest(testWorker, 4, 3), KindInvalidRange, 0},

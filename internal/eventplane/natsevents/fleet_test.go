@@ -1,0 +1,93 @@
+package natsevents_test
+
+import (
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Mock workers drop 15 % and duplicate 15 % of their event batches live;
+// one resets its cache midway (engine restart: a Cleared event). The
+// router's view ends equal to every engine's cached block set, gaps having
+// been recovered from the local indexers; a router joining after the
+// traffic gets the same state from dumps alone.
+func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
+	srv := startNATS(t, -1)
+	defer srv.Shutdown()
+	f := startFleet(t, srv.ClientURL(), 3, server.Faults{DropEvents: 0.15, DuplicateEvents: 0.15})
+	v := newView()
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	states := map[kvevent.WorkerID]discovery.State{}
+	c := newConsumer(t, connect(t, srv.ClientURL()), v, reg, func(id kvevent.WorkerID, s discovery.State, _ string) {
+		mu.Lock()
+		states[id] = s
+		mu.Unlock()
+	})
+	f.announce(c)
+	rng := rand.New(rand.NewPCG(1, 2))
+	f.traffic(t, rng, 60)
+	f.reset(t, 1)
+	f.traffic(t, rng, 60)
+	waitConverged(t, f, v, c, 10*time.Second)
+
+	if metric(t, reg, "kvrouter_eventplane_gaps_total") == 0 || metric(t, reg, "kvrouter_eventplane_duplicates_dropped_total") == 0 {
+		t.Fatalf("faults not exercised: gaps %v, duplicates %v", metric(t, reg, "kvrouter_eventplane_gaps_total"),
+			metric(t, reg, "kvrouter_eventplane_duplicates_dropped_total"))
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range f.ids {
+			if states[kvevent.WorkerID(id)] != discovery.StateExact {
+				return false
+			}
+		}
+		return true
+	}, "every worker EXACT")
+
+	// A late router: full state from the local indexers.
+	v2 := newView()
+	c2 := newConsumer(t, connect(t, srv.ClientURL()), v2, nil, nil)
+	f.announce(c2)
+	waitConverged(t, f, v2, c2, 10*time.Second)
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

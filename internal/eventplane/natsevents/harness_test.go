@@ -1,0 +1,271 @@
+package natsevents_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker"
+	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// startNATS runs a bare nats-server on loopback (port -1: a free one).
+func startNATS(t testing.TB, port int) *natsserver.Server {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	return s
+}
+
+func connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+type key struct {
+	tier kvevent.Tier
+	hash uint64
+}
+
+// view is the expected index: per worker rank, engine hash -> local hash
+// per tier (what the engine holds), built by applying events naively.
+type view struct {
+	mu sync.Mutex
+	m  map[kvevent.Worker]map[key]uint64
+}
+
+func newView() *view { return &view{m: map[kvevent.Worker]map[key]uint64{}} }
+
+func (v *view) ApplyEvent(ev kvevent.Event) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.m[ev.Worker]
+	if s == nil {
+		s = map[key]uint64{}
+		v.m[ev.Worker] = s
+	}
+	switch ev.Kind {
+	case kvevent.Stored:
+		for _, b := range ev.Blocks {
+			s[key{ev.Tier, b.EngineHash}] = b.LocalHash
+		}
+	case kvevent.Removed:
+		for _, h := range ev.Removed {
+			delete(s, key{ev.Tier, h})
+		}
+	case kvevent.Cleared:
+		clear(s)
+	}
+	return nil
+}
+
+func (v *view) get(w kvevent.Worker) map[key]uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.m[w])
+}
+
+func truth(rec localindex.Recovery) map[key]uint64 {
+	_, evs := rec.Dump()
+	v := newView()
+	for _, ev := range evs {
+		ev.Worker = kvevent.Worker{}
+		_ = v.ApplyEvent(ev)
+	}
+	return v.get(kvevent.Worker{})
+}
+
+// fleet is a set of mock workers publishing on NATS.
+type fleet struct {
+	workers []*server.Worker
+	urls    []string
+	ids     []uint64
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func startFleet(t *testing.T, url string, n int, faults server.Faults) *fleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fleet{cancel: cancel}
+	for k := range n {
+		nc := connect(t, url)
+		cfg := server.DefaultConfig()
+		cfg.Engine = mocker.DefaultConfig()
+		cfg.Engine.BlockSize = 4
+		cfg.Engine.NumGPUBlocks = 48
+		cfg.Engine.SpeedupRatio = 1000
+		cfg.Engine.Watermark = 0
+		cfg.WorkerID = uint64(100 + k)
+		cfg.Faults = faults
+		cfg.Faults.Seed = uint64(k + 1)
+		cfg.Logger = quietLog()
+		sink, err := server.NewNATSSink(nc, natsevents.DefaultPublisherConfig(), cfg.WorkerID, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Sinks = []server.EventSink{sink}
+		w, err := server.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Serve(w); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.workers = append(f.workers, w)
+		f.urls = append(f.urls, "http://"+ln.Addr().String())
+		f.ids = append(f.ids, cfg.WorkerID)
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			_ = w.Serve(ctx, ln)
+		}()
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fleet) stop() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+func (f *fleet) record(k int) discovery.WorkerRecord {
+	return discovery.WorkerRecord{ID: kvevent.WorkerID(f.ids[k]), Name: fmt.Sprintf("w%d", k), URL: f.urls[k], BlockSize: 4, DPSize: 1,
+		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract()}
+}
+
+func (f *fleet) announce(c *natsevents.Consumer) {
+	for k := range f.workers {
+		c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: f.record(k)}})
+	}
+}
+
+// traffic sends n prompts drawn from a few shared prefixes to random
+// workers.
+func (f *fleet) traffic(t *testing.T, rng *rand.Rand, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for range n {
+		k := rng.IntN(len(f.urls))
+		words := make([]string, 0, 40)
+		prefix := rng.IntN(6)
+		for i := range 8 + rng.IntN(24) {
+			if i < 12 {
+				words = append(words, fmt.Sprintf("p%d_%d", prefix, i))
+			} else {
+				words = append(words, fmt.Sprintf("x%d", rng.IntN(1000)))
+			}
+		}
+		body, _ := json.Marshal(map[string]any{"prompt": strings.Join(words, " "), "max_tokens": 1 + rng.IntN(6)})
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := http.Post(f.urls[k]+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+func (f *fleet) reset(t *testing.T, k int) {
+	resp, err := http.Post(f.urls[k]+"/reset_prefix_cache", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+// converged reports whether v matches every worker's local indexer.
+func (f *fleet) converged(v *view) (bool, string) {
+	for k, w := range f.workers {
+		wk := kvevent.Worker{ID: kvevent.WorkerID(f.ids[k])}
+		want, got := truth(w.LocalIndex(0)), v.get(wk)
+		if len(want) == 0 && len(got) == 0 {
+			continue
+		}
+		if !maps.Equal(want, got) {
+			return false, fmt.Sprintf("worker %d: router holds %d blocks, engine %d", k, len(got), len(want))
+		}
+	}
+	return true, ""
+}
+
+// waitConverged polls until v matches the fleet; after half the time it
+// asks for a resync (a loss at the very end of the stream shows no gap).
+func waitConverged(t *testing.T, f *fleet, v *view, c *natsevents.Consumer, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	resynced := false
+	for {
+		ok, why := f.converged(v)
+		if ok {
+			return
+		}
+		if !resynced && time.Now().After(deadline.Add(-d+time.Second)) {
+			c.Reconnected()
+			resynced = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged: %s", why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newConsumer(t *testing.T, nc *nats.Conn, v *view, reg *prometheus.Registry, states func(kvevent.WorkerID, discovery.State, string)) *natsevents.Consumer {
+	t.Helper()
+	cfg := natsevents.DefaultConsumerConfig()
+	cfg.Recovery.QueryTimeout = 2 * time.Second
+	cfg.Recovery.RetryWait = 50 * time.Millisecond
+	c, err := natsevents.NewConsumer(cfg, nc, v, states, reg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
