@@ -115,10 +115,15 @@ type fleet struct {
 
 func startFleet(t *testing.T, url string, n int, faults server.Faults) *fleet {
 	t.Helper()
+	return startFleetOpts(t, url, n, faults)
+}
+
+func startFleetOpts(t *testing.T, url string, n int, faults server.Faults, opts ...nats.Option) *fleet {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fleet{cancel: cancel}
 	for k := range n {
-		nc := connect(t, url)
+		nc := connect(t, url, opts...)
 		cfg := server.DefaultConfig()
 		cfg.Engine = mocker.DefaultConfig()
 		cfg.Engine.BlockSize = 4
@@ -161,6 +166,7 @@ func startFleet(t *testing.T, url string, n int, faults server.Faults) *fleet {
 func (f *fleet) stop() {
 	f.cancel()
 	f.wg.Wait()
+	http.DefaultClient.CloseIdleConnections()
 }
 
 func (f *fleet) record(k int) discovery.WorkerRecord {
