@@ -1,0 +1,217 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker"
+	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type key struct {
+	tier kvevent.Tier
+	hash uint64
+}
+
+type view struct {
+	mu sync.Mutex
+	m  map[kvevent.Worker]map[key]uint64
+}
+
+func (v *view) ApplyEvent(ev kvevent.Event) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[kvevent.Worker]map[key]uint64{}
+	}
+	s := v.m[ev.Worker]
+	if s == nil {
+		s = map[key]uint64{}
+		v.m[ev.Worker] = s
+	}
+	switch ev.Kind {
+	case kvevent.Stored:
+		for _, b := range ev.Blocks {
+			s[key{ev.Tier, b.EngineHash}] = b.LocalHash
+		}
+	case kvevent.Removed:
+		for _, h := range ev.Removed {
+			delete(s, key{ev.Tier, h})
+		}
+	case kvevent.Cleared:
+		clear(s)
+	}
+	return nil
+}
+
+func (v *view) get(w kvevent.Worker) map[key]uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.m[w])
+}
+
+func truth(rec localindex.Recovery) map[key]uint64 {
+	_, evs := rec.Dump()
+	var v view
+	for _, ev := range evs {
+		ev.Worker = kvevent.Worker{}
+		_ = v.ApplyEvent(ev)
+	}
+	return v.get(kvevent.Worker{})
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An engine (the mock worker, speaking vLLM's ZMQ format with replay) and
+// an agent next to it: the router's view follows the engine's cached set
+// through the agent, also across an agent restart (the new agent replays
+// the engine's stream, publishes under a new publisher id, and the router
+// swaps in its dump).
+func TestAgentBridgesEngineToRouter(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	conn := func() *nats.Conn {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+
+	// The engine.
+	cfg := server.DefaultConfig()
+	cfg.Engine = mocker.DefaultConfig()
+	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio, cfg.Engine.Watermark = 4, 40, 1000, 0
+	cfg.Logger = quiet()
+	kc := server.DefaultKVEventsConfig()
+	kc.Endpoint, kc.ReplayEndpoint = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+	sink, err := server.NewZMQSink(kc, server.ZMQOptions{}, 0, 1, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sinks = []server.EventSink{sink}
+	eng, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = eng.Serve(ctx, ln) }()
+	defer func() { cancel(); wg.Wait(); http.DefaultClient.CloseIdleConnections() }()
+	url := "http://" + ln.Addr().String()
+
+	startAgent := func() (*agent.Agent, context.CancelFunc, *sync.WaitGroup) {
+		ac := agent.DefaultConfig()
+		ac.Record.Name, ac.Record.URL, ac.Record.BlockSize = "engine-1", url, 4
+		ac.Endpoint, ac.Replay = sink.Endpoint(0), sink.ReplayEndpoint(0)
+		a, err := agent.New(ac, conn(), nil, nil, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithCancel(context.Background())
+		var awg sync.WaitGroup
+		awg.Add(1)
+		go func() { defer awg.Done(); _ = a.Run(actx) }()
+		return a, acancel, &awg
+	}
+	a, acancel, awg := startAgent()
+
+	v := &view{}
+	cc := natsevents.DefaultConsumerConfig()
+	cc.Recovery.RetryWait = 50 * time.Millisecond
+	c, err := natsevents.NewConsumer(cc, conn(), v, nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: a.Record()}})
+	w := kvevent.Worker{ID: a.Record().ID}
+
+	rng := rand.New(rand.NewPCG(7, 8))
+	traffic := func(n int) {
+		for range n {
+			words := make([]string, 0, 30)
+			p := rng.IntN(4)
+			for i := range 6 + rng.IntN(20) {
+				if i < 8 {
+					words = append(words, fmt.Sprintf("p%d_%d", p, i))
+				} else {
+					words = append(words, fmt.Sprintf("x%d", rng.IntN(500)))
+				}
+			}
+			body, _ := json.Marshal(map[string]any{"prompt": strings.Join(words, " "), "max_tokens": 2})
+			resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	converged := func(what string) {
+		waitFor(t, 10*time.Second, func() bool {
+			want := truth(eng.LocalIndex(0))
+			return len(want) > 0 && maps.Equal(v.get(w), want) && maps.Equal(truth(a.LocalIndex(0)), want)
+		}, what)
+	}
+	traffic(40)
+	converged("router view equals the engine's cache")
+
+	acancel()
+	awg.Wait()
+	a, acancel, awg = startAgent()
+	defer func() { acancel(); awg.Wait() }()
+	traffic(20)
+	converged("router view equals the engine's cache after an agent restart")
+}
