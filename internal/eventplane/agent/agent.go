@@ -63,13 +63,13 @@ func (c Config) Validate() error {
 
 // Agent is one running sidecar.
 type Agent struct {
-	cfg    Config
-	conn   *nats.Conn
-	reg    *discovery.Registry
-	pub    *natsevents.Publisher
-	ranks  []*rank
-	log    *slog.Logger
-	zm     *vllmzmq.Metrics
+	cfg   Config
+	conn  *nats.Conn
+	reg   *discovery.Registry
+	pub   *natsevents.Publisher
+	ranks []*rank
+	log   *slog.Logger
+	zm    *vllmzmq.Metrics
 }
 
 type rank struct {

@@ -1,9 +1,9 @@
 package natsevents_test
 
 import (
-	"net"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
