@@ -28,6 +28,8 @@ type mockerFlags struct {
 	bandwidthGBs                                                  float64
 	workerID                                                      uint64
 	cfg                                                           server.Config
+	eventPlane                                                    string
+	nats                                                          mockerNATS
 }
 
 func newMockerFlagSet(stderr io.Writer) (*flag.FlagSet, *mockerFlags) {
@@ -68,6 +70,8 @@ func newMockerFlagSet(stderr io.Writer) (*flag.FlagSet, *mockerFlags) {
 	fs.IntVar(&f.cfg.Faults.CrashAfter, "fault-crash-after", 0, "crash a worker after it served N requests (0: never)")
 	fs.Uint64Var(&f.cfg.Faults.Seed, "fault-seed", 1, "seed of the fault dice")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.eventPlane, "event-plane", "zmq", "zmq: vLLM ZMQ events per --kv-events-config; nats: Dynamo RouterEvents on NATS (--nats-url) with recovery and registration")
+	f.nats.bindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: kvrouter mocker [flags]")
 		fmt.Fprintln(stderr, "Runs simulated vLLM workers that need no GPU. Worker k listens on --port + k; its")
@@ -130,6 +134,16 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 		return fail("%v", err)
 	}
 
+	if f.eventPlane != "zmq" && f.eventPlane != "nats" {
+		return fail("--event-plane %q: want zmq or nats", f.eventPlane)
+	}
+	if f.eventPlane == "nats" {
+		if err := f.nats.start(ctx, log); err != nil {
+			return fail("%v", err)
+		}
+		defer f.nats.close()
+	}
+	var natsSinks []*server.NATSSink
 	var workers []*server.Worker
 	var lns []net.Listener
 	closeAll := func() {
@@ -145,7 +159,15 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 		cfg.WorkerID = f.workerID + uint64(k)
 		cfg.Engine.HashSeed = f.cfg.Engine.HashSeed + uint64(k)
 		cfg.Logger = log.With("worker", k)
-		if ev.Enabled() {
+		if f.eventPlane == "nats" {
+			sink, err := f.nats.sink(cfg)
+			if err != nil {
+				closeAll()
+				return fail("worker %d: %v", k, err)
+			}
+			cfg.Sinks = []server.EventSink{sink}
+			natsSinks = append(natsSinks, sink)
+		} else if ev.Enabled() {
 			sink, err := server.NewZMQSink(ev, zopts, k*cfg.DataParallelSize, cfg.DataParallelSize, cfg.Logger)
 			if err != nil {
 				closeAll()
@@ -176,6 +198,16 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 			return fail("worker %d: %v", k, err)
 		}
 		lns = append(lns, ln)
+		if f.eventPlane == "nats" {
+			host, port, _ := net.SplitHostPort(ln.Addr().String())
+			if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			if err := f.nats.serve(ctx, natsSinks[k], w, cfg, "http://"+net.JoinHostPort(host, port)); err != nil {
+				closeAll()
+				return fail("worker %d: %v", k, err)
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	codes := make([]int, len(workers))

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
+)
+
+func init() {
+	register("agent", command{summary: "sidecar next to a vLLM/SGLang engine: its ZMQ KV events to NATS, recovery, registration", run: runAgent})
+}
+
+func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
+	cfg := agent.DefaultConfig()
+	nc := natsbus.DefaultConfig()
+	nc.URL = "nats://127.0.0.1:4222"
+	nc.Name = "kvrouter-agent"
+	rc := discovery.DefaultRegistryConfig()
+	var workerID uint64
+	var hash, logLevel string
+	var noRegister bool
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Record.Name, "name", "", "worker name, unique in the fleet (required)")
+	fs.Uint64Var(&workerID, "worker-id", 0, "worker id in KV events (0: derived from --name)")
+	fs.StringVar(&cfg.Record.URL, "url", "", "engine's OpenAI-compatible HTTP base URL, e.g. http://10.0.0.5:8000 (required)")
+	fs.StringVar(&cfg.Record.Model, "model", "", "served model name")
+	fs.IntVar(&cfg.Record.BlockSize, "block-size", 16, "engine KV block size in tokens")
+	dpStart := fs.Uint("data-parallel-start-rank", 0, "first data-parallel rank of the engine")
+	dpSize := fs.Uint("data-parallel-size", 1, "data-parallel ranks of the engine (rank r publishes on endpoint port + r)")
+	fs.Uint64Var(&cfg.Record.KVCapacityBlocks, "kv-capacity-blocks", 0, "engine KV cache size in blocks (0: unknown)")
+	fs.Uint64Var(&cfg.Record.MaxBatchedTokens, "max-num-batched-tokens", 0, "engine max batched tokens per step (0: unknown)")
+	fs.StringVar(&cfg.Endpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "engine ZMQ PUB endpoint of the first rank")
+	fs.StringVar(&cfg.Replay, "kv-events-replay-endpoint", "", "engine ZMQ replay endpoint of the first rank (empty: none)")
+	fs.StringVar(&cfg.Topic, "kv-events-topic", "", "ZMQ topic filter (empty: everything)")
+	fs.StringVar(&cfg.Publisher.Namespace, "namespace", cfg.Publisher.Namespace, "event-plane namespace")
+	fs.StringVar(&cfg.Publisher.Component, "component", cfg.Publisher.Component, "event-plane component")
+	fs.BoolVar(&cfg.Publisher.Bare, "bare-events", false, "publish bare RouterEvents instead of Dynamo's envelope")
+	fs.IntVar(&cfg.BufferEvents, "event-buffer", cfg.BufferEvents, "events kept for recovery queries")
+	fs.StringVar(&hash, "hash-contract", discovery.DefaultHashContract().String(), "block hashing contract of the published local hashes")
+	fs.BoolVar(&noRegister, "no-register", false, "do not register the worker in the NATS KV registry")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	nc.BindFlags(fs)
+	rc.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "kvrouter agent: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fail("--log-level: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if nc.URL == "" {
+		return fail("--nats-url is required (the agent connects to the router's or the fleet's NATS)")
+	}
+	if cfg.Record.URL == "" {
+		return fail("--url is required")
+	}
+	h, err := discovery.ParseHashContract(hash)
+	if err != nil {
+		return fail("--hash-contract: %v", err)
+	}
+	cfg.Record.Hash = h
+	cfg.Record.ID = discovery.DeriveID(cfg.Record.Name)
+	if workerID != 0 {
+		cfg.Record.ID = kvevent.WorkerID(workerID)
+	}
+	cfg.Record.DPStart, cfg.Record.DPSize = uint32(*dpStart), uint32(*dpSize)
+	cfg.Register = !noRegister
+	if err := cfg.Validate(); err != nil {
+		return fail("%v", err)
+	}
+	bus, err := natsbus.Start(nc, log)
+	if err != nil {
+		return fail("connecting to NATS: %v", err)
+	}
+	defer func() { bus.Shutdown(); bus.WaitForShutdown() }()
+	var reg *discovery.Registry
+	if cfg.Register {
+		if reg, err = discovery.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
+			return fail("opening the registry: %v", err)
+		}
+	}
+	a, err := agent.New(cfg, bus.Conn(), reg, nil, log)
+	if err != nil {
+		return fail("%v", err)
+	}
+	a.OnReconnect(bus.OnReconnect)
+	if err := a.Run(ctx); err != nil {
+		log.Error("agent stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// mockerNATS wires `kvrouter mocker --event-plane nats`: each mock worker
+// publishes RouterEvents on NATS through a server.NATSSink (the agent logic
+// in process: local indexer first, recovery answers) and registers itself.
+type mockerNATS struct {
+	nats      natsbus.Config
+	registry  discovery.RegistryConfig
+	namespace string
+	component string
+	bus       *natsbus.Bus
+	reg       *discovery.Registry
+	leases    []*discovery.Lease[discovery.WorkerRecord]
+}
+
+func (m *mockerNATS) bindFlags(fs *flag.FlagSet) {
+	m.nats = natsbus.DefaultConfig()
+	m.nats.URL, m.nats.Name = "nats://127.0.0.1:4222", "kvrouter-mocker"
+	m.registry = discovery.DefaultRegistryConfig()
+	pc := natsevents.DefaultPublisherConfig()
+	fs.StringVar(&m.namespace, "namespace", pc.Namespace, "event-plane namespace (--event-plane nats)")
+	fs.StringVar(&m.component, "component", pc.Component, "event-plane component (--event-plane nats)")
+	m.nats.BindFlags(fs)
+	m.registry.BindFlags(fs)
+}
+
+func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
+	if m.nats.URL == "" {
+		return errors.New("--event-plane nats needs --nats-url")
+	}
+	var err error
+	if m.bus, err = natsbus.Start(m.nats, log); err != nil {
+		return fmt.Errorf("connecting to NATS: %w", err)
+	}
+	if m.reg, err = discovery.OpenRegistry(ctx, m.bus.JetStream(), m.registry, log); err != nil {
+		m.close()
+		return fmt.Errorf("opening the registry: %w", err)
+	}
+	return nil
+}
+
+func (m *mockerNATS) sink(cfg server.Config) (*server.NATSSink, error) {
+	pc := natsevents.DefaultPublisherConfig()
+	pc.Namespace, pc.Component, pc.Logger = m.namespace, m.component, cfg.Logger
+	return server.NewNATSSink(m.bus.Conn(), pc, cfg.WorkerID, cfg.DataParallelSize)
+}
+
+// serve answers w's recovery queries and registers it under url.
+func (m *mockerNATS) serve(ctx context.Context, s *server.NATSSink, w *server.Worker, cfg server.Config, url string) error {
+	if err := s.Serve(w); err != nil {
+		return err
+	}
+	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(cfg.WorkerID), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
+		Model: cfg.ServedModelName, URL: url, BlockSize: cfg.Engine.BlockSize, DPSize: uint32(cfg.DataParallelSize),
+		KVCapacityBlocks: uint64(cfg.Engine.NumGPUBlocks), MaxBatchedTokens: uint64(cfg.Engine.MaxNumBatchedTokens),
+		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract(), RegisteredBy: "mocker"}
+	if rec.Model == "" {
+		rec.Model = cfg.Model
+	}
+	if rec.ID == 0 {
+		rec.ID = discovery.DeriveID(rec.Name)
+	}
+	l, err := m.reg.Register(ctx, rec)
+	if err != nil {
+		return fmt.Errorf("registering worker %d: %w", cfg.WorkerID, err)
+	}
+	l.RefreshOnReconnect(m.bus.OnReconnect)
+	m.leases = append(m.leases, l)
+	return nil
+}
+
+func (m *mockerNATS) close() {
+	for _, l := range m.leases {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = l.Close(cctx)
+		cancel()
+	}
+	if m.bus != nil {
+		m.bus.Shutdown()
+		m.bus.WaitForShutdown()
+	}
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestAgentFlagErrors(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"agent", "--name", "a"}, nil, io.Discard, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "--url is required") {
+		t.Fatalf("code %d, stderr %s", code, stderr.String())
+	}
+}
+
+// `kvrouter mocker --event-plane nats` registers its worker in the NATS KV
+// registry and publishes RouterEvents on the Dynamo subject.
+func TestMockerEventPlaneNATS(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	events, err := nc.SubscribeSync(dynamo.Subject("dynamo", "backend"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg, err := discovery.OpenRegistry(ctx, js, discovery.DefaultRegistryConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := reg.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"mocker", "--event-plane", "nats", "--nats-url", ns.ClientURL(), "--host", "127.0.0.1", "--port", "0",
+			"--block-size", "4", "--speedup-ratio", "1000", "--worker-id", "77", "--log-level", "error"}, nil, io.Discard, io.Discard)
+	}()
+	var rec discovery.WorkerRecord
+	for rec.URL == "" {
+		select {
+		case c := <-w.C():
+			if c.Kind == discovery.Put {
+				rec = c.Value
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no registration")
+		}
+	}
+	if rec.ID != 77 || rec.Events.Kind != discovery.EventsNATS || rec.BlockSize != 4 {
+		t.Fatalf("record %+v", rec)
+	}
+	resp, err := http.Post(rec.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"a b c d e f g h i","max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	m, err := events.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, env, err := dynamo.Decode(m.Data)
+	if err != nil || env == nil || ev.Worker.ID != 77 || ev.ID != 1 {
+		t.Fatalf("event %+v env %v err %v", ev, env, err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("mocker exit %d", code)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
