@@ -1,0 +1,181 @@
+package natsevents_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+)
+
+// counted applies to a concurrent index and counts events.
+type counted struct {
+	idx *index.Concurrent
+	n   atomic.Int64
+}
+
+func (c *counted) ApplyEvent(ev kvevent.Event) error {
+	c.n.Add(1)
+	return c.idx.Apply(ev)
+}
+
+func newCounted(b *testing.B) *counted {
+	idx, err := index.NewConcurrent(index.DefaultConcurrentConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(idx.Close)
+	return &counted{idx: idx}
+}
+
+type benchAgent struct {
+	w    kvevent.Worker
+	x    *localindex.Index
+	p    *natsevents.Publisher
+	next uint64
+}
+
+// stored returns a 4-block stored event continuing the agent's chain.
+func (a *benchAgent) stored() kvevent.Event {
+	ev := kvevent.Event{Kind: kvevent.Stored, HasParent: a.next > 0, Parent: a.next}
+	for range 4 {
+		a.next++
+		ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: a.next, LocalHash: a.next*2654435761 + uint64(a.w.ID)})
+	}
+	return ev
+}
+
+// benchFanIn publishes b.N stored events (4 blocks each) from 64 agents
+// into routers routers, each applying to its own concurrent index, and
+// reports events per second per router.
+func benchFanIn(b *testing.B, routers int) {
+	srv := startNATS(b, -1)
+	defer srv.Shutdown()
+	const agents = 64
+	as := make([]*benchAgent, agents)
+	for i := range as {
+		w := kvevent.Worker{ID: kvevent.WorkerID(1000 + i)}
+		p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), connect(b, srv.ClientURL()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		x := localindex.New(w, 0)
+		if err := p.Serve(w, x); err != nil {
+			b.Fatal(err)
+		}
+		as[i] = &benchAgent{w: w, x: x, p: p}
+	}
+	var cs []*counted
+	for range routers {
+		c := newCounted(b)
+		cfg := natsevents.DefaultConsumerConfig()
+		cons, err := natsevents.NewConsumer(cfg, connect(b, srv.ClientURL()), c, nil, nil, quietLog())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cons.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer cons.Close()
+		for _, a := range as {
+			cons.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
+				ID: a.w.ID, Name: fmt.Sprint(a.w.ID), DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+		}
+		cs = append(cs, c)
+	}
+	per := (b.N + agents - 1) / agents
+	batches := make([][]kvevent.Event, agents)
+	for i, a := range as {
+		for range per {
+			batches[i] = append(batches[i], a.x.Apply([]kvevent.Event{a.stored()})...)
+		}
+	}
+	total := int64(per * agents)
+	time.Sleep(100 * time.Millisecond) // initial (empty) dumps
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, a := range as {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < len(batches[i]); j += 16 {
+				_ = a.p.Publish(batches[i][j:min(j+16, len(batches[i]))])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range cs {
+		for c.n.Load() < total {
+			time.Sleep(100 * time.Microsecond)
+		}
+		_ = c.idx.Flush()
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(total)/el.Seconds(), "events/s/router")
+	b.ReportMetric(float64(total*4)/el.Seconds(), "blocks/s/router")
+	for _, a := range as {
+		a.p.Close()
+	}
+}
+
+func BenchmarkFanIn64AgentsTo1Router(b *testing.B)  { benchFanIn(b, 1) }
+func BenchmarkFanIn64AgentsTo3Routers(b *testing.B) { benchFanIn(b, 3) }
+
+// BenchmarkStoredToQueryableLag measures, per event, the time from a
+// publisher's Publish to the stored block answering a query in the
+// router's index (NATS hop, decode, tracker, index writer).
+func BenchmarkStoredToQueryableLag(b *testing.B) {
+	srv := startNATS(b, -1)
+	defer srv.Shutdown()
+	w := kvevent.Worker{ID: 5}
+	p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), connect(b, srv.ClientURL()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	x := localindex.New(w, 0)
+	if err := p.Serve(w, x); err != nil {
+		b.Fatal(err)
+	}
+	c := newCounted(b)
+	cons, err := natsevents.NewConsumer(natsevents.DefaultConsumerConfig(), connect(b, srv.ClientURL()), c, nil, nil, quietLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cons.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cons.Close()
+	cons.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
+		ID: w.ID, Name: "lag", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+	time.Sleep(50 * time.Millisecond)
+	lags := make([]time.Duration, 0, b.N)
+	var sc index.Scores
+	b.ResetTimer()
+	for i := range b.N {
+		local := uint64(i)*0x9e3779b97f4a7c15 + 1
+		ev := x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: uint64(i + 1), LocalHash: local}}}})
+		t0 := time.Now()
+		_ = p.Publish(ev)
+		for {
+			c.idx.Query([]uint64{local}, &sc)
+			if sc.Get(w).Blocks > 0 {
+				break
+			}
+		}
+		lags = append(lags, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lags)
+	b.ReportMetric(float64(lags[len(lags)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lags[len(lags)*99/100].Microseconds()), "p99-µs")
+}

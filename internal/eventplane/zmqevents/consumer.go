@@ -1,0 +1,246 @@
+package zmqevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// Recovery tunes queries, retries and buffering (AcceptUnknown is
+	// forced off: every worker is dialled from its record).
+	Recovery recovery.Config
+	// DialRetry is the wait between dial attempts. Default 250 ms.
+	DialRetry time.Duration
+}
+
+// DefaultConsumerConfig returns the defaults documented on the fields.
+func DefaultConsumerConfig() ConsumerConfig {
+	return ConsumerConfig{Recovery: recovery.DefaultConfig(), DialRetry: 250 * time.Millisecond}
+}
+
+// Consumer is a router's end of the ZMQ event plane: one SUB per worker
+// (its record's Events.Endpoint) and queries to its Events.Replay ROUTER.
+type Consumer struct {
+	cfg     ConsumerConfig
+	tracker *recovery.Tracker
+	m       *recovery.Metrics
+	log     *slog.Logger
+	q       *querier
+
+	mu      sync.Mutex
+	workers map[kvevent.WorkerID]*sub
+	wg      sync.WaitGroup
+}
+
+type sub struct {
+	cancel context.CancelFunc
+	sock   zmq4.Socket
+	done   chan struct{}
+}
+
+// NewConsumer returns a consumer applying to a; onState may be nil; reg
+// nil means metrics are not exported; log may be nil.
+func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateFunc, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
+	if cfg.DialRetry <= 0 {
+		return nil, errors.New("zmqevents: dial retry must be positive")
+	}
+	cfg.Recovery.AcceptUnknown = false
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := recovery.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	q := &querier{endpoints: map[kvevent.WorkerID]string{}, retry: cfg.DialRetry}
+	t, err := recovery.NewTracker(cfg.Recovery, q, a, onState, m, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, tracker: t, m: m, log: log, q: q, workers: map[kvevent.WorkerID]*sub{}}, nil
+}
+
+// Notify folds a directory notification in: Added dials the worker's
+// event endpoint, then asks each rank for a dump; Removed closes it and
+// drops the worker's blocks.
+func (c *Consumer) Notify(n discovery.Notification) {
+	rec := n.Worker.Record
+	switch n.Kind {
+	case discovery.Removed:
+		c.stop(rec.ID)
+		c.tracker.Remove(rec.ID)
+	case discovery.Added:
+		if rec.Events.Endpoint == "" {
+			return
+		}
+		if err := c.start(rec); err != nil {
+			c.log.Warn("event plane: cannot follow worker", "worker_id", uint64(rec.ID), "err", err)
+			return
+		}
+		for r := rec.DPStart; r < rec.DPStart+max(rec.DPSize, 1); r++ {
+			c.tracker.Add(kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(r)})
+		}
+	}
+}
+
+func (c *Consumer) start(rec discovery.WorkerRecord) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.workers[rec.ID]; ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := zmq4.NewSub(ctx, zmq4.WithDialerRetry(c.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
+	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
+		cancel()
+		_ = s.Close()
+		return err
+	}
+	if err := s.Dial(rec.Events.Endpoint); err != nil {
+		cancel()
+		_ = s.Close()
+		return fmt.Errorf("dialling %s: %w", rec.Events.Endpoint, err)
+	}
+	c.q.set(rec.ID, rec.Events.Replay)
+	w := &sub{cancel: cancel, sock: s, done: make(chan struct{})}
+	c.workers[rec.ID] = w
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(w.done)
+		c.read(ctx, rec.ID, s)
+	}()
+	return nil
+}
+
+func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, s zmq4.Socket) {
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(c.cfg.DialRetry):
+			}
+			continue
+		}
+		if len(m.Frames) < 2 {
+			c.m.Malformed()
+			continue
+		}
+		c.m.Received("zmq", 1)
+		ev, env, err := dynamo.Decode(m.Frames[len(m.Frames)-1])
+		if err != nil || ev.Worker.ID != id {
+			c.m.Malformed()
+			c.log.Warn("event plane: malformed or foreign event", "worker_id", uint64(id), "err", err)
+			continue
+		}
+		var pub uint64
+		if env != nil {
+			pub = env.PublisherID
+		}
+		c.tracker.Live(ev, pub)
+	}
+}
+
+func (c *Consumer) stop(id kvevent.WorkerID) {
+	c.mu.Lock()
+	w := c.workers[id]
+	delete(c.workers, id)
+	c.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		_ = w.sock.Close()
+		<-w.done
+	}
+}
+
+// Resync asks every worker rank for what it may have missed.
+func (c *Consumer) Resync() { c.tracker.Resync() }
+
+// Close stops every subscription and follower.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	ids := make([]kvevent.WorkerID, 0, len(c.workers))
+	for id := range c.workers {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.stop(id)
+	}
+	c.tracker.Close()
+	c.wg.Wait()
+	return nil
+}
+
+// querier asks a worker's ROUTER over a DEALER dialled per query.
+type querier struct {
+	mu        sync.Mutex
+	endpoints map[kvevent.WorkerID]string
+	retry     time.Duration
+}
+
+func (q *querier) set(id kvevent.WorkerID, ep string) {
+	q.mu.Lock()
+	q.endpoints[id] = ep
+	q.mu.Unlock()
+}
+
+// Query implements recovery.Querier.
+func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Reply, error) {
+	q.mu.Lock()
+	ep := q.endpoints[req.Worker.ID]
+	q.mu.Unlock()
+	if ep == "" {
+		return recovery.Reply{}, fmt.Errorf("query %v: worker has no recovery endpoint", req)
+	}
+	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	defer d.Close()
+	if err := d.Dial(ep); err != nil {
+		return recovery.Reply{}, fmt.Errorf("query %v: dialling %s: %w", req, ep, err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(recovery.EncodeRequest(req))); err != nil {
+		return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
+	}
+	var a recovery.Assembler
+	for {
+		m, err := d.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
+		}
+		if len(m.Frames) == 0 {
+			continue
+		}
+		p, err := recovery.DecodePart(m.Frames[len(m.Frames)-1])
+		if err != nil {
+			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
+		}
+		done, err := a.Add(p)
+		if err != nil {
+			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
+		}
+		if done {
+			return a.Reply(), nil
+		}
+	}
+}
