@@ -1,0 +1,354 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SnapshotObject is the object name of the index snapshot in the bucket.
+const SnapshotObject = "radix-state"
+
+// Index is what the durable consumer needs from the router's index: apply
+// events in order and dump the exact state. index.Concurrent satisfies it;
+// an index with a Flush method is flushed before each dump.
+type Index interface {
+	Apply(ev kvevent.Event) error
+	Dump() []kvevent.Event
+}
+
+type flusher interface{ Flush() error }
+
+// Config configures a Consumer.
+type Config struct {
+	// Namespace and Component name the subject and stream. Defaults
+	// "dynamo" and "backend".
+	Namespace, Component string
+	// RouterID names this router's durable consumer; required and stable
+	// across restarts.
+	RouterID string
+	// SnapshotThreshold: when the stream holds more messages than this,
+	// snapshot the index and purge what every consumer acknowledged
+	// (--router-snapshot-threshold). Default 10000.
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often the stream size is checked. Default 1 s.
+	SnapshotInterval time.Duration
+	// Bucket is the Object Store bucket of snapshots. Default
+	// "kvrouter-radix-state".
+	Bucket string
+	// ResetStates purges the stream and deletes the snapshot at start
+	// (--router-reset-states; unsafe while other routers run). Default false.
+	ResetStates bool
+	// MaxAge is the stream's message retention. Default 1 h.
+	MaxAge time.Duration
+	// FetchBatch is how many messages one pull asks for. Default 256.
+	FetchBatch int
+}
+
+// DefaultConfig returns the defaults documented on the fields.
+func DefaultConfig() Config {
+	return Config{Namespace: dynamo.DefaultNamespace, Component: dynamo.DefaultComponent, SnapshotThreshold: 10000,
+		SnapshotInterval: time.Second, Bucket: "kvrouter-radix-state", MaxAge: time.Hour, FetchBatch: 256}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Namespace == "" || c.Component == "" || c.Bucket == "":
+		return errors.New("durable: namespace, component and bucket are required")
+	case c.RouterID == "":
+		return errors.New("durable: router id is required")
+	case c.SnapshotInterval <= 0 || c.MaxAge <= 0 || c.FetchBatch <= 0:
+		return errors.New("durable: snapshot interval, max age and fetch batch must be positive")
+	}
+	return nil
+}
+
+// EnsureStream creates (or updates) the stream capturing the events
+// subject; workers call it in durable mode so that their publishes are kept.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, component string, maxAge time.Duration) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: dynamo.StreamName(namespace, component),
+		Subjects: []string{dynamo.Subject(namespace, component)}, MaxAge: maxAge, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", dynamo.StreamName(namespace, component), err)
+	}
+	return s, nil
+}
+
+// Consumer is one router's durable reader of the stream.
+type Consumer struct {
+	cfg    Config
+	js     jetstream.JetStream
+	idx    Index
+	log    *slog.Logger
+	m      *metrics
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	store  jetstream.ObjectStore
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	seq  uint64
+	last map[kvevent.Worker]uint64
+}
+
+// New returns a consumer applying to idx. reg nil: metrics not exported;
+// log may be nil.
+func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, js: js, idx: idx, log: log, m: m, last: map[kvevent.Worker]uint64{}}, nil
+}
+
+// Start resets or restores the state, (re)creates the durable consumer
+// after the restored point and starts consuming. It returns once the
+// snapshot is applied.
+func (c *Consumer) Start(ctx context.Context) error {
+	var err error
+	if c.stream, err = EnsureStream(ctx, c.js, c.cfg.Namespace, c.cfg.Component, c.cfg.MaxAge); err != nil {
+		return err
+	}
+	if c.cfg.ResetStates {
+		if err := c.stream.Purge(ctx); err != nil {
+			return fmt.Errorf("purging the stream: %w", err)
+		}
+		if err := c.js.DeleteObjectStore(ctx, c.cfg.Bucket); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) &&
+			!errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("deleting the snapshot bucket: %w", err)
+		}
+		c.log.Warn("durable events: states reset (stream purged, snapshot deleted)")
+	}
+	if c.store, err = c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: c.cfg.Bucket}); err != nil {
+		return fmt.Errorf("opening snapshot bucket: %w", err)
+	}
+	if err := c.stream.DeleteConsumer(ctx, c.cfg.RouterID); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("deleting the old consumer: %w", err)
+	}
+	if !c.cfg.ResetStates {
+		if err := c.restore(ctx); err != nil {
+			c.log.Warn("durable events: no usable snapshot, starting from the stream", "err", err)
+		}
+	}
+	cc := jetstream.ConsumerConfig{Durable: c.cfg.RouterID, AckPolicy: jetstream.AckAllPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Hour}
+	if c.seq > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, c.seq+1
+	}
+	if c.cons, err = c.stream.CreateOrUpdateConsumer(ctx, cc); err != nil {
+		return fmt.Errorf("creating durable consumer %s: %w", c.cfg.RouterID, err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	c.cancel, c.done = cancel, make(chan struct{})
+	go c.run(rctx)
+	c.log.Info("durable events: consuming", "stream", dynamo.StreamName(c.cfg.Namespace, c.cfg.Component), "consumer", c.cfg.RouterID,
+		"from_seq", c.seq+1)
+	return nil
+}
+
+func (c *Consumer) restore(ctx context.Context) error {
+	b, err := c.store.GetBytes(ctx, SnapshotObject)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil
+		}
+		return err
+	}
+	s, err := DecodeSnapshot(b)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ev := range s.Events {
+		if err := c.idx.Apply(ev); err != nil {
+			c.log.Debug("durable events: snapshot event refused", "err", err)
+		}
+	}
+	c.seq, c.last = s.StreamSeq, s.Last
+	c.m.restores.Inc()
+	c.log.Info("durable events: restored snapshot", "stream_seq", s.StreamSeq, "events", len(s.Events), "bytes", len(b))
+	return nil
+}
+
+func (c *Consumer) run(ctx context.Context) {
+	defer close(c.done)
+	next := time.Now().Add(c.cfg.SnapshotInterval)
+	for ctx.Err() == nil {
+		batch, err := c.cons.Fetch(c.cfg.FetchBatch, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var lastMsg jetstream.Msg
+		for m := range batch.Messages() {
+			c.handle(m)
+			lastMsg = m
+		}
+		if lastMsg != nil {
+			_ = lastMsg.Ack()
+		}
+		if time.Now().After(next) {
+			next = time.Now().Add(c.cfg.SnapshotInterval)
+			if err := c.maybeSnapshot(ctx, false); err != nil && ctx.Err() == nil {
+				c.log.Warn("durable events: snapshot failed", "err", err)
+			}
+		}
+	}
+}
+
+func (c *Consumer) handle(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	c.m.received.Inc()
+	ev, _, err := dynamo.Decode(m.Data())
+	if err != nil {
+		if ev, err = dynamo.DecodeEventJSON(m.Data()); err != nil {
+			c.m.malformed.Inc()
+			c.log.Warn("durable events: malformed event", "seq", meta.Sequence.Stream, "err", err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq = meta.Sequence.Stream
+	if err != nil {
+		return
+	}
+	c.last[ev.Worker] = ev.ID
+	if err := c.idx.Apply(ev); err != nil {
+		c.log.Debug("durable events: index refused event", "worker", ev.Worker.String(), "err", err)
+	}
+	c.m.applied.Inc()
+}
+
+// Notify drops a removed worker's blocks (other notifications need
+// nothing: events arrive through the stream).
+func (c *Consumer) Notify(n discovery.Notification) {
+	if n.Kind != discovery.Removed {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for w := range c.last {
+		if w.ID == n.Worker.Record.ID {
+			_ = c.idx.Apply(kvevent.Event{Worker: w, Kind: kvevent.Cleared})
+			delete(c.last, w)
+		}
+	}
+}
+
+// Snapshot writes a snapshot now and purges acknowledged messages.
+func (c *Consumer) Snapshot(ctx context.Context) error { return c.maybeSnapshot(ctx, true) }
+
+func (c *Consumer) maybeSnapshot(ctx context.Context, force bool) error {
+	info, err := c.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if !force && info.State.Msgs <= c.cfg.SnapshotThreshold {
+		return nil
+	}
+	c.mu.Lock()
+	if f, ok := c.idx.(flusher); ok {
+		_ = f.Flush()
+	}
+	s := Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.Worker]uint64, len(c.last)), Events: c.idx.Dump()}
+	for w, id := range c.last {
+		s.Last[w] = id
+	}
+	c.mu.Unlock()
+	if s.StreamSeq == 0 {
+		return nil
+	}
+	// Never replace a newer snapshot (another router's).
+	if oi, err := c.store.GetInfo(ctx, SnapshotObject); err == nil {
+		if seq, err := strconv.ParseUint(oi.Description, 10, 64); err == nil && seq > s.StreamSeq {
+			return nil
+		}
+	}
+	b, err := s.Encode()
+	if err != nil {
+		return err
+	}
+	if _, err := c.store.Put(ctx, jetstream.ObjectMeta{Name: SnapshotObject, Description: strconv.FormatUint(s.StreamSeq, 10)},
+		bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("writing snapshot: %w", err)
+	}
+	c.m.snapshots.Inc()
+	// Purge what every consumer has acknowledged, up to the snapshot.
+	upTo := s.StreamSeq
+	lister := c.stream.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		upTo = min(upTo, ci.AckFloor.Stream)
+	}
+	if err := lister.Err(); err != nil {
+		return fmt.Errorf("listing consumers: %w", err)
+	}
+	if upTo > 0 {
+		if err := c.stream.Purge(ctx, jetstream.WithPurgeSequence(upTo+1)); err != nil {
+			return fmt.Errorf("purging: %w", err)
+		}
+		c.m.purges.Inc()
+	}
+	c.log.Info("durable events: snapshot written", "stream_seq", s.StreamSeq, "events", len(s.Events), "bytes", len(b),
+		"purged_below", upTo+1, "stream_msgs_before", info.State.Msgs)
+	return nil
+}
+
+// Close stops consuming (the durable consumer stays for the next start).
+func (c *Consumer) Close() {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+}
+
+type metrics struct {
+	received, applied, malformed, snapshots, purges, restores prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	mk := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_durable_" + name, Help: help})
+	}
+	m := &metrics{
+		received:  mk("events_received_total", "KV events read from the JetStream stream."),
+		applied:   mk("events_applied_total", "KV events from the stream applied to the index."),
+		malformed: mk("malformed_total", "Stream messages that could not be decoded."),
+		snapshots: mk("snapshots_total", "Index snapshots written to the object store."),
+		purges:    mk("purges_total", "Stream purges after a snapshot."),
+		restores:  mk("restores_total", "Snapshots restored at start."),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.received, m.applied, m.malformed, m.snapshots, m.purges, m.restores} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
