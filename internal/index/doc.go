@@ -39,8 +39,12 @@
 // (a chain's next block is usually the only child); only children of nodes
 // with several children go into one open-addressing table keyed by
 // (parent, local hash) whose keys live in the nodes. Engine-hash tables are
-// open addressing with 12-byte slots. No per-node maps, no pointers for the
-// garbage collector to scan.
+// open addressing with 12-byte slots; an event loads the home slots of a
+// run of its blocks before applying them, so their cache misses overlap. A
+// node does not know its engine hashes (that would cost 8 bytes per
+// entry): the rare cascade below a removed block finds them in one pass
+// over the worker's table. No per-node maps, no pointers for the garbage
+// collector to scan.
 //
 // # Modes
 //
@@ -60,6 +64,10 @@
 // the writer holding all its ranks. A writer takes the write lock for a
 // batch of whole operations (about 64 blocks), so a query, which runs
 // on the caller's goroutine under the read lock, never sees half an event.
+// Applying a block is mostly waiting for cache misses in its worker's
+// engine-hash table, so a writer first loads the batch's slots under the
+// read lock (next to queries, and only when that lock is free at once),
+// and holds the write lock only for the rest.
 // Our first version sharded the tree by worker (one tree and lock per
 // writer); we dropped it: a query must then walk every shard, so its cost
 // multiplies by the shard count (it measured several times slower on the
