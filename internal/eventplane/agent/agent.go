@@ -70,7 +70,13 @@ type Agent struct {
 	ranks []*rank
 	log   *slog.Logger
 	zm    *vllmzmq.Metrics
+	hooks func(hook func()) (remove func())
 }
+
+// OnReconnect gives the agent the connection's reconnect hook registrar
+// (natsbus.Bus.OnReconnect): the registration is re-put right after a
+// reconnect instead of at the next heartbeat. Call it before Run.
+func (a *Agent) OnReconnect(register func(hook func()) (remove func())) { a.hooks = register }
 
 type rank struct {
 	w     kvevent.Worker
@@ -181,6 +187,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if lease, err = a.reg.Register(ctx, a.cfg.Record); err != nil {
 			_ = a.pub.Close()
 			return fmt.Errorf("agent: registering worker: %w", err)
+		}
+		if a.hooks != nil {
+			lease.RefreshOnReconnect(a.hooks)
 		}
 	}
 	a.log.Info("agent: running", "worker_id", uint64(a.cfg.Record.ID), "name", a.cfg.Record.Name, "ranks", len(a.ranks),
