@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
+	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
@@ -29,7 +30,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	rc := discovery.DefaultRegistryConfig()
 	var workerID uint64
 	var hash, logLevel string
-	var noRegister bool
+	var noRegister, durableEvents bool
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Record.Name, "name", "", "worker name, unique in the fleet (required)")
@@ -50,6 +51,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.IntVar(&cfg.BufferEvents, "event-buffer", cfg.BufferEvents, "events kept for recovery queries")
 	fs.StringVar(&hash, "hash-contract", discovery.DefaultHashContract().String(), "block hashing contract of the published local hashes")
 	fs.BoolVar(&noRegister, "no-register", false, "do not register the worker in the NATS KV registry")
+	fs.BoolVar(&durableEvents, "durable-kv-events", false, "make sure the JetStream stream keeping the events exists (routers in durable mode)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	nc.BindFlags(fs)
 	rc.BindFlags(fs)
@@ -96,6 +98,11 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return fail("connecting to NATS: %v", err)
 	}
 	defer func() { bus.Shutdown(); bus.WaitForShutdown() }()
+	if durableEvents {
+		if _, err := durable.EnsureStream(ctx, bus.JetStream(), cfg.Publisher.Namespace, cfg.Publisher.Component, time.Hour); err != nil {
+			return fail("%v", err)
+		}
+	}
 	var reg *discovery.Registry
 	if cfg.Register {
 		if reg, err = discovery.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
@@ -122,6 +129,7 @@ type mockerNATS struct {
 	registry  discovery.RegistryConfig
 	namespace string
 	component string
+	durable   bool
 	bus       *natsbus.Bus
 	reg       *discovery.Registry
 	leases    []*discovery.Lease[discovery.WorkerRecord]
@@ -134,6 +142,7 @@ func (m *mockerNATS) bindFlags(fs *flag.FlagSet) {
 	pc := natsevents.DefaultPublisherConfig()
 	fs.StringVar(&m.namespace, "namespace", pc.Namespace, "event-plane namespace (--event-plane nats)")
 	fs.StringVar(&m.component, "component", pc.Component, "event-plane component (--event-plane nats)")
+	fs.BoolVar(&m.durable, "durable-kv-events", false, "make sure the JetStream stream keeping the events exists (--event-plane nats, routers in durable mode)")
 	m.nats.BindFlags(fs)
 	m.registry.BindFlags(fs)
 }
@@ -145,6 +154,12 @@ func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
 	var err error
 	if m.bus, err = natsbus.Start(m.nats, log); err != nil {
 		return fmt.Errorf("connecting to NATS: %w", err)
+	}
+	if m.durable {
+		if _, err := durable.EnsureStream(ctx, m.bus.JetStream(), m.namespace, m.component, time.Hour); err != nil {
+			m.close()
+			return err
+		}
 	}
 	if m.reg, err = discovery.OpenRegistry(ctx, m.bus.JetStream(), m.registry, log); err != nil {
 		m.close()
