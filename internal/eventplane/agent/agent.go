@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/nats-io/nats.go"
@@ -31,8 +32,13 @@ type Config struct {
 	Replay string
 	// Topic is the ZMQ topic filter. Default "" (everything).
 	Topic string
-	// Publisher names the NATS subjects.
+	// Publisher names the NATS subjects (NATS transport).
 	Publisher natsevents.PublisherConfig
+	// ZMQ, when its Endpoint is set, publishes on a ZMQ PUB socket and
+	// answers recovery on a ZMQ ROUTER instead of NATS (--event-plane zmq);
+	// the agent then needs no NATS connection and registers nowhere (list
+	// it in the routers' static workers). Default: unset (NATS).
+	ZMQ zmqevents.PublisherConfig
 	// BufferEvents is the local indexer's ring buffer, in events. Default
 	// 1024.
 	BufferEvents int
@@ -61,12 +67,25 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// publisher is the transport: natsevents.Publisher or zmqevents.Publisher.
+type publisher interface {
+	Publish(evs []kvevent.Event) error
+	Serve(w kvevent.Worker, rec localindex.Recovery) error
+	ID() uint64
+	Close() error
+}
+
+var (
+	_ publisher = (*natsevents.Publisher)(nil)
+	_ publisher = (*zmqevents.Publisher)(nil)
+)
+
 // Agent is one running sidecar.
 type Agent struct {
 	cfg   Config
 	conn  *nats.Conn
 	reg   *discovery.Registry
-	pub   *natsevents.Publisher
+	pub   publisher
 	ranks []*rank
 	log   *slog.Logger
 	zm    *vllmzmq.Metrics
@@ -81,7 +100,7 @@ func (a *Agent) OnReconnect(register func(hook func()) (remove func())) { a.hook
 type rank struct {
 	w     kvevent.Worker
 	local *localindex.Index
-	pub   *natsevents.Publisher
+	pub   publisher
 	log   *slog.Logger
 	sub   *vllmzmq.Subscriber
 }
@@ -121,12 +140,33 @@ func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metri
 	if cfg.Record.RegisteredBy == "" {
 		cfg.Record.RegisteredBy = "agent"
 	}
-	cfg.Publisher.Logger = log
-	pub, err := natsevents.NewPublisher(cfg.Publisher, conn)
-	if err != nil {
-		return nil, err
+	var pub publisher
+	if cfg.ZMQ.Endpoint != "" {
+		cfg.ZMQ.Logger = log
+		zp, err := zmqevents.NewPublisher(cfg.ZMQ)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Record.Events = discovery.EventSource{Kind: discovery.EventsZMQ, Endpoint: zp.Endpoint(), Replay: zp.QueryEndpoint()}
+		pub, reg = zp, nil
+	} else {
+		if conn == nil {
+			return nil, errors.New("agent: a NATS connection is required (or a ZMQ endpoint)")
+		}
+		cfg.Publisher.Logger = log
+		np, err := natsevents.NewPublisher(cfg.Publisher, conn)
+		if err != nil {
+			return nil, err
+		}
+		pub = np
 	}
 	a := &Agent{cfg: cfg, conn: conn, reg: reg, pub: pub, log: log, zm: zm}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = pub.Close()
+		}
+	}()
 	for i := range cfg.Record.DPSize {
 		r := cfg.Record.DPStart + i
 		w := kvevent.Worker{ID: cfg.Record.ID, Rank: kvevent.DPRank(r)}
@@ -149,6 +189,7 @@ func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metri
 		}
 		a.ranks = append(a.ranks, rk)
 	}
+	ok = true
 	return a, nil
 }
 
@@ -177,9 +218,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := a.conn.Flush(); err != nil {
-		_ = a.pub.Close()
-		return fmt.Errorf("agent: %w", err)
+	if a.conn != nil {
+		if err := a.conn.Flush(); err != nil {
+			_ = a.pub.Close()
+			return fmt.Errorf("agent: %w", err)
+		}
 	}
 	var lease *discovery.Lease[discovery.WorkerRecord]
 	if a.reg != nil && a.cfg.Register {
@@ -193,7 +236,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("agent: running", "worker_id", uint64(a.cfg.Record.ID), "name", a.cfg.Record.Name, "ranks", len(a.ranks),
-		"engine", a.cfg.Endpoint, "subject", a.pub.Subject(), "publisher_id", a.pub.ID())
+		"engine", a.cfg.Endpoint, "events", a.cfg.Record.Events, "publisher_id", a.pub.ID())
 	var wg sync.WaitGroup
 	errs := make([]error, len(a.ranks))
 	for i, r := range a.ranks {

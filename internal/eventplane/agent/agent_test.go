@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
@@ -214,4 +215,74 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 	defer func() { acancel(); awg.Wait() }()
 	traffic(20)
 	converged("router view equals the engine's cache after an agent restart")
+}
+
+// The same bridge over the ZMQ event plane (--event-plane zmq): the agent
+// publishes RouterEvents on a PUB socket, answers recovery on a ROUTER, and
+// a zmqevents consumer follows it from the agent's record.
+func TestAgentOverZMQ(t *testing.T) {
+	cfg := server.DefaultConfig()
+	cfg.Engine = mocker.DefaultConfig()
+	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio, cfg.Engine.Watermark = 4, 40, 1000, 0
+	cfg.Logger = quiet()
+	kc := server.DefaultKVEventsConfig()
+	kc.Endpoint, kc.ReplayEndpoint = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+	sink, err := server.NewZMQSink(kc, server.ZMQOptions{}, 0, 1, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sinks = []server.EventSink{sink}
+	eng, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = eng.Serve(ctx, ln) }()
+	defer func() { cancel(); wg.Wait(); http.DefaultClient.CloseIdleConnections() }()
+	url := "http://" + ln.Addr().String()
+
+	ac := agent.DefaultConfig()
+	ac.Record.Name, ac.Record.URL, ac.Record.BlockSize = "engine-z", url, 4
+	ac.Endpoint, ac.Replay = sink.Endpoint(0), sink.ReplayEndpoint(0)
+	ac.ZMQ = zmqevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", QueryEndpoint: "tcp://127.0.0.1:0"}
+	a, err := agent.New(ac, nil, nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	var awg sync.WaitGroup
+	awg.Add(1)
+	go func() { defer awg.Done(); _ = a.Run(actx) }()
+	defer func() { acancel(); awg.Wait() }()
+
+	v := &view{}
+	cc := zmqevents.DefaultConsumerConfig()
+	cc.DialRetry, cc.Recovery.RetryWait = 20*time.Millisecond, 50*time.Millisecond
+	c, err := zmqevents.NewConsumer(cc, v, nil, nil, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: a.Record()}})
+	w := kvevent.Worker{ID: a.Record().ID}
+	for i := range 30 {
+		body := fmt.Sprintf(`{"prompt":"q%d a b c d e f g h %d","max_tokens":2}`, i%3, i)
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	c.Resync()
+	waitFor(t, 10*time.Second, func() bool {
+		want := truth(eng.LocalIndex(0))
+		return len(want) > 0 && maps.Equal(v.get(w), want)
+	}, "router view equals the engine's cache over ZMQ")
 }

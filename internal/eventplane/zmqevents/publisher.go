@@ -116,11 +116,13 @@ func bound(s zmq4.Socket, configured string) string {
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(ta.Port))
 }
 
-// Serve answers queries for worker rank w from rec.
-func (p *Publisher) Serve(w kvevent.Worker, rec localindex.Recovery) {
+// Serve answers queries for worker rank w from rec (it never fails; the
+// error is there to match natsevents.Publisher).
+func (p *Publisher) Serve(w kvevent.Worker, rec localindex.Recovery) error {
 	p.mu.Lock()
 	p.recs[w] = rec
 	p.mu.Unlock()
+	return nil
 }
 
 // Publish sends each (stamped) event as one message, in order.

@@ -104,7 +104,7 @@ func TestZMQEventPlane(t *testing.T) {
 		for r := range 2 {
 			w := kvevent.Worker{ID: pr.id, Rank: kvevent.DPRank(r)}
 			x := localindex.New(w, 32)
-			p.Serve(w, x)
+			_ = p.Serve(w, x)
 			pr.xs = append(pr.xs, x)
 		}
 		procs = append(procs, pr)

@@ -7,19 +7,30 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/nats-io/nats.go"
 )
 
+// RouterEventPublisher is where a NATSSink sends stamped RouterEvents and
+// which answers recovery queries: natsevents.Publisher, or a zmqevents
+// publisher behind an adapter.
+type RouterEventPublisher interface {
+	Publish(evs []kvevent.Event) error
+	Serve(w kvevent.Worker, rec localindex.Recovery) error
+	Close() error
+}
+
 // NATSSink publishes a worker's event batches as Dynamo RouterEvents on the
-// NATS event plane (--event-plane nats) and answers recovery queries from
-// the worker's local indexers: the agent logic, in process.
+// event plane (--event-plane nats, or over ZMQ through NewRouterEventSink)
+// and answers recovery queries from the worker's local indexers: the agent
+// logic, in process.
 //
 // Event ids are the local indexers' (from 1, one per event): every batch
 // reaches Publish exactly once, in step order per rank, also when the fault
 // injector drops it live, so counting here matches the index. A dropped
 // batch is numbered and recoverable, a duplicated one is sent twice.
 type NATSSink struct {
-	pub    *natsevents.Publisher
+	pub    RouterEventPublisher
 	worker kvevent.WorkerID
 	mu     sync.Mutex
 	last   []uint64
@@ -34,7 +45,13 @@ func NewNATSSink(conn *nats.Conn, cfg natsevents.PublisherConfig, id uint64, ran
 	if err != nil {
 		return nil, err
 	}
-	return &NATSSink{pub: p, worker: kvevent.WorkerID(id), last: make([]uint64, ranks)}, nil
+	return NewRouterEventSink(p, id, ranks), nil
+}
+
+// NewRouterEventSink returns a sink for worker id with ranks data-parallel
+// ranks publishing through p.
+func NewRouterEventSink(p RouterEventPublisher, id uint64, ranks int) *NATSSink {
+	return &NATSSink{pub: p, worker: kvevent.WorkerID(id), last: make([]uint64, ranks)}
 }
 
 // Serve answers recovery queries of every rank of w (the worker built
