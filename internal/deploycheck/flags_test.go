@@ -314,3 +314,25 @@ func TestEngineEmitsKVEvents(t *testing.T) {
 		t.Fatal("no vLLM worker in deploy/")
 	}
 }
+
+// TestBlockSizeAgrees checks that the router, the engines and the agents
+// all declare the same KV block size: a worker with another one is refused.
+func TestBlockSizeAgrees(t *testing.T) {
+	objs := loadManifests(t)
+	sizes := map[string][]string{}
+	for _, pc := range containersOf(objs) {
+		for _, a := range pc.c.Args {
+			if v, ok := strings.CutPrefix(a, "--block-size="); ok {
+				sizes[v] = append(sizes[v], pc.obj.Metadata.Name+"/"+pc.c.Name)
+			}
+		}
+	}
+	if len(sizes) != 1 {
+		t.Fatalf("containers disagree on --block-size (or none sets it): %v", sizes)
+	}
+	for v, who := range sizes {
+		if len(who) < 3 {
+			t.Errorf("--block-size=%s set only by %v: set it on the router, the engine and the agent", v, who)
+		}
+	}
+}
