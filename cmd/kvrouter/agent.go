@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
@@ -31,6 +32,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	var workerID uint64
 	var hash, logLevel string
 	var noRegister, durableEvents bool
+	var plane string
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Record.Name, "name", "", "worker name, unique in the fleet (required)")
@@ -50,6 +52,9 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.BoolVar(&cfg.Publisher.Bare, "bare-events", false, "publish bare RouterEvents instead of Dynamo's envelope")
 	fs.IntVar(&cfg.BufferEvents, "event-buffer", cfg.BufferEvents, "events kept for recovery queries")
 	fs.StringVar(&hash, "hash-contract", discovery.DefaultHashContract().String(), "block hashing contract of the published local hashes")
+	fs.StringVar(&plane, "event-plane", "nats", "nats: RouterEvents on NATS; zmq: RouterEvents on a ZMQ PUB (--publish-endpoint) with recovery on a ROUTER (--query-endpoint), no NATS")
+	fs.StringVar(&cfg.ZMQ.Endpoint, "publish-endpoint", "tcp://*:5600", "ZMQ PUB endpoint for RouterEvents (--event-plane zmq)")
+	fs.StringVar(&cfg.ZMQ.QueryEndpoint, "query-endpoint", "tcp://*:5601", "ZMQ ROUTER endpoint answering recovery queries (--event-plane zmq)")
 	fs.BoolVar(&noRegister, "no-register", false, "do not register the worker in the NATS KV registry")
 	fs.BoolVar(&durableEvents, "durable-kv-events", false, "make sure the JetStream stream keeping the events exists (routers in durable mode)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
@@ -73,8 +78,16 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return fail("--log-level: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if nc.URL == "" {
-		return fail("--nats-url is required (the agent connects to the router's or the fleet's NATS)")
+	switch plane {
+	case "zmq":
+		cfg.Register = false
+	case "nats":
+		cfg.ZMQ = zmqevents.PublisherConfig{}
+		if nc.URL == "" {
+			return fail("--nats-url is required (the agent connects to the router's or the fleet's NATS)")
+		}
+	default:
+		return fail("--event-plane %q: want nats or zmq", plane)
 	}
 	if cfg.Record.URL == "" {
 		return fail("--url is required")
@@ -89,9 +102,22 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		cfg.Record.ID = kvevent.WorkerID(workerID)
 	}
 	cfg.Record.DPStart, cfg.Record.DPSize = uint32(*dpStart), uint32(*dpSize)
-	cfg.Register = !noRegister
+	cfg.Register = cfg.Register && !noRegister
 	if err := cfg.Validate(); err != nil {
 		return fail("%v", err)
+	}
+	if plane == "zmq" {
+		a, err := agent.New(cfg, nil, nil, nil, log)
+		if err != nil {
+			return fail("%v", err)
+		}
+		ev := a.Record().Events
+		log.Info("agent: list this worker in the routers' static workers", "events", ev.Endpoint, "replay", ev.Replay)
+		if err := a.Run(ctx); err != nil {
+			log.Error("agent stopped", "err", err)
+			return 1
+		}
+		return 0
 	}
 	bus, err := natsbus.Start(nc, log)
 	if err != nil {
@@ -208,4 +234,27 @@ func (m *mockerNATS) close() {
 		m.bus.Shutdown()
 		m.bus.WaitForShutdown()
 	}
+}
+
+// mockerDynamoZMQSink builds worker k's sink for `kvrouter mocker
+// --event-plane dynamo-zmq`: RouterEvents on a ZMQ PUB at the kv-events
+// endpoint's port + k, recovery on a ROUTER at the replay endpoint's port
+// + k (the agent's --event-plane zmq, in process).
+func mockerDynamoZMQSink(ev server.KVEventsConfig, k int, cfg server.Config) (*server.NATSSink, string, string, error) {
+	if ev.Endpoint == "" || ev.ReplayEndpoint == "" {
+		return nil, "", "", errors.New("--event-plane dynamo-zmq needs endpoint and replay_endpoint in --kv-events-config")
+	}
+	ep, err := server.OffsetEndpoint(ev.Endpoint, k)
+	if err != nil {
+		return nil, "", "", err
+	}
+	qep, err := server.OffsetEndpoint(ev.ReplayEndpoint, k)
+	if err != nil {
+		return nil, "", "", err
+	}
+	zp, err := zmqevents.NewPublisher(zmqevents.PublisherConfig{Endpoint: ep, QueryEndpoint: qep, Logger: cfg.Logger})
+	if err != nil {
+		return nil, "", "", err
+	}
+	return server.NewRouterEventSink(zp, cfg.WorkerID, cfg.DataParallelSize), zp.Endpoint(), zp.QueryEndpoint(), nil
 }

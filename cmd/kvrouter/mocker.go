@@ -70,7 +70,7 @@ func newMockerFlagSet(stderr io.Writer) (*flag.FlagSet, *mockerFlags) {
 	fs.IntVar(&f.cfg.Faults.CrashAfter, "fault-crash-after", 0, "crash a worker after it served N requests (0: never)")
 	fs.Uint64Var(&f.cfg.Faults.Seed, "fault-seed", 1, "seed of the fault dice")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.eventPlane, "event-plane", "zmq", "zmq: vLLM ZMQ events per --kv-events-config; nats: Dynamo RouterEvents on NATS (--nats-url) with recovery and registration")
+	fs.StringVar(&f.eventPlane, "event-plane", "zmq", "zmq: vLLM ZMQ events per --kv-events-config; nats: Dynamo RouterEvents on NATS (--nats-url) with recovery and registration; dynamo-zmq: RouterEvents on a ZMQ PUB at the kv-events endpoint, recovery on a ROUTER at the replay endpoint")
 	f.nats.bindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: kvrouter mocker [flags]")
@@ -134,8 +134,8 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 		return fail("%v", err)
 	}
 
-	if f.eventPlane != "zmq" && f.eventPlane != "nats" {
-		return fail("--event-plane %q: want zmq or nats", f.eventPlane)
+	if f.eventPlane != "zmq" && f.eventPlane != "nats" && f.eventPlane != "dynamo-zmq" {
+		return fail("--event-plane %q: want zmq, nats or dynamo-zmq", f.eventPlane)
 	}
 	if f.eventPlane == "nats" {
 		if err := f.nats.start(ctx, log); err != nil {
@@ -167,6 +167,15 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 			}
 			cfg.Sinks = []server.EventSink{sink}
 			natsSinks = append(natsSinks, sink)
+		} else if f.eventPlane == "dynamo-zmq" {
+			sink, ep, qep, err := mockerDynamoZMQSink(ev, k, cfg)
+			if err != nil {
+				closeAll()
+				return fail("worker %d: %v", k, err)
+			}
+			cfg.Sinks = []server.EventSink{sink}
+			natsSinks = append(natsSinks, sink)
+			cfg.Logger.Info("router events over ZMQ", "events", ep, "replay", qep)
 		} else if ev.Enabled() {
 			sink, err := server.NewZMQSink(ev, zopts, k*cfg.DataParallelSize, cfg.DataParallelSize, cfg.Logger)
 			if err != nil {
@@ -198,6 +207,12 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, _, stderr io.Wri
 			return fail("worker %d: %v", k, err)
 		}
 		lns = append(lns, ln)
+		if f.eventPlane == "dynamo-zmq" {
+			if err := natsSinks[k].Serve(w); err != nil {
+				closeAll()
+				return fail("worker %d: %v", k, err)
+			}
+		}
 		if f.eventPlane == "nats" {
 			host, port, _ := net.SplitHostPort(ln.Addr().String())
 			if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
