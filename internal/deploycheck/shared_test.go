@@ -3,6 +3,8 @@ package deploycheck
 import (
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 var sharedDir string
@@ -24,6 +26,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if sharedDir != "" {
 		os.RemoveAll(sharedDir)
+	}
+	if code == 0 {
+		// The tests run child processes and copy their output: none of
+		// that may outlive them.
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
