@@ -105,6 +105,14 @@ func TestPublisherRestart(t *testing.T) {
 			defer p2.Close()
 			emit(x2, p2, 30)
 			wait(x2)
+			if len(truth(x2)) == 0 {
+				t.Fatal("nothing cached: the removal check below would be vacuous")
+			}
+			// Deregistration / heartbeat expiry: every block goes.
+			c.Notify(discovery.Notification{Kind: discovery.Removed, Worker: discovery.Worker{Record: discovery.WorkerRecord{ID: w.ID}}})
+			if got := v.get(w); len(got) != 0 {
+				t.Fatalf("removed worker still holds %d blocks", len(got))
+			}
 		})
 	}
 }
