@@ -83,6 +83,7 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	ranks   map[kvevent.Worker]*follower
+	removed map[kvevent.WorkerID]bool // removed workers: late events ignored until Add
 	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
 	agg     map[kvevent.WorkerID]discovery.State
 	closed  bool
@@ -119,7 +120,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Tracker{cfg: cfg, q: q, a: a, onSt: onState, m: m, log: log, ctx: ctx, cancel: cancel,
-		ranks: map[kvevent.Worker]*follower{}, states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
+		ranks: map[kvevent.Worker]*follower{}, removed: map[kvevent.WorkerID]bool{}, states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
 		agg: map[kvevent.WorkerID]discovery.State{}}, nil
 }
 
@@ -129,6 +130,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 func (t *Tracker) Add(w kvevent.Worker) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.removed, w.ID)
 	t.addLocked(w)
 }
 
@@ -151,9 +153,11 @@ func (t *Tracker) addLocked(w kvevent.Worker) *follower {
 	return f
 }
 
-// Remove stops following every rank of worker id and drops their blocks.
+// Remove stops following every rank of worker id and drops their blocks;
+// its late events are ignored until it is added again.
 func (t *Tracker) Remove(id kvevent.WorkerID) {
 	t.mu.Lock()
+	t.removed[id] = true
 	var fs []*follower
 	for w, f := range t.ranks {
 		if w.ID == id {
@@ -182,7 +186,7 @@ func (t *Tracker) Remove(id kvevent.WorkerID) {
 func (t *Tracker) Live(ev kvevent.Event, publisher uint64) {
 	t.mu.Lock()
 	f := t.ranks[ev.Worker]
-	if f == nil && t.cfg.AcceptUnknown {
+	if f == nil && t.cfg.AcceptUnknown && !t.removed[ev.Worker.ID] {
 		f = t.addLocked(ev.Worker)
 	}
 	t.mu.Unlock()
