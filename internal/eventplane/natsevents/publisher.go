@@ -120,6 +120,7 @@ func (p *Publisher) Serve(w kvevent.Worker, rec localindex.Recovery) error {
 		} else {
 			rep = recovery.Answer(w, rec, req)
 		}
+		rep.PublisherID = p.id
 		parts, err := recovery.EncodeReply(rep, p.cfg.PartBytes)
 		if err != nil {
 			parts, _ = recovery.EncodeReply(recovery.Reply{Kind: recovery.KindError, Err: err.Error()}, 0)

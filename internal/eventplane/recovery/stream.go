@@ -59,10 +59,22 @@ type Stream struct {
 	publisher uint64
 	pending   bool
 	req       Request
-	held      []kvevent.Event
+	held      []held
 	overflow  bool
 	failed    bool
 	reason    string
+}
+
+// held is a live event held during a query, with its publisher id.
+type held struct {
+	ev  kvevent.Event
+	pub uint64
+}
+
+// stale reports whether a held event comes from another publisher than
+// the one now followed (it was published before a restart).
+func (s *Stream) stale(h held) bool {
+	return h.pub != 0 && s.publisher != 0 && h.pub != s.publisher
 }
 
 // NewStream returns the stream of worker rank w, not yet synced, holding at
@@ -146,7 +158,7 @@ func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) 
 	}
 	if restart {
 		st.Restart = true
-		s.hold(ev)
+		s.hold(ev, publisher)
 		if s.pending {
 			// The outstanding answer may come from the old publisher:
 			// ask again once it is in.
@@ -158,7 +170,7 @@ func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) 
 		return
 	}
 	if s.pending {
-		s.hold(ev)
+		s.hold(ev, publisher)
 		return
 	}
 	switch {
@@ -172,17 +184,17 @@ func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) 
 		st.Apply = append(st.Apply, ev)
 	default:
 		st.Gap = true
-		s.hold(ev)
+		s.hold(ev, publisher)
 		q := s.ask(RangeRequest(s.w, s.last+1, ev.ID-1), fmt.Sprintf("gap: events %d..%d missing", s.last+1, ev.ID-1))
 		st.Query, st.HasQuery = q.Query, true
 	}
 }
 
-func (s *Stream) hold(ev kvevent.Event) {
+func (s *Stream) hold(ev kvevent.Event, pub uint64) {
 	if len(s.held) >= s.maxHeld {
 		s.held, s.overflow = s.held[:0], true
 	}
-	s.held = append(s.held, ev)
+	s.held = append(s.held, held{ev, pub})
 }
 
 // Reply feeds the answer to the outstanding query.
@@ -193,6 +205,18 @@ func (s *Stream) Reply(r Reply) Step {
 	}
 	req := s.req
 	s.pending = false
+	if r.PublisherID != 0 && s.publisher != 0 && r.PublisherID != s.publisher && r.Kind != KindTreeDump {
+		// Another process answers than the one we followed: it restarted
+		// (and whatever we lost of it cannot be told by ids).
+		s.publisher = r.PublisherID
+		st.Restart = true
+		q := s.ask(DumpRequest(s.w), "publisher restarted (recovery answer from a new publisher): asking for a dump")
+		st.Query, st.HasQuery = q.Query, true
+		return st
+	}
+	if r.PublisherID != 0 && r.Kind == KindTreeDump {
+		s.publisher = r.PublisherID
+	}
 	switch r.Kind {
 	case KindTreeDump:
 		st.Clear = true
@@ -206,15 +230,16 @@ func (s *Stream) Reply(r Reply) Step {
 		// publisher that restarted since) or will be revealed as a gap by
 		// the next live event. Asking again here could loop forever on a
 		// stale event.
-		held := s.held
+		hs := s.held
 		s.held, s.overflow = nil, false
-		for i, ev := range held {
-			if ev.ID <= s.last {
+		for i, h := range hs {
+			ev := h.ev
+			if s.stale(h) || ev.ID <= s.last {
 				st.Dropped++
 				continue
 			}
 			if ev.ID != s.last+1 {
-				st.Dropped += len(held) - i
+				st.Dropped += len(hs) - i
 				break
 			}
 			s.last = ev.ID
@@ -268,12 +293,16 @@ func (s *Stream) drain(st *Step) {
 		st.Query, st.HasQuery = q.Query, true
 		return
 	}
-	held := s.held
+	hs := s.held
 	s.held = nil
-	for i, ev := range held {
-		s.live(ev, 0, false, st)
+	for i, h := range hs {
+		if s.stale(h) {
+			st.Dropped++
+			continue
+		}
+		s.live(h.ev, 0, false, st)
 		if s.pending {
-			s.held = append(s.held, held[i+1:]...)
+			s.held = append(s.held, hs[i+1:]...)
 			return
 		}
 	}
@@ -296,10 +325,14 @@ func (s *Stream) Failed(err error) Step {
 func (s *Stream) fail(reason string) Step {
 	var st Step
 	s.failed, s.reason, s.overflow = true, reason, false
-	held := s.held
+	hs := s.held
 	s.held = nil
-	for _, ev := range held {
-		s.live(ev, 0, false, &st)
+	for _, h := range hs {
+		if s.stale(h) {
+			st.Dropped++
+			continue
+		}
+		s.live(h.ev, 0, false, &st)
 	}
 	s.reason = reason
 	return st

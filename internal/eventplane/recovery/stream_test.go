@@ -94,7 +94,7 @@ func TestStreamMatchesPublisher(t *testing.T) {
 				exec(s.Failed(errTest))
 				return
 			}
-			exec(s.Reply(Answer(testWorker, pub, req)))
+			exec(s.Reply(answerAs(pub, req, pubID)))
 		}
 		exec(s.Start())
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")
@@ -127,7 +127,7 @@ func TestStreamMatchesPublisher(t *testing.T) {
 			for pending != nil {
 				req := *pending
 				pending = nil
-				exec(s.Reply(Answer(testWorker, pub, req)))
+				exec(s.Reply(answerAs(pub, req, pubID)))
 			}
 			if s.Failing() {
 				exec(s.Retry())
@@ -217,4 +217,11 @@ func TestStreamWorkedExample(t *testing.T) {
 	if !st.Restart || !st.HasQuery || st.Query.HasStart {
 		t.Fatalf("restart: %+v", st)
 	}
+}
+
+// answerAs is Answer from the publisher process with id pubID.
+func answerAs(x *localindex.Index, req Request, pubID uint64) Reply {
+	r := Answer(testWorker, x, req)
+	r.PublisherID = pubID
+	return r
 }

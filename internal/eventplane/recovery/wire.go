@@ -114,6 +114,10 @@ type Reply struct {
 	Start, End uint64
 	// Err says why the worker could not answer (KindError).
 	Err string
+	// PublisherID is the answering process's envelope publisher id (0:
+	// unknown); a change tells the router the publisher restarted even
+	// when none of its live events got through.
+	PublisherID uint64
 }
 
 // EncodeRequest returns r as a msgpack map with named fields:
@@ -214,7 +218,7 @@ type Part struct {
 // EncodeReply encodes r as one or more parts of about partBytes each
 // (DefaultPartBytes when <= 0); every part is a msgpack map
 // {kind, part, parts, events: [bin RouterEvent...], last_event_id,
-// newest_available, start_event_id, end_event_id, error}. An event that
+// newest_available, start_event_id, end_event_id, error, publisher_id}. An event that
 // cannot be encoded (unknown kind or tier) fails the whole reply.
 func EncodeReply(r Reply, partBytes int) ([][]byte, error) {
 	if partBytes <= 0 {
@@ -246,7 +250,7 @@ func EncodeReply(r Reply, partBytes int) ([][]byte, error) {
 func encodePart(r Reply, idx, count int, evs [][]byte) []byte {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
-	_ = e.EncodeMapLen(9)
+	_ = e.EncodeMapLen(10)
 	_ = e.EncodeString("kind")
 	_ = e.EncodeString(r.Kind.String())
 	_ = e.EncodeString("part")
@@ -268,6 +272,8 @@ func encodePart(r Reply, idx, count int, evs [][]byte) []byte {
 	_ = e.EncodeUint(r.End)
 	_ = e.EncodeString("error")
 	_ = e.EncodeString(r.Err)
+	_ = e.EncodeString("publisher_id")
+	_ = e.EncodeUint(r.PublisherID)
 	return buf.Bytes()
 }
 
@@ -331,7 +337,7 @@ func DecodePart(b []byte) (Part, error) {
 				}
 				p.Events = append(p.Events, ev)
 			}
-		case "last_event_id", "newest_available", "start_event_id", "end_event_id":
+		case "last_event_id", "newest_available", "start_event_id", "end_event_id", "publisher_id":
 			v, err := d.DecodeUint64()
 			if err != nil {
 				return bad(key, err)
@@ -343,6 +349,8 @@ func DecodePart(b []byte) (Part, error) {
 				p.NewestAvailable = v
 			case "start_event_id":
 				p.Start = v
+			case "publisher_id":
+				p.PublisherID = v
 			default:
 				p.End = v
 			}

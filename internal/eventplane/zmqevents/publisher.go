@@ -178,6 +178,7 @@ func (p *Publisher) serve() {
 				rep = recovery.Answer(req.Worker, rec, req)
 			}
 		}
+		rep.PublisherID = p.id
 		parts, err := recovery.EncodeReply(rep, p.cfg.PartBytes)
 		if err != nil {
 			parts, _ = recovery.EncodeReply(recovery.Reply{Kind: recovery.KindError, Err: err.Error()}, 0)

@@ -1,0 +1,116 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeQuerier answers from a local indexer, or fails while down is set.
+type fakeQuerier struct {
+	x    *localindex.Index
+	down atomic.Bool
+}
+
+func (q *fakeQuerier) Query(_ context.Context, req Request) (Reply, error) {
+	if q.down.Load() {
+		return Reply{}, errors.New("no responders")
+	}
+	return Answer(req.Worker, q.x, req), nil
+}
+
+type lockedView struct {
+	mu sync.Mutex
+	n  naive
+}
+
+func (v *lockedView) ApplyEvent(ev kvevent.Event) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.n.apply(ev)
+	return nil
+}
+
+func (v *lockedView) get() naive {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.n)
+}
+
+func eventually(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A worker whose recovery responder is down is DEGRADED (with a reason)
+// while its live events are still applied; once the responder is back the
+// retried dump makes it EXACT with the worker's true state. After Remove,
+// its blocks are gone and late events do not bring it back.
+func TestTrackerStatesAndRemoval(t *testing.T) {
+	x := localindex.New(testWorker, 8)
+	x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 10}}}})
+	q := &fakeQuerier{x: x}
+	q.down.Store(true)
+	v := &lockedView{n: naive{}}
+	var mu sync.Mutex
+	var states []discovery.State
+	var reasons []string
+	cfg := DefaultConfig()
+	cfg.RetryWait = 10 * time.Millisecond
+	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s discovery.State, why string) {
+		mu.Lock()
+		states, reasons = append(states, s), append(reasons, why)
+		mu.Unlock()
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	last := func() (discovery.State, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(states) == 0 {
+			return 0, ""
+		}
+		return states[len(states)-1], reasons[len(reasons)-1]
+	}
+	tr.Add(testWorker)
+	eventually(t, func() bool { s, why := last(); return s == discovery.StateDegraded && why != "" }, "DEGRADED with a reason")
+	ev := x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: 20}}}})[0]
+	tr.Live(ev, 0)
+	eventually(t, func() bool { _, ok := v.get()[blockKey{0, 2}]; return ok }, "live event applied while degraded")
+	if s, _ := last(); s != discovery.StateDegraded {
+		t.Fatalf("state %v, want DEGRADED", s)
+	}
+	q.down.Store(false)
+	eventually(t, func() bool { s, _ := last(); return s == discovery.StateExact }, "EXACT after the retried dump")
+	if got, want := v.get(), truth(x); !maps.Equal(got, want) {
+		t.Fatalf("view %v, worker %v", got, want)
+	}
+	tr.Remove(testWorker.ID)
+	if n := len(v.get()); n != 0 {
+		t.Fatalf("%d blocks left after Remove", n)
+	}
+	tr.Live(x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 3, LocalHash: 30}}}})[0], 0)
+	time.Sleep(20 * time.Millisecond)
+	if n := len(v.get()); n != 0 || len(tr.Workers()) != 0 {
+		t.Fatalf("a removed worker came back: %d blocks, %v", n, tr.Workers())
+	}
+}
