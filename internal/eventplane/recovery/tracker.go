@@ -83,7 +83,7 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	ranks   map[kvevent.Worker]*follower
-	removed map[kvevent.WorkerID]bool // removed workers: late events ignored until Add
+	removed map[kvevent.WorkerID]bool                      // removed workers: late events ignored until Add
 	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
 	agg     map[kvevent.WorkerID]discovery.State
 	closed  bool
