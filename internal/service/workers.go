@@ -115,7 +115,7 @@ func (s *workerSet) add(rec discovery.WorkerRecord, exact bool) *workerState {
 // index, in order.
 func (r *rankState) Apply(seq uint64, events []kvevent.Event) {
 	s := r.set
-	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+	if len(events) > 0 && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("KV event batch", "worker", r.w.name, "dp_rank", r.worker.Rank, "seq", seq, "events", len(events), "first", events[0].Kind, "blocks", len(events[0].Blocks))
 	}
 	for _, ev := range events {
