@@ -197,7 +197,16 @@ func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
 func (m *mockerNATS) sink(cfg server.Config) (*server.NATSSink, error) {
 	pc := natsevents.DefaultPublisherConfig()
 	pc.Namespace, pc.Component, pc.Logger = m.namespace, m.component, cfg.Logger
-	return server.NewNATSSink(m.bus.Conn(), pc, cfg.WorkerID, cfg.DataParallelSize)
+	return server.NewNATSSink(m.bus.Conn(), pc, mockerWorkerID(cfg), cfg.DataParallelSize)
+}
+
+// mockerWorkerID is the id a mock worker publishes and registers under:
+// --worker-id (+k), or, for 0, the id derived from its name.
+func mockerWorkerID(cfg server.Config) uint64 {
+	if cfg.WorkerID != 0 {
+		return cfg.WorkerID
+	}
+	return uint64(discovery.DeriveID(fmt.Sprintf("mocker-%d", cfg.WorkerID)))
 }
 
 // serve answers w's recovery queries and registers it under url.
@@ -205,15 +214,12 @@ func (m *mockerNATS) serve(ctx context.Context, s *server.NATSSink, w *server.Wo
 	if err := s.Serve(w); err != nil {
 		return err
 	}
-	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(cfg.WorkerID), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
+	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(mockerWorkerID(cfg)), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
 		Model: cfg.ServedModelName, URL: url, BlockSize: cfg.Engine.BlockSize, DPSize: uint32(cfg.DataParallelSize),
 		KVCapacityBlocks: uint64(cfg.Engine.NumGPUBlocks), MaxBatchedTokens: uint64(cfg.Engine.MaxNumBatchedTokens),
 		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract(), RegisteredBy: "mocker"}
 	if rec.Model == "" {
 		rec.Model = cfg.Model
-	}
-	if rec.ID == 0 {
-		rec.ID = discovery.DeriveID(rec.Name)
 	}
 	l, err := m.reg.Register(ctx, rec)
 	if err != nil {
