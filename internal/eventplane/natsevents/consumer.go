@@ -48,6 +48,7 @@ type Consumer struct {
 	conn    *nats.Conn
 	tracker *recovery.Tracker
 	m       *recovery.Metrics
+	recv    prometheus.Counter
 	log     *slog.Logger
 
 	mu  sync.Mutex
@@ -73,7 +74,7 @@ func NewConsumer(cfg ConsumerConfig, conn *nats.Conn, a recovery.Applier, onStat
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, conn: conn, tracker: t, m: m, log: log}, nil
+	return &Consumer{cfg: cfg, conn: conn, tracker: t, m: m, recv: m.Received("nats"), log: log}, nil
 }
 
 // Start subscribes to the events subject. Call it before feeding Added
@@ -96,7 +97,7 @@ func (c *Consumer) Start() error {
 }
 
 func (c *Consumer) handle(m *nats.Msg) {
-	c.m.Received("nats", 1)
+	c.recv.Inc()
 	ev, env, err := dynamo.Decode(m.Data)
 	if err != nil {
 		c.m.Malformed()

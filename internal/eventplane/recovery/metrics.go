@@ -48,11 +48,13 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 	return m, nil
 }
 
-// Received counts n events received on transport.
-func (m *Metrics) Received(transport string, n int) {
-	if m != nil {
-		m.received.WithLabelValues(transport).Add(float64(n))
+// Received returns the received-events counter of a transport (nil
+// Metrics: a counter that is never exported), to be kept by the caller.
+func (m *Metrics) Received(transport string) prometheus.Counter {
+	if m == nil {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "unused"})
 	}
+	return m.received.WithLabelValues(transport)
 }
 
 // Malformed counts one undecodable message.
@@ -66,8 +68,12 @@ func (m *Metrics) step(st Step) {
 	if m == nil {
 		return
 	}
-	m.applied.Add(float64(len(st.Apply)))
-	m.duplicates.Add(float64(st.Dropped))
+	if len(st.Apply) > 0 {
+		m.applied.Add(float64(len(st.Apply)))
+	}
+	if st.Dropped > 0 {
+		m.duplicates.Add(float64(st.Dropped))
+	}
 	if st.Gap {
 		m.gaps.Inc()
 	}

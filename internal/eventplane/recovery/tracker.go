@@ -242,6 +242,7 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	wait := t.cfg.RetryWait
+	reported, lastExact, lastReason := false, false, ""
 	defer func() {
 		if retry != nil {
 			retry.Stop()
@@ -280,8 +281,10 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			retryC = retry.C
 			wait = min(2*wait, t.cfg.MaxRetryWait)
 		}
-		exact, reason := s.Exact()
-		t.report(s.Worker(), exact, reason)
+		if exact, reason := s.Exact(); !reported || exact != lastExact || reason != lastReason {
+			reported, lastExact, lastReason = true, exact, reason
+			t.report(s.Worker(), exact, reason)
+		}
 	}
 	exec(s.Start())
 	for {

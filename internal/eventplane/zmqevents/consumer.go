@@ -36,6 +36,7 @@ type Consumer struct {
 	cfg     ConsumerConfig
 	tracker *recovery.Tracker
 	m       *recovery.Metrics
+	recv    prometheus.Counter
 	log     *slog.Logger
 	q       *querier
 
@@ -69,7 +70,7 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, tracker: t, m: m, log: log, q: q, workers: map[kvevent.WorkerID]*sub{}}, nil
+	return &Consumer{cfg: cfg, tracker: t, m: m, recv: m.Received("zmq"), log: log, q: q, workers: map[kvevent.WorkerID]*sub{}}, nil
 }
 
 // Notify folds a directory notification in: Added dials the worker's
@@ -144,7 +145,7 @@ func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, s zmq4.Socket)
 			c.m.Malformed()
 			continue
 		}
-		c.m.Received("zmq", 1)
+		c.recv.Inc()
 		ev, env, err := dynamo.Decode(m.Frames[len(m.Frames)-1])
 		if err != nil || ev.Worker.ID != id {
 			c.m.Malformed()
