@@ -166,6 +166,13 @@ type Frontend struct {
 	// ShutdownTimeout bounds how long in-flight requests may take to
 	// finish on shutdown (--shutdown-timeout). Default 30 s.
 	ShutdownTimeout time.Duration
+	// DialTimeout bounds connecting to a worker (--worker-dial-timeout).
+	// Default 2 s.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a worker's response
+	// headers (--worker-response-timeout); 0 waits as long as the client.
+	// Default 0.
+	ResponseHeaderTimeout time.Duration
 }
 
 // Default returns the documented defaults.
@@ -207,6 +214,7 @@ func Default() Config {
 			MaxPromptTokens: fc.MaxPromptTokens,
 			MaxRetries:      fc.MaxRetries,
 			ShutdownTimeout: fc.ShutdownTimeout,
+			DialTimeout:     fc.DialTimeout,
 		},
 	}
 }
@@ -337,6 +345,8 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.APIKeys = c.Frontend.APIKeys
 	fc.AdminKeys = c.Frontend.AdminKeys
 	fc.ShutdownTimeout = c.Frontend.ShutdownTimeout
+	fc.DialTimeout = c.Frontend.DialTimeout
+	fc.ResponseHeaderTimeout = c.Frontend.ResponseHeaderTimeout
 	return fc
 }
 

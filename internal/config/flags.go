@@ -57,6 +57,8 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Var((*listValue)(&f.APIKeys), "api-keys", "comma-separated bearer tokens for the OpenAI endpoints (empty: open)")
 	fs.Var((*listValue)(&f.AdminKeys), "admin-keys", "comma-separated bearer tokens for the admin endpoints (empty: open)")
 	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", f.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
+	fs.DurationVar(&f.DialTimeout, "worker-dial-timeout", f.DialTimeout, "bound on connecting to a worker")
+	fs.DurationVar(&f.ResponseHeaderTimeout, "worker-response-timeout", f.ResponseHeaderTimeout, "bound on waiting for a worker's response headers (0: as long as the client)")
 
 	fs.Var((*discovery.WorkerFlags)(&c.Workers), "worker",
 		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
