@@ -113,7 +113,9 @@ func (c *Consumer) handle(m *nats.Msg) {
 
 // Notify folds a directory notification in: Added (or Updated with new
 // ranks) starts following the worker's ranks with a dump; Removed drops
-// its blocks. Workers whose events do not come over NATS are ignored.
+// its blocks, as does an Updated record whose events left NATS. Workers
+// whose events do not come over NATS are otherwise ignored. Records with a
+// custom Events.Subject are followed on the consumer's one subject.
 func (c *Consumer) Notify(n discovery.Notification) {
 	rec := n.Worker.Record
 	switch n.Kind {
@@ -121,6 +123,9 @@ func (c *Consumer) Notify(n discovery.Notification) {
 		c.tracker.Remove(rec.ID)
 	case discovery.Added, discovery.Updated:
 		if rec.Events.Kind != discovery.EventsNATS {
+			if n.Kind == discovery.Updated {
+				c.tracker.Remove(rec.ID) // no longer on this plane
+			}
 			return
 		}
 		size := max(rec.DPSize, 1)
