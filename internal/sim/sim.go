@@ -1,0 +1,377 @@
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker"
+	"github.com/kvrouter/kvrouter/internal/report"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/workload"
+)
+
+// Config describes the simulated fleet.
+type Config struct {
+	// Workers is the number of engines (one dp rank each). Default 8.
+	Workers int
+	// Engine configures every engine; its BlockSize is the fleet's.
+	// Default mocker.DefaultConfig().
+	Engine mocker.Config
+	// Router configures the router; Policy is set per run and BlockSize to
+	// Engine.BlockSize. Default router.DefaultConfig().
+	Router router.Config
+	// Approximate simulates workers that publish no KV events (the router's
+	// approximate mode). Default false.
+	Approximate bool
+	// LoadSampleEvery is the virtual interval between per-worker load
+	// samples for the load plot. Default 1 s.
+	LoadSampleEvery time.Duration
+}
+
+// DefaultConfig returns 8 default mock engines behind a default router.
+func DefaultConfig() Config {
+	return Config{Workers: 8, Engine: mocker.DefaultConfig(), Router: router.DefaultConfig(), LoadSampleEvery: time.Second}
+}
+
+// ErrConfig wraps configuration failures.
+var ErrConfig = errors.New("invalid sim config")
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Workers < 1 || c.Workers > 4096 {
+		return fmt.Errorf("%w: workers %d must be in [1, 4096]", ErrConfig, c.Workers)
+	}
+	if c.LoadSampleEvery <= 0 {
+		return fmt.Errorf("%w: load sample interval %v must be positive", ErrConfig, c.LoadSampleEvery)
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("%w: engine: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// Outcome is one policy's run.
+type Outcome struct {
+	// Result is the summary row.
+	Result report.Result
+	// TTFTs are every request's TTFT in ms, for the CDF plot.
+	TTFTs []float64
+	// Load is the per-worker requests in flight over time.
+	Load report.WorkerLoad
+	// Duration is the virtual time from the first arrival to the last
+	// completion.
+	Duration time.Duration
+}
+
+type eventKind uint8
+
+const (
+	evArrival eventKind = iota
+	evStepEnd
+)
+
+type event struct {
+	at     time.Duration
+	seq    uint64 // insertion order: deterministic ties
+	kind   eventKind
+	worker int
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type worker struct {
+	eng     *mocker.Engine
+	busy    bool
+	outputs []mocker.Output
+	events  []mocker.Event
+}
+
+type flight struct {
+	issued       time.Duration
+	ttft         time.Duration
+	worker       int
+	prompt       int
+	cached       int
+	gotFirst     bool
+	routerBooked bool
+}
+
+// run is one simulation's state.
+type run struct {
+	cfg      Config
+	src      workload.Source
+	rt       *router.Router
+	workers  []worker
+	q        eventQueue
+	seq      uint64
+	now      time.Duration
+	pending  *workload.Request
+	arrival  bool // an arrival event for pending is queued
+	flights  map[uint64]*flight
+	rec      *report.Recorder
+	load     *report.LoadRecorder
+	nextLoad time.Duration
+	progress report.Progress
+	first    time.Duration
+	started  bool
+}
+
+// Run simulates src through the fleet under one routing policy (kv,
+// round-robin, random or least-loaded). boundHitRatio is copied into the
+// result (see Compare). progress may be nil.
+func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, progress report.Progress) (Outcome, error) {
+	if err := cfg.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	rcfg := cfg.Router
+	rcfg.Policy = policy
+	rcfg.BlockSize = cfg.Engine.BlockSize
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		return Outcome{}, fmt.Errorf("building index: %w", err)
+	}
+	r := &run{cfg: cfg, src: src, flights: map[uint64]*flight{}, rec: report.NewRecorder(cfg.Workers),
+		load: report.NewLoadRecorder(policy, "requests in flight"), progress: progress}
+	r.rt, err = router.New(rcfg, router.NewSerial(x), func() time.Time { return time.Unix(0, 0).Add(r.now) }, nil)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("building router: %w", err)
+	}
+	mode := router.Exact
+	if cfg.Approximate {
+		mode = router.Approximate
+	}
+	for i := range cfg.Workers {
+		eng, err := mocker.NewEngine(cfg.Engine)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("building engine: %w", err)
+		}
+		r.workers = append(r.workers, worker{eng: eng})
+		if err := r.rt.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(i), BlockSize: cfg.Engine.BlockSize,
+			KVCapacityBlocks: cfg.Engine.NumGPUBlocks, MaxBatchedTokens: cfg.Engine.MaxNumBatchedTokens, Mode: mode}); err != nil {
+			return Outcome{}, fmt.Errorf("adding worker: %w", err)
+		}
+	}
+	if err := r.loop(); err != nil {
+		return Outcome{}, err
+	}
+	if progress != nil {
+		progress.Finish()
+	}
+	var pre int64
+	for _, w := range r.workers {
+		pre += int64(w.eng.Stats().Preemptions)
+	}
+	r.rec.AddPreemptions(pre)
+	res := r.rec.Result(policy, boundHitRatio)
+	return Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first}, nil
+}
+
+func (r *run) push(at time.Duration, kind eventKind, w int) {
+	r.seq++
+	heap.Push(&r.q, event{at: at, seq: r.seq, kind: kind, worker: w})
+}
+
+func (r *run) loop() error {
+	r.pull()
+	r.tryIssue()
+	for r.q.Len() > 0 {
+		ev := heap.Pop(&r.q).(event)
+		r.sampleUntil(ev.at)
+		r.now = ev.at
+		switch ev.kind {
+		case evArrival:
+			r.arrival = false
+		case evStepEnd:
+			if err := r.stepEnd(ev.worker); err != nil {
+				return err
+			}
+		}
+		r.tryIssue()
+	}
+	if len(r.flights) > 0 || r.pending != nil {
+		return fmt.Errorf("simulation stalled at %v with %d requests in flight", r.now, len(r.flights))
+	}
+	r.sampleUntil(r.now)
+	return nil
+}
+
+func (r *run) pull() {
+	if req, ok := r.src.Next(); ok {
+		r.pending = &req
+	} else {
+		r.pending = nil
+	}
+}
+
+// tryIssue issues every pending request whose time has come while the
+// source's concurrency allows, and queues the next arrival.
+func (r *run) tryIssue() {
+	c := r.src.Concurrency()
+	for r.pending != nil && r.pending.Arrival <= r.now && (c == 0 || len(r.flights) < c) {
+		r.issue(*r.pending)
+		r.pull()
+	}
+	if r.pending != nil && r.pending.Arrival > r.now && !r.arrival {
+		r.arrival = true
+		r.push(r.pending.Arrival, evArrival, 0)
+	}
+}
+
+func (r *run) issue(req workload.Request) {
+	if !r.started {
+		r.started, r.first = true, r.now
+	}
+	id := uint64(req.ID)
+	sid := strconv.FormatUint(id, 10)
+	d, err := r.rt.Route(router.Request{ID: sid, Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen})
+	if err != nil {
+		r.rec.Add(report.Record{Worker: -1, Issued: r.now, Failed: true})
+		r.done(1)
+		return
+	}
+	w := int(d.Worker.ID)
+	if err := r.workers[w].eng.Add(mocker.Request{ID: id, Tokens: req.Prompt, MaxTokens: req.OutputLen}); err != nil {
+		r.rt.Free(sid)
+		r.rec.Add(report.Record{Worker: w, Issued: r.now, Failed: true})
+		r.done(1)
+		return
+	}
+	r.flights[id] = &flight{issued: r.now, worker: w, prompt: len(req.Prompt)}
+	if !r.workers[w].busy {
+		r.startStep(w)
+	}
+}
+
+func (r *run) done(n int) {
+	if r.progress != nil {
+		r.progress.Add(n)
+	}
+}
+
+func (r *run) startStep(w int) {
+	wk := &r.workers[w]
+	if wk.eng.Idle() {
+		wk.busy = false
+		return
+	}
+	res := wk.eng.Step()
+	wk.outputs = append(wk.outputs[:0], res.Outputs...)
+	wk.events = wk.events[:0]
+	if !r.cfg.Approximate {
+		for _, e := range res.Events {
+			e.Hashes = append([]uint64(nil), e.Hashes...)
+			e.Tokens = append([]uint32(nil), e.Tokens...)
+			wk.events = append(wk.events, e)
+		}
+	}
+	dur := res.Duration
+	if res.Scheduled == 0 || dur <= 0 {
+		dur = max(dur, time.Millisecond) // nothing admissible yet: do not spin
+	}
+	wk.busy = true
+	r.push(r.now+dur, evStepEnd, w)
+}
+
+func (r *run) stepEnd(w int) error {
+	wk := &r.workers[w]
+	for _, e := range wk.events {
+		if err := r.rt.ApplyEvent(e.KVEvent(kvevent.Worker{ID: kvevent.WorkerID(w)})); err != nil {
+			return fmt.Errorf("applying worker %d event: %w", w, err)
+		}
+	}
+	for _, o := range wk.outputs {
+		f := r.flights[o.ID]
+		if f == nil {
+			continue
+		}
+		sid := strconv.FormatUint(o.ID, 10)
+		if o.First && !f.gotFirst {
+			f.gotFirst, f.ttft, f.cached = true, r.now-f.issued, o.CachedTokens
+			r.rt.MarkPrefillCompleted(sid)
+		}
+		if o.Finished {
+			r.rt.Free(sid)
+			r.rec.Add(report.Record{Worker: w, Issued: f.issued, TTFT: f.ttft, E2E: r.now - f.issued,
+				PromptTokens: f.prompt, CachedTokens: f.cached, OutputTokens: o.Generated})
+			delete(r.flights, o.ID)
+			r.done(1)
+		}
+	}
+	r.startStep(w)
+	return nil
+}
+
+// sampleUntil records load samples for every sample instant up to t.
+func (r *run) sampleUntil(t time.Duration) {
+	if !r.started {
+		return
+	}
+	if r.nextLoad < r.first {
+		r.nextLoad = r.first
+	}
+	for r.nextLoad <= t {
+		per := make([]float64, len(r.workers))
+		for i, w := range r.workers {
+			s := w.eng.Stats()
+			per[i] = float64(s.Running + s.Waiting)
+		}
+		r.load.Sample(r.nextLoad, per)
+		r.nextLoad += r.cfg.LoadSampleEvery
+	}
+}
+
+// Compare runs every policy on the workload open builds (called once per
+// policy and once for the bound), computing the bound as one shared LRU
+// pool of Workers × NumGPUBlocks blocks. newProgress may be nil.
+func Compare(cfg Config, policies []string, open func() (workload.Source, error),
+	newProgress func(policy string, total int) report.Progress) ([]Outcome, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	src, err := open()
+	if err != nil {
+		return nil, err
+	}
+	b, err := workload.ComputeBound(src, cfg.Engine.BlockSize, cfg.Workers*cfg.Engine.NumGPUBlocks)
+	if err != nil {
+		return nil, err
+	}
+	var out []Outcome
+	for _, p := range policies {
+		src, err := open()
+		if err != nil {
+			return out, err
+		}
+		var prog report.Progress
+		if newProgress != nil {
+			prog = newProgress(p, src.Len())
+		}
+		o, err := Run(cfg, p, src, b.HitRatio(), prog)
+		if err != nil {
+			return out, fmt.Errorf("policy %s: %w", p, err)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
