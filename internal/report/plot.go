@@ -165,8 +165,29 @@ func WriteHitRatioBars(w io.Writer, results []Result) error {
 	return writePNG(w, p)
 }
 
+// maxLoadPoints bounds the points per worker line; longer series are
+// averaged over consecutive windows so an hour of 1 s samples stays legible.
+const maxLoadPoints = 120
+
+// windowMeans pairs times with values and, when there are more than limit
+// of them, averages consecutive windows (x at the window's first time).
+func windowMeans(times []time.Duration, values []float64, limit int) plotter.XYs {
+	n := min(len(times), len(values))
+	w := max(1, (n+limit-1)/limit)
+	var pts plotter.XYs
+	for i := 0; i < n; i += w {
+		sum, k := 0.0, 0
+		for j := i; j < min(i+w, n); j++ {
+			sum += values[j]
+			k++
+		}
+		pts = append(pts, plotter.XY{X: times[i].Seconds(), Y: sum / float64(k)})
+	}
+	return pts
+}
+
 // WriteWorkerLoad draws each worker's load over time as a PNG, one line
-// per worker.
+// per worker; long series are averaged over windows (at most 120 points).
 func WriteWorkerLoad(w io.Writer, load WorkerLoad) error {
 	if len(load.Times) == 0 || len(load.Load) == 0 {
 		return fmt.Errorf("worker load: %w", ErrNoData)
@@ -182,14 +203,12 @@ func WriteWorkerLoad(w io.Writer, load WorkerLoad) error {
 	p.Legend.Top = true
 	top := 0.0
 	for wk, series := range load.Load {
-		n := min(len(series), len(load.Times))
-		if n == 0 {
+		pts := windowMeans(load.Times, series, maxLoadPoints)
+		if len(pts) == 0 {
 			continue
 		}
-		pts := make(plotter.XYs, n)
-		for i := range n {
-			pts[i] = plotter.XY{X: load.Times[i].Seconds(), Y: series[i]}
-			top = max(top, series[i])
+		for _, pt := range pts {
+			top = max(top, pt.Y)
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {

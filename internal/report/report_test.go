@@ -293,3 +293,15 @@ func TestLoadRecorder(t *testing.T) {
 		t.Fatalf("got %s, want %s", gj, wj)
 	}
 }
+
+func TestWindowMeans(t *testing.T) {
+	times := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
+	got := windowMeans(times, []float64{1, 3, 5, 7, 9}, 2)
+	// Window of 3: mean(1,3,5) at 0 s, mean(7,9) at 3 s.
+	if len(got) != 2 || got[0].X != 0 || got[0].Y != 3 || got[1].X != 3 || got[1].Y != 8 {
+		t.Fatalf("%v", got)
+	}
+	if got := windowMeans(times, []float64{1, 2}, 10); len(got) != 2 || got[1].Y != 2 {
+		t.Fatalf("short: %v", got)
+	}
+}
