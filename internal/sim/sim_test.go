@@ -3,6 +3,7 @@ package sim
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/workload"
 )
@@ -46,5 +47,57 @@ func TestCompareSmall(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs differ")
+	}
+}
+
+func TestClosedLoopConcurrency(t *testing.T) {
+	c := workload.DefaultPrefixRatioConfig()
+	c.ISL, c.OSL, c.Requests, c.Concurrency, c.NumPrefixPrompts = 2000, 20, 60, 4, 3
+	cfg := smallConfig()
+	cfg.Engine.NumGPUBlocks = 2048
+	cfg.LoadSampleEvery = 5 * time.Millisecond
+	src, err := workload.NewPrefixRatio(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Run(cfg, "kv", src, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Result.Requests != 60 || len(o.Load.Times) < 10 {
+		t.Fatalf("%d requests, %d samples", o.Result.Requests, len(o.Load.Times))
+	}
+	peak := 0.0
+	for i := range o.Load.Times {
+		sum := 0.0
+		for w := range o.Load.Load {
+			sum += o.Load.Load[w][i]
+		}
+		peak = max(peak, sum)
+	}
+	if peak > 4 || peak < 2 {
+		t.Fatalf("peak in flight %v, want at most the concurrency 4 (and some overlap)", peak)
+	}
+}
+
+// TestTraceEndToEnd replays the head of the embedded synthetic trace (the
+// conversation trace's first minutes share almost nothing beyond block 0):
+// every request completes, KV routing beats round-robin on hits, and the
+// kv hit ratio stays below the unbounded ideal.
+func TestTraceEndToEnd(t *testing.T) {
+	opts := workload.DefaultOptions()
+	opts.Trace = "synthetic"
+	opts.Mooncake.Limit = 150
+	cfg := smallConfig()
+	cfg.Engine.BlockSize = 64
+	cfg.Engine.NumGPUBlocks = 4096
+	outs, err := Compare(cfg, []string{"kv", "round-robin"}, opts.Open, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, rr := outs[0].Result, outs[1].Result
+	t.Logf("kv hit %.3f, rr hit %.3f, bound %.3f", kv.HitRatio, rr.HitRatio, kv.BoundHitRatio)
+	if kv.Requests != 150 || rr.Requests != 150 || kv.HitRatio <= rr.HitRatio || kv.HitRatio > 1 {
+		t.Fatalf("kv %+v\nrr %+v", kv, rr)
 	}
 }
