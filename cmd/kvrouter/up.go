@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/service"
@@ -25,10 +26,8 @@ everything. Takes every 'kvrouter serve' option except --worker; see docs/config
 
 // upFlags are the options only `kvrouter up` has.
 type upFlags struct {
-	workers  int
-	noNATS   bool
-	natsPort int
-	engine   mocker.Config
+	workers int
+	engine  mocker.Config
 }
 
 func (u *upFlags) bind(fs *flag.FlagSet) {
@@ -37,12 +36,10 @@ func (u *upFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.engine.NumGPUBlocks, "num-gpu-blocks-override", u.engine.NumGPUBlocks, "device KV blocks per mock worker")
 	fs.IntVar(&u.engine.MaxNumSeqs, "max-num-seqs", u.engine.MaxNumSeqs, "max running requests per mock worker")
 	fs.IntVar(&u.engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.engine.MaxNumBatchedTokens, "max tokens per mock engine step")
-	fs.IntVar(&u.natsPort, "nats-port", u.natsPort, "client port of the embedded NATS server (-1: any free port)")
-	fs.BoolVar(&u.noNATS, "no-nats", u.noNATS, "do not start the embedded NATS server")
 }
 
 func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	u := &upFlags{workers: 4, natsPort: natsbus.DefaultConfig().Port, engine: mocker.DefaultConfig()}
+	u := &upFlags{workers: 4, engine: mocker.DefaultConfig()}
 	cfg, code, ok := loadConfig("up", upUsage, args, u.bind, stderr)
 	if !ok {
 		return code
@@ -65,10 +62,8 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		return fail("%v", err)
 	}
 
-	if !u.noNATS {
-		nc := natsbus.DefaultConfig()
-		nc.Port = u.natsPort
-		nc.DataDir = cfg.DataDir
+	if cfg.EventPlane.Kind == config.PlaneNATS {
+		nc := cfg.NATSConfig()
 		bus, err := natsbus.Start(nc, log.With("component", "nats"))
 		if err != nil {
 			log.Warn("embedded NATS server not started; continuing without it (KV events flow over ZMQ)", "err", err)

@@ -12,7 +12,10 @@ import (
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
@@ -52,6 +55,8 @@ type Config struct {
 	Events Events
 	// Frontend holds the HTTP front door's limits and auth.
 	Frontend Frontend
+	// EventPlane says how KV events and worker registrations travel.
+	EventPlane EventPlane
 	// Workers is the static worker list (`workers:` in the file, --worker,
 	// KVROUTER_WORKER). Default none.
 	Workers []discovery.StaticWorker
@@ -141,6 +146,59 @@ type Events struct {
 	HealthFailures int
 }
 
+// Event plane kinds (--event-plane).
+const (
+	// PlaneNATS is the default: an embedded (or external) NATS server
+	// carries RouterEvents, recovery queries, the worker registry and
+	// replica sync; static workers with a ZMQ endpoint are still read as
+	// their engines' own vLLM streams.
+	PlaneNATS = "nats"
+	// PlaneZMQ carries RouterEvents without a broker: every static worker's
+	// events/replay endpoints are an agent's (or mocker's) RouterEvent PUB
+	// and recovery ROUTER sockets. No registry, no replica sync.
+	PlaneZMQ = "zmq"
+	// PlaneNone starts no event plane: static workers with a ZMQ endpoint
+	// are read as their engines' own vLLM streams and nothing else.
+	PlaneNone = "none"
+)
+
+// EventPlane configures the event plane: NATS (embedded or external), the
+// worker registry, durable mode and replica sync.
+type EventPlane struct {
+	// Kind is nats, zmq or none (--event-plane). Default "nats".
+	Kind string
+	// NATS is the NATS server or connection (--nats-url, --nats-host,
+	// --nats-port, --nats-token, --nats-user, --nats-password,
+	// --nats-creds, --nats-nkey, --nats-tls-*, --nats-reconnect-wait).
+	// Default: an embedded server on 127.0.0.1:4222 storing under
+	// --data-dir. Its DataDir is always --data-dir.
+	NATS natsbus.Config
+	// Namespace is the event-plane namespace in every subject
+	// (--namespace). Default "dynamo".
+	Namespace string
+	// Component is the event-plane component in every subject
+	// (--component). Default "backend".
+	Component string
+	// Registry is the NATS KV bucket workers register in and its heartbeat
+	// TTL (--registry-bucket, --registry-ttl). Defaults "kvrouter-workers"
+	// and 10 s.
+	Registry discovery.RegistryConfig
+	// Durable reads KV events through a JetStream durable consumer with
+	// index snapshots (--durable-kv-events). Default false.
+	Durable bool
+	// SnapshotThreshold is the stream size, in messages, above which the
+	// index is snapshotted and acknowledged messages purged
+	// (--router-snapshot-threshold). Default 10000.
+	SnapshotThreshold uint64
+	// ResetStates purges the durable stream and snapshot at start
+	// (--router-reset-states; unsafe while other routers run).
+	// Default false.
+	ResetStates bool
+	// ReplicaSync shares active-request bookings with the other router
+	// replicas over NATS (--router-replica-sync). Default false.
+	ReplicaSync bool
+}
+
 // Frontend holds the front door's limits and auth.
 type Frontend struct {
 	// MaxBodyBytes caps a request body in bytes (--max-body-bytes).
@@ -181,6 +239,7 @@ func Default() Config {
 	ic := index.DefaultConfig()
 	fc := frontend.DefaultConfig()
 	sc := scheduler.DefaultConfig()
+	pc := natsevents.DefaultPublisherConfig()
 	return Config{
 		Host:      "127.0.0.1",
 		Port:      8000,
@@ -208,6 +267,14 @@ func Default() Config {
 			HealthInterval: 5 * time.Second,
 			HealthTimeout:  2 * time.Second,
 			HealthFailures: 2,
+		},
+		EventPlane: EventPlane{
+			Kind:              PlaneNATS,
+			NATS:              natsbus.DefaultConfig(),
+			Namespace:         pc.Namespace,
+			Component:         pc.Component,
+			Registry:          discovery.DefaultRegistryConfig(),
+			SnapshotThreshold: durable.DefaultConfig().SnapshotThreshold,
 		},
 		Frontend: Frontend{
 			MaxBodyBytes:    fc.MaxBodyBytes,
@@ -263,6 +330,9 @@ func (c Config) Validate() error {
 		return bad("--worker-health-timeout %v must be positive", c.Events.HealthTimeout)
 	case c.Events.HealthFailures < 1:
 		return bad("--worker-health-failures %d must be at least 1", c.Events.HealthFailures)
+	}
+	if err := c.EventPlane.validate(c.DataDir); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := c.RouterConfig().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -354,4 +424,68 @@ func (c Config) FrontendConfig() frontend.Config {
 // --block-size standing in for a worker's absent block size.
 func (c Config) WorkerRecords() ([]discovery.WorkerRecord, error) {
 	return discovery.BuildStatic(c.Workers, c.BlockSize, discovery.DefaultHashContract())
+}
+
+// validate checks the event plane's values and combinations.
+func (e EventPlane) validate(dataDir string) error {
+	switch e.Kind {
+	case PlaneNATS, PlaneZMQ, PlaneNone:
+	default:
+		return fmt.Errorf("--event-plane %q: want nats, zmq or none", e.Kind)
+	}
+	if e.Kind != PlaneNATS {
+		switch {
+		case e.ReplicaSync:
+			return fmt.Errorf("--router-replica-sync needs --event-plane nats: replicas share their bookings over NATS, and --event-plane %s has none", e.Kind)
+		case e.Durable:
+			return fmt.Errorf("--durable-kv-events needs --event-plane nats (JetStream), not %s", e.Kind)
+		}
+		return nil
+	}
+	if !validSubjectToken(e.Namespace) {
+		return fmt.Errorf("--namespace %q: want a non-empty NATS subject token (no dots, spaces or wildcards)", e.Namespace)
+	}
+	if !validSubjectToken(e.Component) {
+		return fmt.Errorf("--component %q: want a non-empty NATS subject token (no dots, spaces or wildcards)", e.Component)
+	}
+	if e.SnapshotThreshold == 0 {
+		return errors.New("--router-snapshot-threshold must be at least 1")
+	}
+	nc := e.NATS
+	nc.DataDir = dataDir
+	if err := nc.Validate(); err != nil {
+		return err
+	}
+	return e.Registry.Validate()
+}
+
+func validSubjectToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == '.' || r == '*' || r == '>' || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// NATSConfig is the NATS connection's configuration, storing under
+// --data-dir.
+func (c Config) NATSConfig() natsbus.Config {
+	nc := c.EventPlane.NATS
+	nc.DataDir = c.DataDir
+	return nc
+}
+
+// DurableConfig is the durable consumer's configuration; routerID names
+// this router's durable consumer.
+func (c Config) DurableConfig(routerID uint64) durable.Config {
+	dc := durable.DefaultConfig()
+	dc.Namespace, dc.Component = c.EventPlane.Namespace, c.EventPlane.Component
+	dc.RouterID = strconv.FormatUint(routerID, 10)
+	dc.SnapshotThreshold = c.EventPlane.SnapshotThreshold
+	dc.ResetStates = c.EventPlane.ResetStates
+	return dc
 }

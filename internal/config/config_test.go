@@ -242,3 +242,40 @@ func TestEnvName(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// TestEventPlaneOptions checks the event plane's combinations and that the
+// NATS secrets come through the environment.
+func TestEventPlaneOptions(t *testing.T) {
+	c, err := Load([]string{"--nats-url", "nats://10.0.0.1:4222", "--namespace", "prod"},
+		Options{Environ: []string{"KVROUTER_NATS_TOKEN=s3cret", "KVROUTER_ROUTER_REPLICA_SYNC=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EventPlane.Kind != PlaneNATS || c.NATSConfig().Token != "s3cret" || c.NATSConfig().URL != "nats://10.0.0.1:4222" ||
+		c.EventPlane.Namespace != "prod" || c.EventPlane.Component != "backend" || !c.EventPlane.ReplicaSync {
+		t.Fatalf("event plane %+v", c.EventPlane)
+	}
+	if c.NATSConfig().DataDir != c.DataDir {
+		t.Fatalf("NATS data dir %q, want --data-dir %q", c.NATSConfig().DataDir, c.DataDir)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--event-plane", "kafka"}, `--event-plane "kafka"`},
+		{[]string{"--event-plane", "zmq", "--router-replica-sync"}, "--router-replica-sync needs --event-plane nats"},
+		{[]string{"--event-plane", "none", "--durable-kv-events"}, "--durable-kv-events needs --event-plane nats"},
+		{[]string{"--namespace", "a.b"}, "--namespace"},
+		{[]string{"--component", ""}, "--component"},
+		{[]string{"--router-snapshot-threshold", "0"}, "--router-snapshot-threshold"},
+		{[]string{"--registry-ttl", "10ms"}, "ttl"},
+	} {
+		_, err := Load(tc.args, Options{})
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tc.want)) {
+			t.Errorf("%v: got %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := Load([]string{"--event-plane", "zmq"}, Options{}); err != nil {
+		t.Fatalf("--event-plane zmq: %v", err)
+	}
+}

@@ -60,6 +60,17 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.DialTimeout, "worker-dial-timeout", f.DialTimeout, "bound on connecting to a worker")
 	fs.DurationVar(&f.ResponseHeaderTimeout, "worker-response-timeout", f.ResponseHeaderTimeout, "bound on waiting for a worker's response headers (0: as long as the client)")
 
+	p := &c.EventPlane
+	fs.StringVar(&p.Kind, "event-plane", p.Kind, "nats (RouterEvents, registry and replica sync over NATS), zmq (RouterEvents from the static workers' ZMQ endpoints, no NATS) or none (engines' own ZMQ streams only)")
+	p.NATS.BindFlags(fs)
+	fs.StringVar(&p.Namespace, "namespace", p.Namespace, "event-plane namespace in every NATS subject")
+	fs.StringVar(&p.Component, "component", p.Component, "event-plane component in every NATS subject")
+	p.Registry.BindFlags(fs)
+	fs.BoolVar(&p.Durable, "durable-kv-events", p.Durable, "read KV events through a JetStream durable consumer with index snapshots")
+	fs.Uint64Var(&p.SnapshotThreshold, "router-snapshot-threshold", p.SnapshotThreshold, "durable mode: snapshot the index and purge when the stream holds more messages than this")
+	fs.BoolVar(&p.ResetStates, "router-reset-states", p.ResetStates, "durable mode: purge the stream and snapshot at start (unsafe while other routers run)")
+	fs.BoolVar(&p.ReplicaSync, "router-replica-sync", p.ReplicaSync, "share active-request bookings with the other router replicas over NATS")
+
 	fs.Var((*discovery.WorkerFlags)(&c.Workers), "worker",
 		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
 }
