@@ -142,7 +142,7 @@ func (b *Bus) startServer() error {
 	b.srv = srv
 	b.url = srv.ClientURL()
 	b.url = selfURL(b.cfg.Host, srv.ClientURL())
-	b.log.Info("embedded nats server started", "url", b.url, "jetstream", b.cfg.JetStream, "store", o.StoreDir)
+	b.log.Info("embedded NATS listening on "+b.url, "url", b.url, "jetstream", b.cfg.JetStream, "store", o.StoreDir)
 	return nil
 }
 

@@ -1,0 +1,50 @@
+package natsbus
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestEmbeddedBannerAtDebug checks that, at info level, starting the
+// embedded server logs one line naming its address and not the server's
+// multi-line banner, which stays available at debug level.
+func TestEmbeddedBannerAtDebug(t *testing.T) {
+	for _, lvl := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var buf syncBuf
+		b, err := Start(testConfig(t), slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: lvl})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := b.ClientURL()
+		b.Shutdown()
+		b.WaitForShutdown()
+		out := buf.String()
+		if n := strings.Count(out, "embedded NATS listening on "+url); n != 1 {
+			t.Errorf("level %v: %d lines announce %s, want 1:\n%s", lvl, n, url, out)
+		}
+		banner := strings.Contains(out, "Starting nats-server")
+		if banner != (lvl == slog.LevelDebug) {
+			t.Errorf("level %v: server banner logged %v:\n%s", lvl, banner, out)
+		}
+	}
+}
