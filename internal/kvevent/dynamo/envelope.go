@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mpack"
 )
 
 // Envelope is Dynamo's event-plane envelope, which wraps every message a
@@ -78,10 +79,10 @@ func EncodeEventInEnvelope(env Envelope, ev kvevent.Event) ([]byte, error) {
 // DecodeEnvelope decodes a msgpack envelope. Payload may be bin, str or an
 // array of bytes; unknown fields are skipped; payload is required.
 func DecodeEnvelope(b []byte) (Envelope, error) {
-	r := &reader{b: b}
+	r := mpack.NewReader(b)
 	env, err := decodeEnvelope(r)
-	if err == nil && r.remaining() != 0 {
-		err = fmt.Errorf("%d trailing bytes", r.remaining())
+	if err == nil && r.Remaining() != 0 {
+		err = fmt.Errorf("%d trailing bytes", r.Remaining())
 	}
 	if err != nil {
 		return Envelope{}, wrapMalformed("decoding dynamo envelope", err)
@@ -89,37 +90,37 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	return env, nil
 }
 
-func decodeEnvelope(r *reader) (Envelope, error) {
+func decodeEnvelope(r *mpack.Reader) (Envelope, error) {
 	var env Envelope
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if err != nil {
 		return env, err
 	}
 	havePayload := false
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return env, fmt.Errorf("field name: %w", err)
 		}
 		switch string(k) {
 		case keyTopic:
 			var s []byte
-			if s, err = r.strBytes(); err == nil {
+			if s, err = r.StrBytes(); err == nil {
 				env.Topic = string(s)
 			}
 		case keyPublisherID:
-			env.PublisherID, err = r.uint(math.MaxUint64)
+			env.PublisherID, err = r.Uint(math.MaxUint64)
 		case keySequence:
-			env.Sequence, err = r.uint(math.MaxUint64)
+			env.Sequence, err = r.Uint(math.MaxUint64)
 		case keyPublishedAt:
-			env.PublishedAtMs, err = r.uint(math.MaxUint64)
+			env.PublishedAtMs, err = r.Uint(math.MaxUint64)
 		case keyPublishedAtNs:
-			env.PublishedAtNs, err = r.uint(math.MaxUint64)
+			env.PublishedAtNs, err = r.Uint(math.MaxUint64)
 		case keyPayload:
-			env.Payload, err = r.binOrStr()
+			env.Payload, err = binOrStr(r)
 			havePayload = true
 		default:
-			err = r.skip(0)
+			err = r.Skip()
 		}
 		if err != nil {
 			return env, fmt.Errorf("field %q: %w", k, err)
@@ -157,20 +158,20 @@ func Decode(b []byte) (kvevent.Event, *Envelope, error) {
 
 // hasPayloadField reports whether b is a map with a top-level "payload" key.
 func hasPayloadField(b []byte) (bool, error) {
-	r := &reader{b: b}
-	n, err := r.mapLen()
+	r := mpack.NewReader(b)
+	n, err := r.MapLen()
 	if err != nil {
 		return false, err
 	}
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return false, fmt.Errorf("field name: %w", err)
 		}
 		if string(k) == keyPayload {
 			return true, nil
 		}
-		if err := r.skip(0); err != nil {
+		if err := r.Skip(); err != nil {
 			return false, err
 		}
 	}

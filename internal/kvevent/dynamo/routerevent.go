@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mpack"
 )
 
 // MaxBlocksPerEvent caps the stored blocks (or removed hashes) one event may
@@ -113,10 +114,10 @@ func EncodeEvent(ev kvevent.Event) ([]byte, error) {
 // 0, and data may be the bare string "cleared" or a one-entry map of any
 // variant. Trailing bytes after the RouterEvent are an error.
 func DecodeEvent(b []byte) (kvevent.Event, error) {
-	r := &reader{b: b}
+	r := mpack.NewReader(b)
 	ev, err := decodeRouterEvent(r)
-	if err == nil && r.remaining() != 0 {
-		err = fmt.Errorf("%d trailing bytes", r.remaining())
+	if err == nil && r.Remaining() != 0 {
+		err = fmt.Errorf("%d trailing bytes", r.Remaining())
 	}
 	if err != nil {
 		return kvevent.Event{}, wrapMalformed("decoding dynamo router event", err)
@@ -131,34 +132,34 @@ func wrapMalformed(ctx string, err error) error {
 	return fmt.Errorf("%s: %w: %w", ctx, ErrMalformed, err)
 }
 
-func decodeRouterEvent(r *reader) (kvevent.Event, error) {
+func decodeRouterEvent(r *mpack.Reader) (kvevent.Event, error) {
 	var ev kvevent.Event
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if err != nil {
 		return ev, err
 	}
 	var haveWorker, haveEvent bool
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return ev, fmt.Errorf("field name: %w", err)
 		}
 		switch string(k) {
 		case keyWorkerID:
-			v, err := r.uint(math.MaxUint64)
+			v, err := r.Uint(math.MaxUint64)
 			if err != nil {
 				return ev, fmt.Errorf("worker_id: %w", err)
 			}
 			ev.Worker.ID = kvevent.WorkerID(v)
 			haveWorker = true
 		case keyStorageTier:
-			if isNil, err := r.isNil(); err != nil || isNil {
+			if isNil, err := r.IsNil(); err != nil || isNil {
 				if err != nil {
 					return ev, err
 				}
 				continue
 			}
-			s, err := r.strBytes()
+			s, err := r.StrBytes()
 			if err != nil {
 				return ev, fmt.Errorf("storage_tier: %w", err)
 			}
@@ -173,7 +174,7 @@ func decodeRouterEvent(r *reader) (kvevent.Event, error) {
 			}
 			haveEvent = true
 		default:
-			if err := r.skip(0); err != nil {
+			if err := r.Skip(); err != nil {
 				return ev, fmt.Errorf("field %q: %w", k, err)
 			}
 		}
@@ -187,31 +188,31 @@ func decodeRouterEvent(r *reader) (kvevent.Event, error) {
 	return ev, nil
 }
 
-func decodeCacheEvent(r *reader, ev *kvevent.Event) error {
-	n, err := r.mapLen()
+func decodeCacheEvent(r *mpack.Reader, ev *kvevent.Event) error {
+	n, err := r.MapLen()
 	if err != nil {
 		return err
 	}
 	var haveID, haveData bool
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return fmt.Errorf("field name: %w", err)
 		}
 		switch string(k) {
 		case keyEventID:
-			if ev.ID, err = r.uint(math.MaxUint64); err != nil {
+			if ev.ID, err = r.Uint(math.MaxUint64); err != nil {
 				return fmt.Errorf("event_id: %w", err)
 			}
 			haveID = true
 		case keyDPRank:
-			if isNil, err := r.isNil(); err != nil || isNil {
+			if isNil, err := r.IsNil(); err != nil || isNil {
 				if err != nil {
 					return err
 				}
 				continue
 			}
-			v, err := r.uint(math.MaxUint32)
+			v, err := r.Uint(math.MaxUint32)
 			if err != nil {
 				return fmt.Errorf("dp_rank: %w", err)
 			}
@@ -222,7 +223,7 @@ func decodeCacheEvent(r *reader, ev *kvevent.Event) error {
 			}
 			haveData = true
 		default:
-			if err := r.skip(0); err != nil {
+			if err := r.Skip(); err != nil {
 				return fmt.Errorf("field %q: %w", k, err)
 			}
 		}
@@ -237,13 +238,13 @@ func decodeCacheEvent(r *reader, ev *kvevent.Event) error {
 }
 
 // decodeData reads the externally tagged KvCacheEventData enum.
-func decodeData(r *reader, ev *kvevent.Event) error {
-	c, err := r.peek()
+func decodeData(r *mpack.Reader, ev *kvevent.Event) error {
+	c, err := r.Peek()
 	if err != nil {
 		return err
 	}
 	if (c >= 0xa0 && c <= 0xbf) || c == 0xd9 || c == 0xda || c == 0xdb {
-		s, err := r.strBytes()
+		s, err := r.StrBytes()
 		if err != nil {
 			return err
 		}
@@ -253,12 +254,12 @@ func decodeData(r *reader, ev *kvevent.Event) error {
 		ev.Kind = kvevent.Cleared
 		return nil
 	}
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if err != nil {
 		return err
 	}
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return fmt.Errorf("variant name: %w", err)
 		}
@@ -275,7 +276,7 @@ func decodeData(r *reader, ev *kvevent.Event) error {
 			err = decodeRemoved(r, ev)
 		case "cleared":
 			ev.Kind = kvevent.Cleared
-			err = r.skip(0) // {"cleared": nil} or {"cleared": []}
+			err = r.Skip() // {"cleared": nil} or {"cleared": []}
 		default:
 			return fmt.Errorf("unknown variant %q", k)
 		}
@@ -289,25 +290,25 @@ func decodeData(r *reader, ev *kvevent.Event) error {
 	return nil
 }
 
-func decodeStored(r *reader, ev *kvevent.Event) error {
-	n, err := r.mapLen()
+func decodeStored(r *mpack.Reader, ev *kvevent.Event) error {
+	n, err := r.MapLen()
 	if err != nil {
 		return err
 	}
 	haveBlocks := false
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return fmt.Errorf("field name: %w", err)
 		}
 		switch string(k) {
 		case keyParentHash:
-			isNil, err := r.isNil()
+			isNil, err := r.IsNil()
 			if err != nil {
 				return err
 			}
 			if !isNil {
-				if ev.Parent, err = r.hash(); err != nil {
+				if ev.Parent, err = r.Hash(); err != nil {
 					return fmt.Errorf("parent_hash: %w", err)
 				}
 				ev.HasParent = true
@@ -318,7 +319,7 @@ func decodeStored(r *reader, ev *kvevent.Event) error {
 			}
 			haveBlocks = true
 		default: // start_position and anything newer
-			if err := r.skip(0); err != nil {
+			if err := r.Skip(); err != nil {
 				return fmt.Errorf("field %q: %w", k, err)
 			}
 		}
@@ -329,8 +330,8 @@ func decodeStored(r *reader, ev *kvevent.Event) error {
 	return nil
 }
 
-func decodeBlocks(r *reader, ev *kvevent.Event) error {
-	n, err := r.arrayLen()
+func decodeBlocks(r *mpack.Reader, ev *kvevent.Event) error {
+	n, err := r.ArrayLen()
 	if err != nil {
 		return err
 	}
@@ -348,54 +349,54 @@ func decodeBlocks(r *reader, ev *kvevent.Event) error {
 	return nil
 }
 
-func decodeBlock(r *reader) (kvevent.Block, error) {
+func decodeBlock(r *mpack.Reader) (kvevent.Block, error) {
 	var bl kvevent.Block
-	c, err := r.peek()
+	c, err := r.Peek()
 	if err != nil {
 		return bl, err
 	}
 	if (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd {
 		// Positional form [block_hash, tokens_hash, ...]: not what
 		// to_vec_named writes, accepted anyway.
-		n, err := r.arrayLen()
+		n, err := r.ArrayLen()
 		if err != nil {
 			return bl, err
 		}
 		if n < 2 {
 			return bl, fmt.Errorf("positional block with %d fields", n)
 		}
-		if bl.EngineHash, err = r.hash(); err != nil {
+		if bl.EngineHash, err = r.Hash(); err != nil {
 			return bl, err
 		}
-		if bl.LocalHash, err = r.hash(); err != nil {
+		if bl.LocalHash, err = r.Hash(); err != nil {
 			return bl, err
 		}
 		for range n - 2 {
-			if err := r.skip(0); err != nil {
+			if err := r.Skip(); err != nil {
 				return bl, err
 			}
 		}
 		return bl, nil
 	}
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if err != nil {
 		return bl, err
 	}
 	var haveEngine, haveLocal bool
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return bl, fmt.Errorf("field name: %w", err)
 		}
 		switch string(k) {
 		case keyBlockHash:
-			bl.EngineHash, err = r.hash()
+			bl.EngineHash, err = r.Hash()
 			haveEngine = true
 		case keyTokensHash:
-			bl.LocalHash, err = r.hash()
+			bl.LocalHash, err = r.Hash()
 			haveLocal = true
 		default: // mm_extra_info and anything newer
-			err = r.skip(0)
+			err = r.Skip()
 		}
 		if err != nil {
 			return bl, fmt.Errorf("field %q: %w", k, err)
@@ -407,24 +408,24 @@ func decodeBlock(r *reader) (kvevent.Block, error) {
 	return bl, nil
 }
 
-func decodeRemoved(r *reader, ev *kvevent.Event) error {
-	n, err := r.mapLen()
+func decodeRemoved(r *mpack.Reader, ev *kvevent.Event) error {
+	n, err := r.MapLen()
 	if err != nil {
 		return err
 	}
 	have := false
 	for range n {
-		k, err := r.strBytes()
+		k, err := r.StrBytes()
 		if err != nil {
 			return fmt.Errorf("field name: %w", err)
 		}
 		if string(k) != keyBlockHashes {
-			if err := r.skip(0); err != nil {
+			if err := r.Skip(); err != nil {
 				return fmt.Errorf("field %q: %w", k, err)
 			}
 			continue
 		}
-		m, err := r.arrayLen()
+		m, err := r.ArrayLen()
 		if err != nil {
 			return fmt.Errorf("block_hashes: %w", err)
 		}
@@ -433,7 +434,7 @@ func decodeRemoved(r *reader, ev *kvevent.Event) error {
 		}
 		ev.Removed = make([]uint64, 0, m)
 		for i := range m {
-			h, err := r.hash()
+			h, err := r.Hash()
 			if err != nil {
 				return fmt.Errorf("block_hashes[%d]: %w", i, err)
 			}
