@@ -135,7 +135,15 @@ type run struct {
 	progress report.Progress
 	first    time.Duration
 	started  bool
+	oracle   bool
 }
+
+// PolicyOracle is a diagnostic policy of the simulator only: it sends each
+// request to the worker whose cache (as the exact index sees it) holds its
+// longest prefix, ignoring load (ties: fewest requests in flight, then the
+// lowest id). It shows how much of the bound separate pools can reach when
+// cache affinity is all that matters.
+const PolicyOracle = "oracle"
 
 // Run simulates src through the fleet under one routing policy (kv,
 // round-robin, random or least-loaded). boundHitRatio is copied into the
@@ -146,13 +154,17 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	}
 	rcfg := cfg.Router
 	rcfg.Policy = policy
+	oracle := policy == PolicyOracle
+	if oracle {
+		rcfg.Policy = "kv" // the router only books; the sim picks the worker
+	}
 	rcfg.BlockSize = cfg.Engine.BlockSize
 	x, err := index.New(index.DefaultConfig())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("building index: %w", err)
 	}
 	r := &run{cfg: cfg, src: src, flights: map[uint64]*flight{}, rec: report.NewRecorder(cfg.Workers),
-		load: report.NewLoadRecorder(policy, "requests in flight"), progress: progress}
+		load: report.NewLoadRecorder(policy, "requests in flight"), progress: progress, oracle: oracle}
 	r.rt, err = router.New(rcfg, router.NewSerial(x), func() time.Time { return time.Unix(0, 0).Add(r.now) }, nil)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("building router: %w", err)
@@ -244,7 +256,13 @@ func (r *run) issue(req workload.Request) {
 	}
 	id := uint64(req.ID)
 	sid := strconv.FormatUint(id, 10)
-	d, err := r.rt.Route(router.Request{ID: sid, Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen})
+	rreq := router.Request{ID: sid, Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
+	if r.oracle {
+		if w, ok := r.oracleWorker(rreq); ok {
+			rreq.PinnedWorker, rreq.HasPinned = w, true
+		}
+	}
+	d, err := r.rt.Route(rreq)
 	if err != nil {
 		r.rec.Add(report.Record{Worker: -1, Issued: r.now, Failed: true})
 		r.done(1)
@@ -261,6 +279,25 @@ func (r *run) issue(req workload.Request) {
 	if !r.workers[w].busy {
 		r.startStep(w)
 	}
+}
+
+// oracleWorker picks the longest cached prefix, ties by fewest requests in
+// flight on the engine, then by the lowest id.
+func (r *run) oracleWorker(req router.Request) (kvevent.WorkerID, bool) {
+	d, err := r.rt.Plan(req)
+	if err != nil {
+		return 0, false
+	}
+	best, bestOverlap, bestLoad := -1, -1, 0
+	for _, c := range d.Candidates {
+		w := int(c.Worker.ID)
+		s := r.workers[w].eng.Stats()
+		load := s.Running + s.Waiting
+		if c.Overlap.Device > bestOverlap || (c.Overlap.Device == bestOverlap && (load < bestLoad || (load == bestLoad && w < best))) {
+			best, bestOverlap, bestLoad = w, c.Overlap.Device, load
+		}
+	}
+	return kvevent.WorkerID(best), best >= 0
 }
 
 func (r *run) done(n int) {
