@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mpack"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -21,8 +22,6 @@ const (
 	MaxRequestID = 1024
 	// MaxChunkEvents is the most events one snapshot chunk may carry.
 	MaxChunkEvents = 1 << 16
-	// maxSkipDepth bounds the nesting of unknown values that are skipped.
-	maxSkipDepth = 32
 )
 
 // ErrMalformed wraps every reason a payload is refused.
@@ -108,7 +107,7 @@ func encodeEvent(e *msgpack.Encoder, ev router.LifecycleEvent) error {
 // optional ones may be missing; request_id, router_id and data are
 // required. Errors wrap ErrMalformed.
 func DecodeEvent(b []byte) (router.LifecycleEvent, error) {
-	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d := mpack.NewDecoder(b)
 	ev, err := decodeEvent(d)
 	if err != nil {
 		return router.LifecycleEvent{}, fmt.Errorf("%w: %w", ErrMalformed, err)
@@ -116,9 +115,9 @@ func DecodeEvent(b []byte) (router.LifecycleEvent, error) {
 	return ev, nil
 }
 
-func decodeEvent(d *msgpack.Decoder) (router.LifecycleEvent, error) {
+func decodeEvent(d *mpack.Decoder) (router.LifecycleEvent, error) {
 	var ev router.LifecycleEvent
-	n, err := mapLen(d)
+	n, err := d.MapLen()
 	if err != nil {
 		return ev, fmt.Errorf("event: %w", err)
 	}
@@ -142,7 +141,7 @@ func decodeEvent(d *msgpack.Decoder) (router.LifecycleEvent, error) {
 		case "data":
 			err = decodeData(d, &ev)
 		default:
-			err = skip(d, 0)
+			err = d.Skip()
 		}
 		if err != nil {
 			return ev, fmt.Errorf("event field %q: %w", k, err)
@@ -159,9 +158,9 @@ func decodeEvent(d *msgpack.Decoder) (router.LifecycleEvent, error) {
 	return ev, nil
 }
 
-func decodeWorker(d *msgpack.Decoder) (kvevent.Worker, error) {
+func decodeWorker(d *mpack.Decoder) (kvevent.Worker, error) {
 	var w kvevent.Worker
-	n, err := mapLen(d)
+	n, err := d.MapLen()
 	if err != nil {
 		return w, err
 	}
@@ -182,7 +181,7 @@ func decodeWorker(d *msgpack.Decoder) (kvevent.Worker, error) {
 			}
 			w.Rank = kvevent.DPRank(v)
 		default:
-			err = skip(d, 0)
+			err = d.Skip()
 		}
 		if err != nil {
 			return w, fmt.Errorf("%s: %w", k, err)
@@ -193,7 +192,7 @@ func decodeWorker(d *msgpack.Decoder) (kvevent.Worker, error) {
 
 // decodeData reads the data variant: a bare string for the unit variants,
 // or a one-entry map {variant: body} (a nil body for unit variants).
-func decodeData(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
+func decodeData(d *mpack.Decoder, ev *router.LifecycleEvent) error {
 	c, err := d.PeekCode()
 	if err != nil {
 		return err
@@ -213,7 +212,7 @@ func decodeData(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
 		}
 		return nil
 	}
-	n, err := mapLen(d)
+	n, err := d.MapLen()
 	if err != nil {
 		return err
 	}
@@ -235,11 +234,11 @@ func decodeData(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
 	default:
 		return fmt.Errorf("unknown variant %q", tag)
 	}
-	return skip(d, 0)
+	return d.Skip()
 }
 
-func decodeAdd(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
-	n, err := mapLen(d)
+func decodeAdd(d *mpack.Decoder, ev *router.LifecycleEvent) error {
+	n, err := d.MapLen()
 	if err != nil {
 		return err
 	}
@@ -257,11 +256,11 @@ func decodeAdd(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
 			ev.ExpectedOutputTokens, err = decodeCount(d)
 		case "private":
 			var nil_ bool
-			if nil_, err = isNil(d); err == nil && !nil_ {
+			if nil_, err = d.IsNil(); err == nil && !nil_ {
 				ev.Private, err = d.DecodeBool()
 			}
 		default:
-			err = skip(d, 0)
+			err = d.Skip()
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
@@ -270,24 +269,15 @@ func decodeAdd(d *msgpack.Decoder, ev *router.LifecycleEvent) error {
 	return nil
 }
 
-func decodeHashes(d *msgpack.Decoder) ([]uint64, error) {
-	if null, err := isNil(d); err != nil || null {
+func decodeHashes(d *mpack.Decoder) ([]uint64, error) {
+	// ArrayLen reads nil as empty and checks n against the bytes present.
+	n, err := d.ArrayLen(MaxBlocks)
+	if err != nil || n == 0 {
 		return nil, err
 	}
-	n, err := d.DecodeArrayLen()
-	if err != nil {
-		return nil, err
-	}
-	if n < 0 || n > MaxBlocks {
-		return nil, fmt.Errorf("%d hashes, max %d", n, MaxBlocks)
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	// Never trust the declared length: grow as values actually arrive.
-	out := make([]uint64, 0, min(n, 256))
+	out := make([]uint64, 0, n)
 	for range n {
-		h, err := decodeHash(d)
+		h, err := d.Hash()
 		if err != nil {
 			return nil, err
 		}
@@ -296,23 +286,9 @@ func decodeHashes(d *msgpack.Decoder) ([]uint64, error) {
 	return out, nil
 }
 
-// decodeHash reads a u64 hash; a negative signed integer is reinterpreted
-// as its two's-complement bits.
-func decodeHash(d *msgpack.Decoder) (uint64, error) {
-	c, err := d.PeekCode()
-	if err != nil {
-		return 0, err
-	}
-	if msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64 {
-		v, err := d.DecodeInt64()
-		return uint64(v), err
-	}
-	return d.DecodeUint64()
-}
-
 // decodeCount reads an optional non-negative count (nil is 0).
-func decodeCount(d *msgpack.Decoder) (int, error) {
-	if null, err := isNil(d); err != nil || null {
+func decodeCount(d *mpack.Decoder) (int, error) {
+	if null, err := d.IsNil(); err != nil || null {
 		return 0, err
 	}
 	v, err := d.DecodeInt64()
@@ -323,62 +299,6 @@ func decodeCount(d *msgpack.Decoder) (int, error) {
 		return 0, fmt.Errorf("count %d out of range", v)
 	}
 	return int(v), nil
-}
-
-func isNil(d *msgpack.Decoder) (bool, error) {
-	c, err := d.PeekCode()
-	if err != nil {
-		return false, err
-	}
-	if c == msgpcode.Nil {
-		return true, d.DecodeNil()
-	}
-	return false, nil
-}
-
-// mapLen reads a map header (nil counts as empty).
-func mapLen(d *msgpack.Decoder) (int, error) {
-	n, err := d.DecodeMapLen()
-	if err != nil {
-		return 0, err
-	}
-	return max(n, 0), nil
-}
-
-// skip skips one value, refusing nesting deeper than maxSkipDepth.
-func skip(d *msgpack.Decoder, depth int) error {
-	if depth > maxSkipDepth {
-		return errors.New("nesting too deep")
-	}
-	c, err := d.PeekCode()
-	if err != nil {
-		return err
-	}
-	switch {
-	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-		n, err := d.DecodeArrayLen()
-		if err != nil {
-			return err
-		}
-		for range n {
-			if err := skip(d, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-		n, err := d.DecodeMapLen()
-		if err != nil {
-			return err
-		}
-		for range 2 * n {
-			if err := skip(d, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return d.Skip()
 }
 
 // Chunk is one message of a snapshot reply: part of a router's own
@@ -422,7 +342,7 @@ func AppendChunk(dst []byte, c Chunk) ([]byte, error) {
 
 // DecodeChunk decodes a snapshot chunk. Errors wrap ErrMalformed.
 func DecodeChunk(b []byte) (Chunk, error) {
-	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d := mpack.NewDecoder(b)
 	c, err := decodeChunk(d)
 	if err != nil {
 		return Chunk{}, fmt.Errorf("%w: snapshot chunk: %w", ErrMalformed, err)
@@ -430,9 +350,9 @@ func DecodeChunk(b []byte) (Chunk, error) {
 	return c, nil
 }
 
-func decodeChunk(d *msgpack.Decoder) (Chunk, error) {
+func decodeChunk(d *mpack.Decoder) (Chunk, error) {
 	var c Chunk
-	n, err := mapLen(d)
+	n, err := d.MapLen()
 	if err != nil {
 		return c, err
 	}
@@ -450,9 +370,7 @@ func decodeChunk(d *msgpack.Decoder) (Chunk, error) {
 			c.Last, err = d.DecodeBool()
 		case "events":
 			var m int
-			if m, err = d.DecodeArrayLen(); err == nil && (m < 0 || m > MaxChunkEvents) {
-				err = fmt.Errorf("%d events, max %d", m, MaxChunkEvents)
-			}
+			m, err = d.ArrayLen(MaxChunkEvents)
 			for i := 0; err == nil && i < m; i++ {
 				var ev router.LifecycleEvent
 				if ev, err = decodeEvent(d); err == nil {
@@ -460,7 +378,7 @@ func decodeChunk(d *msgpack.Decoder) (Chunk, error) {
 				}
 			}
 		default:
-			err = skip(d, 0)
+			err = d.Skip()
 		}
 		if err != nil {
 			return c, fmt.Errorf("%s: %w", k, err)
