@@ -1,39 +1,87 @@
 package index
 
 import (
-	"container/heap"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-// approxItem is one (holder, node) expiry in the prune heap. Items are
-// invalidated lazily: an item is live only while the holder's expiry map
-// still has the same expiry for the node.
+// approxItem is one recorded run in the expiry heap: holder recorded the
+// root path ending at node leaf (at depth leafDepth) with this expiry.
+//
+// A Record stamps every node of its path with the same expiry, so one item
+// per call is enough: the entries of the run that still carry its expiry
+// are the nodes walked up from leaf while the holder's expiry stays equal
+// (a later Record of a prefix moves that prefix to its own expiry). The
+// run's top is the shallowest of them, and dropping the holder's subtree
+// there drops them all. Items are checked lazily: an item whose leaf no
+// longer carries its expiry is stale and skipped.
+//
+// Invariant: every live (holder, node, expiry) entry has an item whose
+// walk reaches it. Record keeps it by pushing its own item. Expiry and
+// pruning drop a run from its top, whose parent carries another expiry, so
+// no other run's walk went through what they drop; the byte budget drops
+// at any node, so it pushes an item for the holder's parent of the
+// dropped node (afterDrop).
 type approxItem struct {
-	expiry int64
-	depth  uint32
-	holder uint32
-	node   uint32
+	expiry    int64
+	depth     uint32 // lower bound of the run top's depth (0 = a root child)
+	leafDepth uint32
+	holder    uint32
+	leaf      uint32
 }
 
+func (a approxItem) less(b approxItem) bool {
+	if a.expiry != b.expiry {
+		return a.expiry < b.expiry
+	}
+	return a.depth < b.depth
+}
+
+// approxHeap is a binary min-heap of items by (expiry, depth). It is typed
+// (container/heap would box every pushed item).
 type approxHeap []approxItem
 
-func (h approxHeap) Len() int { return len(h) }
-func (h approxHeap) Less(i, j int) bool {
-	if h[i].expiry != h[j].expiry {
-		return h[i].expiry < h[j].expiry
+func (h *approxHeap) push(it approxItem) {
+	s := append(*h, it)
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s[i].less(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
 	}
-	return h[i].depth < h[j].depth
+	*h = s
 }
-func (h approxHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *approxHeap) Push(v any)   { *h = append(*h, v.(approxItem)) }
-func (h *approxHeap) Pop() any {
-	old := *h
-	v := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return v
+
+func (h *approxHeap) pop() approxItem {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s[r].less(s[l]) {
+			m = r
+		}
+		if !s[m].less(s[i]) {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
 }
 
 type approxState struct {
@@ -76,7 +124,7 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 	}
 	exp := now.Add(ttl).UnixNano()
 	var parent uint32
-	for i, lh := range local {
+	for _, lh := range local {
 		nid := x.kids.find(x.ns, parent, lh)
 		if nid == 0 {
 			nid = x.ns.alloc(parent, lh)
@@ -92,46 +140,115 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 			x.approx.entries++
 		}
 		h.expiry[nid] = exp
-		heap.Push(&x.approx.heap, approxItem{expiry: exp, depth: uint32(i), holder: id, node: nid})
 		x.touch(nid)
 		parent = nid
 	}
-	if len(x.approx.heap) > 4*x.approx.entries+1024 {
+	x.approx.heap.push(approxItem{expiry: exp, leafDepth: uint32(len(local) - 1), holder: id, leaf: parent})
+	if len(x.approx.heap) > 2*x.approx.entries+1024 {
 		x.rebuildHeap()
 	}
 	if x.approx.entries > x.cfg.ApproxMaxBlocks {
 		target := int(float64(x.cfg.ApproxMaxBlocks) * x.cfg.PruneRatio)
 		for x.approx.entries > target && len(x.approx.heap) > 0 {
-			it := heap.Pop(&x.approx.heap).(approxItem)
-			if x.itemLive(it) {
-				before := x.approx.entries
-				x.dropSubtree(it.holder, it.node, false)
-				x.stats.pruned += uint64(before - x.approx.entries)
+			it := x.approx.heap.pop()
+			top, depth, ok := x.runTop(it)
+			if !ok {
+				continue
 			}
+			if depth > it.depth {
+				// Its shallow part was refreshed meanwhile: requeue
+				// under the depth where the run now starts, so ties
+				// go shallower first across runs.
+				it.depth = depth
+				x.approx.heap.push(it)
+				continue
+			}
+			before := x.approx.entries
+			x.dropSubtree(it.holder, top, false)
+			x.stats.pruned += uint64(before - x.approx.entries)
 		}
 	}
 	x.enforceBudget()
 	return nil
 }
 
-func (x *Index) itemLive(it approxItem) bool {
+// runTop returns the shallowest node of the item's run that still carries
+// its expiry, and that node's depth; ok is false for a stale item.
+func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
 	h := &x.holders[it.holder]
 	if !h.live || h.expiry == nil {
-		return false
+		return 0, 0, false
 	}
-	e, ok := h.expiry[it.node]
-	return ok && e == it.expiry
+	if e, held := h.expiry[it.leaf]; !held || e != it.expiry {
+		return 0, 0, false
+	}
+	top, depth = it.leaf, it.leafDepth
+	for depth > 0 {
+		p := x.ns.at(top).parent
+		if e, held := h.expiry[p]; !held || e != it.expiry {
+			break
+		}
+		top = p
+		depth--
+	}
+	return top, depth, true
 }
 
+// rebuildHeap drops stale items and duplicates, in place: a sorted slice
+// is a valid heap.
 func (x *Index) rebuildHeap() {
-	old := x.approx.heap
-	x.approx.heap = old[:0:0]
-	for _, it := range old {
-		if x.itemLive(it) {
-			x.approx.heap = append(x.approx.heap, it)
+	s := x.approx.heap
+	live := s[:0]
+	for _, it := range s {
+		if _, _, ok := x.runTop(it); ok {
+			live = append(live, it)
 		}
 	}
-	heap.Init(&x.approx.heap)
+	slices.SortFunc(live, func(a, b approxItem) int {
+		switch {
+		case a.expiry != b.expiry:
+			return cmpInt(a.expiry, b.expiry)
+		case a.depth != b.depth:
+			return cmpInt(a.depth, b.depth)
+		case a.holder != b.holder:
+			return cmpInt(a.holder, b.holder)
+		}
+		return cmpInt(a.leaf, b.leaf)
+	})
+	live = slices.CompactFunc(live, func(a, b approxItem) bool {
+		return a.expiry == b.expiry && a.holder == b.holder && a.leaf == b.leaf
+	})
+	clear(s[len(live):])
+	x.approx.heap = live
+}
+
+func cmpInt[T int64 | uint32](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// afterDrop keeps the expiry invariant after the byte budget dropped
+// holder id's subtree at a node whose parent is p: when the holder still
+// has p with an expiry, some run may now end at p.
+func (x *Index) afterDrop(id, p uint32) {
+	h := &x.holders[id]
+	if p == 0 || h.expiry == nil {
+		return
+	}
+	e, ok := h.expiry[p]
+	if !ok {
+		return
+	}
+	var d uint32
+	for q := x.ns.at(p).parent; q != 0; q = x.ns.at(q).parent {
+		d++
+	}
+	x.approx.heap.push(approxItem{expiry: e, leafDepth: d, holder: id, leaf: p})
 }
 
 // Expire drops approximate and predicted entries whose TTL ended at or
@@ -139,10 +256,10 @@ func (x *Index) rebuildHeap() {
 func (x *Index) Expire(now time.Time) {
 	t := now.UnixNano()
 	for len(x.approx.heap) > 0 && x.approx.heap[0].expiry <= t {
-		it := heap.Pop(&x.approx.heap).(approxItem)
-		if x.itemLive(it) {
+		it := x.approx.heap.pop()
+		if top, _, ok := x.runTop(it); ok {
 			before := x.approx.entries
-			x.dropSubtree(it.holder, it.node, false)
+			x.dropSubtree(it.holder, top, false)
 			x.stats.expired += uint64(before - x.approx.entries)
 		}
 	}

@@ -71,10 +71,12 @@ func (x *Index) enforceBudget() {
 			continue // freed by an earlier eviction
 		}
 		ids := slices.Clone(x.ns.holders(n, &single))
+		parent := n.parent
 		for _, e := range ids {
 			before := x.holders[entryID(e)].blocks
 			x.dropSubtree(entryID(e), nid, false)
 			x.stats.evicted += uint64(before - x.holders[entryID(e)].blocks)
+			x.afterDrop(entryID(e), parent)
 		}
 	}
 }
