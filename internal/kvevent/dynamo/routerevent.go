@@ -447,3 +447,26 @@ func decodeRemoved(r *mpack.Reader, ev *kvevent.Event) error {
 	}
 	return nil
 }
+
+// DecodeEventArray reads a msgpack array of bin values, each one
+// RouterEvent in Dynamo's encoding (how recovery replies and index
+// snapshots carry events); nil reads as no events. Every event must decode.
+func DecodeEventArray(d *mpack.Decoder) ([]kvevent.Event, error) {
+	n, err := d.ArrayLen(math.MaxInt)
+	if err != nil {
+		return nil, err
+	}
+	var out []kvevent.Event
+	for i := range n {
+		raw, err := d.DecodeBytes()
+		if err != nil {
+			return nil, fmt.Errorf("event %d: %w", i, err)
+		}
+		ev, err := DecodeEvent(raw)
+		if err != nil {
+			return nil, fmt.Errorf("event %d: %w", i, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
