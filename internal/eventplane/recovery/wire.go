@@ -7,8 +7,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/mpack"
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // ErrMalformed is wrapped by every decoding error caused by the input.
@@ -152,7 +152,7 @@ func DecodeRequest(b []byte) (Request, error) {
 	if len(b) > MaxMessageBytes {
 		return r, fmt.Errorf("%w: request of %d bytes", ErrMalformed, len(b))
 	}
-	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d := mpack.NewDecoder(b)
 	n, err := d.DecodeMapLen()
 	if err != nil || n < 0 {
 		return r, fmt.Errorf("%w: request is not a map", ErrMalformed)
@@ -192,13 +192,9 @@ func DecodeRequest(b []byte) (Request, error) {
 	return r, nil
 }
 
-func decodeOptUint(d *msgpack.Decoder) (bool, uint64, error) {
-	c, err := d.PeekCode()
-	if err != nil {
+func decodeOptUint(d *mpack.Decoder) (bool, uint64, error) {
+	if null, err := d.IsNil(); err != nil || null {
 		return false, 0, err
-	}
-	if c == msgpcode.Nil {
-		return false, 0, d.DecodeNil()
 	}
 	v, err := d.DecodeUint64()
 	return err == nil, v, err
@@ -284,7 +280,7 @@ func DecodePart(b []byte) (Part, error) {
 	if len(b) > MaxMessageBytes {
 		return p, fmt.Errorf("%w: reply part of %d bytes", ErrMalformed, len(b))
 	}
-	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d := mpack.NewDecoder(b)
 	n, err := d.DecodeMapLen()
 	if err != nil || n < 0 {
 		return p, fmt.Errorf("%w: reply is not a map", ErrMalformed)
@@ -322,20 +318,8 @@ func DecodePart(b []byte) (Part, error) {
 				p.Count = int(v)
 			}
 		case "events":
-			m, err := d.DecodeArrayLen()
-			if err != nil {
+			if p.Events, err = dynamo.DecodeEventArray(d); err != nil {
 				return bad(key, err)
-			}
-			for i := range m {
-				raw, err := d.DecodeBytes()
-				if err != nil {
-					return bad(fmt.Sprintf("event %d", i), err)
-				}
-				ev, err := dynamo.DecodeEvent(raw)
-				if err != nil {
-					return bad(fmt.Sprintf("event %d", i), err)
-				}
-				p.Events = append(p.Events, ev)
 			}
 		case "last_event_id", "newest_available", "start_event_id", "end_event_id", "publisher_id":
 			v, err := d.DecodeUint64()
