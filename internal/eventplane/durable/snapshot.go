@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/mpack"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -57,7 +59,7 @@ func (s Snapshot) Encode() ([]byte, error) {
 // DecodeSnapshot decodes a snapshot; unknown fields are skipped.
 func DecodeSnapshot(b []byte) (Snapshot, error) {
 	s := Snapshot{Last: map[kvevent.Worker]uint64{}}
-	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d := mpack.NewDecoder(b)
 	bad := func(what string, err error) (Snapshot, error) {
 		return s, fmt.Errorf("%w: %s: %v", ErrMalformed, what, err)
 	}
@@ -81,7 +83,7 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 				return bad(k, err)
 			}
 		case "last_ids":
-			m, err := d.DecodeArrayLen()
+			m, err := d.ArrayLen(math.MaxInt)
 			if err != nil {
 				return bad(k, err)
 			}
@@ -99,20 +101,8 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 				s.Last[kvevent.Worker{ID: kvevent.WorkerID(id), Rank: kvevent.DPRank(rank)}] = ev
 			}
 		case "events":
-			m, err := d.DecodeArrayLen()
-			if err != nil {
+			if s.Events, err = dynamo.DecodeEventArray(d); err != nil {
 				return bad(k, err)
-			}
-			for i := range m {
-				raw, err := d.DecodeBytes()
-				if err != nil {
-					return bad(fmt.Sprintf("event %d", i), err)
-				}
-				ev, err := dynamo.DecodeEvent(raw)
-				if err != nil {
-					return bad(fmt.Sprintf("event %d", i), err)
-				}
-				s.Events = append(s.Events, ev)
 			}
 		default:
 			if err := d.Skip(); err != nil {
