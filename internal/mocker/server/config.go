@@ -1,11 +1,13 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,6 +34,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Tokenizer encodes prompts; nil means WordTokenizer.
 	Tokenizer Tokenizer
+	// ChatTemplate renders chat requests as vLLM's server would (the
+	// model's Jinja template, tools and enable_thinking included); nil
+	// means a plain ChatML rendering of the messages' text. Give it the
+	// router's template so both sides count the same prompt tokens.
+	ChatTemplate ChatTemplate
 	// Registry receives the worker's metrics; nil means a fresh registry
 	// (never the global one).
 	Registry *prometheus.Registry
@@ -122,3 +129,12 @@ func (c Config) maxModelLen() int {
 	}
 	return capTokens
 }
+
+// ChatTemplate renders an OpenAI conversation (messages and tools as raw
+// JSON, in their key order) into the model's prompt text;
+// *chattemplate.Template satisfies it. It must be safe for concurrent use.
+type ChatTemplate interface {
+	Render(messages, tools json.RawMessage, opts chattemplate.Options) (string, error)
+}
+
+var _ ChatTemplate = (*chattemplate.Template)(nil)

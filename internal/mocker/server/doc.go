@@ -10,8 +10,9 @@
 // tokens queue per request.
 //
 // The API covers what routers and benchmarks use: /v1/completions (text or
-// token-id prompts, single or batch), /v1/chat/completions (ChatML fallback
-// rendering), SSE streaming with stream_options.include_usage,
+// token-id prompts, single or batch), /v1/chat/completions (rendered with
+// Config.ChatTemplate, the model's Jinja template, tools and
+// enable_thinking included; a plain ChatML fallback without one), SSE streaming with stream_options.include_usage,
 // usage.prompt_tokens_details.cached_tokens with the real number of prompt
 // tokens served from the prefix cache, /v1/models, /health, /tokenize,
 // /detokenize, /reset_prefix_cache and /metrics with vLLM's metric names.

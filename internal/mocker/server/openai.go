@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 )
 
@@ -78,7 +79,50 @@ type chatMessage struct {
 
 type chatRequest struct {
 	commonRequest
-	Messages []chatMessage `json:"messages"`
+	chatFields
+}
+
+// chatFields are the parts of a chat body that decide the rendered prompt;
+// messages and tools stay raw so that a chat template sees their key order.
+type chatFields struct {
+	Messages             json.RawMessage `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// empty reports whether no messages were given.
+func (c *chatFields) empty() bool {
+	m := bytes.TrimSpace(c.Messages)
+	return len(m) == 0 || string(m) == "null" || string(m) == "[]"
+}
+
+// renderChat renders the conversation with the configured chat template
+// (as vLLM's server does), or with the ChatML fallback without one.
+func (w *Worker) renderChat(c *chatFields) (string, error) {
+	if w.cfg.ChatTemplate == nil {
+		var msgs []chatMessage
+		if err := json.Unmarshal(c.Messages, &msgs); err != nil {
+			return "", errors.New("messages must be a list of message objects")
+		}
+		return renderChatML(msgs)
+	}
+	absent := func(raw json.RawMessage) bool {
+		raw = bytes.TrimSpace(raw)
+		return len(raw) == 0 || string(raw) == "null"
+	}
+	cr := &chattemplate.ChatRequest{Messages: c.Messages, AddGenerationPrompt: c.AddGenerationPrompt,
+		ContinueFinalMessage: c.ContinueFinalMessage}
+	if !absent(c.Tools) {
+		cr.Tools = c.Tools
+	}
+	if !absent(c.ChatTemplateKwargs) {
+		cr.ChatTemplateKwargs = c.ChatTemplateKwargs
+	}
+	o := cr.Options()
+	o.Preprocess = chattemplate.PreprocessVLLM
+	return w.cfg.ChatTemplate.Render(cr.Messages, cr.Tools, o)
 }
 
 type promptDetails struct {
@@ -248,9 +292,9 @@ func (w *Worker) handleCompletions(rw http.ResponseWriter, req *http.Request) {
 	w.generate(rw, req, &body.commonRequest, prompts, maxTok, dp, false)
 }
 
-// renderChat is the fallback chat rendering when no chat template is
+// renderChatML is the fallback chat rendering when no chat template is
 // configured: ChatML, as Qwen models use, ending with the assistant header.
-func renderChat(msgs []chatMessage) (string, error) {
+func renderChatML(msgs []chatMessage) (string, error) {
 	var b strings.Builder
 	for i, m := range msgs {
 		if m.Role == "" {
@@ -303,11 +347,11 @@ func (w *Worker) handleChat(rw http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	if len(body.Messages) == 0 {
+	if body.empty() {
 		writeError(rw, http.StatusBadRequest, "messages must be a non-empty list")
 		return
 	}
-	text, err := renderChat(body.Messages)
+	text, err := w.renderChat(&body.chatFields)
 	if err != nil {
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
@@ -521,10 +565,10 @@ func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
 
 func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
 	var body struct {
-		Model    string        `json:"model"`
-		Prompt   *string       `json:"prompt"`
-		Messages []chatMessage `json:"messages"`
-		Special  *bool         `json:"add_special_tokens"`
+		chatFields
+		Model   string  `json:"model"`
+		Prompt  *string `json:"prompt"`
+		Special *bool   `json:"add_special_tokens"`
 	}
 	if !w.decodeBody(rw, req, &body) {
 		return
@@ -537,8 +581,8 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
 	switch {
 	case body.Prompt != nil:
 		ids = w.tok.Encode(*body.Prompt, body.Special == nil || *body.Special)
-	case len(body.Messages) > 0:
-		text, err := renderChat(body.Messages)
+	case !body.empty():
+		text, err := w.renderChat(&body.chatFields)
 		if err != nil {
 			writeError(rw, http.StatusBadRequest, err.Error())
 			return
