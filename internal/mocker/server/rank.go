@@ -101,7 +101,7 @@ func (r *rank) apply(c rankCmd) {
 	case c.reset != nil:
 		evs, err := r.eng.Reset()
 		if err == nil {
-			r.publish(evs)
+			r.publish(cloneEvents(evs)) // sinks may keep the batch; the engine reuses evs
 		}
 		c.reset <- err
 	default:
