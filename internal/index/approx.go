@@ -120,7 +120,7 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 	}
 	h := &x.holders[id]
 	if h.expiry == nil {
-		h.expiry = make(map[uint32]int64, len(local))
+		h.expiry = &expiryTable{}
 	}
 	exp := now.Add(ttl).UnixNano()
 	var parent uint32
@@ -136,10 +136,9 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 			x.ns.setMask(n, id, deviceMask)
 			h.blocks++
 		}
-		if _, ok := h.expiry[nid]; !ok {
+		if h.expiry.set(nid, exp) {
 			x.approx.entries++
 		}
-		h.expiry[nid] = exp
 		x.touch(nid)
 		parent = nid
 	}
@@ -179,13 +178,13 @@ func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
 	if !h.live || h.expiry == nil {
 		return 0, 0, false
 	}
-	if e, held := h.expiry[it.leaf]; !held || e != it.expiry {
+	if e, held := h.expiry.get(it.leaf); !held || e != it.expiry {
 		return 0, 0, false
 	}
 	top, depth = it.leaf, it.leafDepth
 	for depth > 0 {
 		p := x.ns.at(top).parent
-		if e, held := h.expiry[p]; !held || e != it.expiry {
+		if e, held := h.expiry.get(p); !held || e != it.expiry {
 			break
 		}
 		top = p
@@ -240,7 +239,7 @@ func (x *Index) afterDrop(id, p uint32) {
 	if p == 0 || h.expiry == nil {
 		return
 	}
-	e, ok := h.expiry[p]
+	e, ok := h.expiry.get(p)
 	if !ok {
 		return
 	}

@@ -48,7 +48,7 @@ type holder struct {
 	blocks  int                            // nodes this holder holds (any tier)
 	engine  [kvevent.NumTiers]*engineTable // engine hash -> node, per tier
 	entries int                            // engine entries (all tiers)
-	expiry  map[uint32]int64               // approx/predict: node -> expiry (unix ns)
+	expiry  *expiryTable                   // approx/predict: node -> expiry (unix ns)
 	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
 }
 
@@ -177,8 +177,8 @@ func (x *Index) clearHolder(id uint32) {
 	for t := range h.engine {
 		h.engine[t].each(func(_ uint64, nid uint32, _ uint32) { visit(nid) })
 	}
-	for nid := range h.expiry {
-		visit(nid)
+	if h.expiry != nil {
+		h.expiry.each(func(nid uint32, _ int64) { visit(nid) })
 	}
 	slices.Sort(tops)
 	tops = slices.Compact(tops)
@@ -465,11 +465,8 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 				pending = true
 			}
 		}
-		if h.expiry != nil {
-			if _, ok := h.expiry[nid]; ok {
-				delete(h.expiry, nid)
-				x.approx.entries--
-			}
+		if h.expiry != nil && h.expiry.del(nid) {
+			x.approx.entries--
 		}
 		x.ns.setMask(n, id, 0)
 		h.blocks--
