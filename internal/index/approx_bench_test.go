@@ -111,10 +111,14 @@ func BenchmarkPredict8k(b *testing.B) {
 		}
 	}
 	now := t0
-	benchRecord(b, func(i int) {
+	predict := func(i int) {
 		now = now.Add(time.Millisecond)
 		_ = x.Predict(kvevent.Worker{ID: kvevent.WorkerID((i * 7) % 64)}, prompts[i%len(prompts)], now)
-	})
+	}
+	for i := range 10_000 { // two TTLs: into the steady state
+		predict(i)
+	}
+	benchRecord(b, func(i int) { predict(10_000 + i) })
 }
 
 func benchRecord(b *testing.B, op func(i int)) {

@@ -16,6 +16,10 @@ type node struct {
 	lower  uint16 // holders whose tier mask is not device-only; top bit: inKids
 }
 
+// maxKeptList is the capacity up to which a holder list whose node is
+// back to one holder keeps its storage for reuse.
+const maxKeptList = 8
+
 const (
 	pageBits = 12
 	pageSize = 1 << pageBits
@@ -170,7 +174,13 @@ func (ns *nodes) setMask(n *node, id uint32, mask uint8) uint8 {
 		n.n--
 		if n.n == 1 {
 			n.h = l[0]
-			ns.extra[x] = nil
+			// Keep a short list's storage for the next node that gets a
+			// second holder (predict-on-route entries come and go on
+			// nodes an exact worker holds).
+			if cap(l) > maxKeptList {
+				l = nil
+			}
+			ns.extra[x] = l[:0]
 			ns.xlen--
 			ns.xfree = append(ns.xfree, x)
 		} else {
@@ -183,21 +193,25 @@ func (ns *nodes) setMask(n *node, id uint32, mask uint8) uint8 {
 			return 0
 		}
 		if n.n == 1 {
-			l := make([]uint32, 0, 2)
+			var x uint32
+			var l []uint32
+			if k := len(ns.xfree); k > 0 {
+				x = ns.xfree[k-1]
+				ns.xfree = ns.xfree[:k-1]
+				l = ns.extra[x][:0]
+			} else {
+				x = uint32(len(ns.extra))
+				ns.extra = append(ns.extra, nil)
+			}
+			if l == nil {
+				l = make([]uint32, 0, 2)
+			}
 			if entryID(n.h) < id {
 				l = append(l, n.h, e)
 			} else {
 				l = append(l, e, n.h)
 			}
-			var x uint32
-			if k := len(ns.xfree); k > 0 {
-				x = ns.xfree[k-1]
-				ns.xfree = ns.xfree[:k-1]
-				ns.extra[x] = l
-			} else {
-				x = uint32(len(ns.extra))
-				ns.extra = append(ns.extra, l)
-			}
+			ns.extra[x] = l
 			n.h = x
 			n.n = 2
 			ns.xlen += 2
