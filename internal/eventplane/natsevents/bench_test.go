@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
 // counted applies to a concurrent index and counts events.
@@ -56,13 +57,12 @@ func (a *benchAgent) stored() kvevent.Event {
 // into routers routers, each applying to its own concurrent index, and
 // reports events per second per router.
 func benchFanIn(b *testing.B, routers int) {
-	srv := startNATS(b, -1)
-	defer srv.Shutdown()
+	srv := natstest.StartServer(b, -1, false)
 	const agents = 64
 	as := make([]*benchAgent, agents)
 	for i := range as {
 		w := kvevent.Worker{ID: kvevent.WorkerID(1000 + i)}
-		p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), connect(b, srv.ClientURL()))
+		p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(b, srv.ClientURL()))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func benchFanIn(b *testing.B, routers int) {
 	for range routers {
 		c := newCounted(b)
 		cfg := natsevents.DefaultConsumerConfig()
-		cons, err := natsevents.NewConsumer(cfg, connect(b, srv.ClientURL()), c, nil, nil, quietLog())
+		cons, err := natsevents.NewConsumer(cfg, natstest.Connect(b, srv.ClientURL()), c, nil, nil, quietLog())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,10 +134,9 @@ func BenchmarkFanIn64AgentsTo3Routers(b *testing.B) { benchFanIn(b, 3) }
 // publisher's Publish to the stored block answering a query in the
 // router's index (NATS hop, decode, tracker, index writer).
 func BenchmarkStoredToQueryableLag(b *testing.B) {
-	srv := startNATS(b, -1)
-	defer srv.Shutdown()
+	srv := natstest.StartServer(b, -1, false)
 	w := kvevent.Worker{ID: 5}
-	p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), connect(b, srv.ClientURL()))
+	p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(b, srv.ClientURL()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -147,7 +146,7 @@ func BenchmarkStoredToQueryableLag(b *testing.B) {
 		b.Fatal(err)
 	}
 	c := newCounted(b)
-	cons, err := natsevents.NewConsumer(natsevents.DefaultConsumerConfig(), connect(b, srv.ClientURL()), c, nil, nil, quietLog())
+	cons, err := natsevents.NewConsumer(natsevents.DefaultConsumerConfig(), natstest.Connect(b, srv.ClientURL()), c, nil, nil, quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,14 +23,13 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // been recovered from the local indexers; a router joining after the
 // traffic gets the same state from dumps alone.
 func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
-	srv := startNATS(t, -1)
-	defer srv.Shutdown()
+	srv := natstest.StartServer(t, -1, false)
 	f := startFleet(t, srv.ClientURL(), 3, server.Faults{DropEvents: 0.15, DuplicateEvents: 0.15})
 	v := newView()
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	states := map[kvevent.WorkerID]discovery.State{}
-	c := newConsumer(t, connect(t, srv.ClientURL()), v, reg, func(id kvevent.WorkerID, s discovery.State, _ string) {
+	c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, reg, func(id kvevent.WorkerID, s discovery.State, _ string) {
 		mu.Lock()
 		states[id] = s
 		mu.Unlock()
@@ -45,7 +45,7 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 		t.Fatalf("faults not exercised: gaps %v, duplicates %v", metric(t, reg, "kvrouter_eventplane_gaps_total"),
 			metric(t, reg, "kvrouter_eventplane_duplicates_dropped_total"))
 	}
-	waitFor(t, 5*time.Second, func() bool {
+	natstest.WaitFor(t, 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range f.ids {
@@ -58,7 +58,7 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 
 	// A late router: full state from the local indexers.
 	v2 := newView()
-	c2 := newConsumer(t, connect(t, srv.ClientURL()), v2, nil, nil)
+	c2 := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v2, nil, nil)
 	f.announce(c2)
 	waitConverged(t, f, v2, c2, 10*time.Second)
 }
@@ -79,15 +79,4 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

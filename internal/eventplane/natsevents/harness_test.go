@@ -21,35 +21,10 @@ import (
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
-	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// startNATS runs a bare nats-server on loopback (port -1: a free one).
-func startNATS(t testing.TB, port int) *natsserver.Server {
-	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	return s
-}
-
-func connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
-	t.Helper()
-	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 type key struct {
 	tier kvevent.Tier
@@ -123,7 +98,7 @@ func startFleetOpts(t *testing.T, url string, n int, faults server.Faults, opts 
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fleet{cancel: cancel}
 	for k := range n {
-		nc := connect(t, url, opts...)
+		nc := natstest.Connect(t, url, opts...)
 		cfg := server.DefaultConfig()
 		cfg.Engine = mocker.DefaultConfig()
 		cfg.Engine.BlockSize = 4

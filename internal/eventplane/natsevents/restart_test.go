@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -21,13 +22,13 @@ import (
 // router resubscribes and, from its reconnect hook, asks every worker for
 // what it missed.
 func TestNATSServerRestart(t *testing.T) {
-	srv := startNATS(t, -1)
+	srv := natstest.StartServer(t, -1, false)
 	url := srv.ClientURL()
 	f := startFleetOpts(t, url, 2, server.Faults{}, nats.ReconnectBufSize(-1))
 	v := newView()
 	var c atomic.Pointer[natsevents.Consumer]
 	var reconnects atomic.Int64
-	nc := connect(t, url, nats.ReconnectHandler(func(*nats.Conn) {
+	nc := natstest.Connect(t, url, nats.ReconnectHandler(func(*nats.Conn) {
 		reconnects.Add(1)
 		if p := c.Load(); p != nil {
 			p.Reconnected()
@@ -43,9 +44,8 @@ func TestNATSServerRestart(t *testing.T) {
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	f.traffic(t, rng, 30) // these events are lost
-	srv2 := startNATS(t, p)
-	defer srv2.Shutdown()
-	waitFor(t, 10*time.Second, func() bool { return reconnects.Load() > 0 }, "router reconnect")
+	natstest.StartServer(t, p, false)
+	natstest.WaitFor(t, 10*time.Second, func() bool { return reconnects.Load() > 0 }, "router reconnect")
 	waitConverged(t, f, v, c.Load(), 10*time.Second)
 	f.traffic(t, rng, 20)
 	waitConverged(t, f, v, c.Load(), 10*time.Second)
@@ -58,12 +58,11 @@ func TestNATSServerRestart(t *testing.T) {
 func TestPublisherRestart(t *testing.T) {
 	for _, bare := range []bool{false, true} {
 		t.Run(map[bool]string{false: "envelope", true: "bare"}[bare], func(t *testing.T) {
-			srv := startNATS(t, -1)
-			defer srv.Shutdown()
+			srv := natstest.StartServer(t, -1, false)
 			w := kvevent.Worker{ID: 9, Rank: 0}
 			cfg := natsevents.DefaultPublisherConfig()
 			cfg.Bare = bare
-			pubConn := connect(t, srv.ClientURL())
+			pubConn := natstest.Connect(t, srv.ClientURL())
 			start := func() (*localindex.Index, *natsevents.Publisher) {
 				x := localindex.New(w, 16)
 				p, err := natsevents.NewPublisher(cfg, pubConn)
@@ -77,7 +76,7 @@ func TestPublisherRestart(t *testing.T) {
 			}
 			x, p := start()
 			v := newView()
-			c := newConsumer(t, connect(t, srv.ClientURL()), v, nil, nil)
+			c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, nil, nil)
 			c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
 				ID: w.ID, Name: "a", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -97,7 +96,7 @@ func TestPublisherRestart(t *testing.T) {
 			}
 			emit(x, p, 50)
 			wait := func(x *localindex.Index) {
-				waitFor(t, 10*time.Second, func() bool { return maps.Equal(v.get(w), truth(x)) }, "router view equals the publisher's")
+				natstest.WaitFor(t, 10*time.Second, func() bool { return maps.Equal(v.get(w), truth(x)) }, "router view equals the publisher's")
 			}
 			wait(x)
 			p.Close()
