@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	register("bench", command{summary: "run a benchmark: bench index", run: runBench})
+	register("bench", command{summary: "run a benchmark: bench [online] (HTTP load), bench index", run: runBench})
 }
 
 // benchSubs are the benchmarks `kvrouter bench <sub>` runs; each takes the
@@ -29,6 +29,9 @@ func runBench(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 0
 	}
 	sub, ok := benchSubs[args[0]]
+	if !ok && len(args[0]) > 1 && args[0][0] == '-' {
+		return runBenchOnline(ctx, args, stdin, stdout, stderr) // flags first: the default, online
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "kvrouter bench: unknown benchmark %q\n\n", args[0])
 		benchUsage(stderr)

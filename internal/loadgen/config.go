@@ -63,7 +63,9 @@ var ErrConfig = errors.New("invalid loadgen config")
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
-	bad := func(format string, a ...any) error { return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...) }
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,9 +33,8 @@ func TestMain(m *testing.M) {
 // a 500.
 func fakeSSE(t *testing.T, gap time.Duration, served *atomic.Int64) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body strings.Builder
-		_, _ = fmt.Fscan(r.Body, &body) // enough to see the first word
-		if strings.Contains(body.String(), "fail") {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"fail"`) {
 			http.Error(w, "boom", http.StatusInternalServerError)
 			return
 		}
