@@ -1,0 +1,29 @@
+// Package chaos is kvrouter's fault suite: it runs a real in-process fleet
+// (mock vLLM workers over loopback HTTP and ZMQ, one to three routers built
+// by internal/service) under seeded random fault schedules and checks,
+// after every schedule, the invariants an operator relies on:
+//
+//   - each router's index equals the engines' true cached block sets
+//     (compared as multisets of (worker, rank, tier, engine hash, local
+//     hash)) within a bounded time after the last fault;
+//   - every request a client sent either completed or ended in an error
+//     the client saw (counted client-side: none vanished);
+//   - every router's bookings return to zero;
+//   - no goroutine outlives the suite (goleak) and nothing panics.
+//
+// Why a package of its own: the faults cut across every component (engine
+// restarts, lost and duplicated event batches, stalled HTTP streams, router
+// restarts), so the suite sits above all of them and owns only test code.
+// The package has no production code; this file exists to document it.
+//
+// Faults are injected at the edges, never inside the code under test: a
+// TCP proxy in front of every worker's HTTP port (stall mid-stream, cut
+// every connection), an event sink in front of every worker's ZMQ
+// publisher (drop live, duplicate, delay), and process-level stops and
+// restarts of workers and routers on their original ports.
+//
+// The short variant (two schedules) runs with `go test ./internal/chaos/`;
+// the long suite and the soak test need the build tag: `make chaos`,
+// `make soak`. A failing schedule prints its seed; replay it with
+// `go test -tags chaos -run TestChaos ./internal/chaos/ -chaos.seed=N`.
+package chaos

@@ -1,0 +1,376 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+)
+
+var (
+	flagSeed      = flag.Uint64("chaos.seed", 0, "replay one schedule with this seed (0: seeds from the clock)")
+	flagSchedules = flag.Int("chaos.schedules", 0, "number of schedules of the long suite (0: its default)")
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-zeromq/zmq4 v0.17.0: a closed PUB socket's writer goroutine
+		// stays parked on a condition variable Close never signals (see
+		// internal/eventplane/vllmzmq). Not ours.
+		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"),
+	)
+}
+
+// fault is one kind of failure a schedule can inject.
+type fault int
+
+const (
+	faultWorkerCrash   fault = iota // worker process stops (connections cut), restarts later on the same ports
+	faultEvents                     // a worker's event batches dropped live / duplicated / delayed
+	faultEngineReset                // engine sequence restarts at 0 with its cache cleared
+	faultRouterRestart              // a router stops (graceful) and starts again on the same address
+	faultStall                      // a worker stops answering HTTP mid-stream, then resumes
+	faultCut                        // every connection to a worker reset (process stays up)
+	numFaults
+)
+
+var faultNames = [...]string{"worker crash+restart", "event loss/dup/delay", "engine sequence reset",
+	"router restart", "worker stalls mid-stream", "connections reset"}
+
+// schedule is a seeded plan: cluster shape and the faults in order.
+type schedule struct {
+	seed    uint64
+	workers int
+	routers int
+	steps   int
+	clients int
+}
+
+func newSchedule(seed uint64, steps int) schedule {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return schedule{seed: seed, workers: 3 + rng.IntN(3), routers: 1 + rng.IntN(3), steps: steps, clients: 6 + rng.IntN(10)}
+}
+
+// result is what one schedule survived.
+type result struct {
+	faults   map[string]int
+	requests map[outcome]int
+}
+
+// runSchedule runs one schedule against a fresh cluster and checks every
+// invariant; on failure it prints the seed and the logs' tail.
+func runSchedule(t *testing.T, s schedule) result {
+	t.Helper()
+	var res result
+	ok := t.Run(fmt.Sprintf("seed=%d", s.seed), func(t *testing.T) {
+		logs := &logBuf{}
+		stats := newCounters()
+		defer func() {
+			if t.Failed() {
+				t.Logf("REPLAY: go test -tags chaos -run 'TestChaos' ./internal/chaos/ -chaos.seed=%d", s.seed)
+				t.Logf("logs (tail):\n%s", logs.tail(20000))
+			}
+		}()
+		c, err := newCluster(clusterConfig{workers: s.workers, routers: s.routers, kvBlocks: 160, seed: s.seed,
+			dataDir: t.TempDir()}, logs, stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.close()
+		eventually(t, 15*time.Second, "routers ready", func() (bool, string) { return c.ready() })
+
+		stalls := &windows{}
+		l := newLoad(c, s.seed, 2500*time.Millisecond, stalls)
+		l.run(s.clients, s.seed)
+		halted := false
+		defer func() {
+			if !halted {
+				l.halt()
+			}
+		}()
+		rng := rand.New(rand.NewPCG(s.seed, 2))
+		ctx := t.Context()
+		for step := range s.steps {
+			f := fault(rng.IntN(int(numFaults)))
+			if f == faultRouterRestart && !routerFaults {
+				f = faultEvents
+			}
+			if err := c.inject(ctx, f, rng, stalls, stats); err != nil {
+				t.Fatalf("step %d (%s): %v", step, faultNames[f], err)
+			}
+			stats.add("fault: "+faultNames[f], 1)
+		}
+		// Heal: every event fault off, every process up, no stall.
+		for k, w := range c.workers {
+			w.setFaults(eventFaults{})
+			w.proxy.stall(false)
+			stalls.end(k)
+			if !w.running() {
+				if err := c.restartWorker(ctx, w); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		healed := time.Now()
+		eventually(t, 15*time.Second, "routers ready and every worker routable after the last fault", func() (bool, string) {
+			return c.ready()
+		})
+		l.halt()
+		halted = true
+
+		// After the last fault: a clean phase in which nothing may fail.
+		clean := newLoad(c, s.seed+1, 10*time.Second, &windows{})
+		for i := range 3 * len(c.routers) * 4 {
+			r := c.routers[i%len(c.routers)]
+			if o, detail := clean.do(r.url(), clean.prompts[i%len(clean.prompts)], 4); o != outOK {
+				t.Errorf("request %d after the last fault via router %d: %s: %s", i, r.k, o, detail)
+			}
+		}
+		clean.client.CloseIdleConnections()
+
+		// Index equals the engines' caches within a bound. A batch lost at
+		// the very end of a stream is invisible until a later batch shows
+		// the gap (as with vLLM), so each failed poll nudges the engines
+		// with one direct request.
+		nudge := uint64(0)
+		eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
+			okIdx, detail := c.indexMatches()
+			if !okIdx {
+				nudge++
+				for _, w := range c.workers {
+					_ = w.direct(ctx, prompts(1, s.seed*977+nudge)[0])
+				}
+			}
+			return okIdx, detail
+		})
+		stats.add("index converged ms after heal", int(time.Since(healed).Milliseconds()))
+		if n := cachedBlocks(c); n == 0 {
+			t.Error("no engine caches anything: the index comparison proves nothing")
+		}
+		eventually(t, 10*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
+
+		outs, errs := l.counts()
+		total := 0
+		for _, n := range outs {
+			total += n
+		}
+		if int64(total) != l.sent.Load() {
+			t.Errorf("%d requests sent, %d outcomes counted: some vanished", l.sent.Load(), total)
+		}
+		if outs[outVanished] > 0 {
+			t.Errorf("%d requests hit the client deadline with no stalled worker (vanished); first errors: %s",
+				outs[outVanished], strings.Join(errs, " | "))
+		}
+		if outs[outOK] == 0 {
+			t.Errorf("no request succeeded during the schedule: %v", outs)
+		}
+		res = result{faults: stats.snapshot(), requests: outs}
+		t.Logf("seed %d: %d workers, %d routers, %d clients; requests %v; %v; first errors: %s",
+			s.seed, s.workers, s.routers, s.clients, outs, stats.snapshot(), strings.Join(errs, " | "))
+	})
+	if !ok {
+		t.Fatalf("schedule failed; replay with -chaos.seed=%d", s.seed)
+	}
+	return res
+}
+
+// routerFaults can be switched off while a router-level fault is being
+// diagnosed.
+var routerFaults = true
+
+// inject applies one fault, holds it for a random while with the load
+// running, and heals what must be healed for the next step.
+func (c *cluster) inject(ctx context.Context, f fault, rng *rand.Rand, stalls *windows, stats *counters) error {
+	hold := time.Duration(100+rng.IntN(500)) * time.Millisecond
+	k := rng.IntN(len(c.workers))
+	w := c.workers[k]
+	switch f {
+	case faultWorkerCrash:
+		if !w.running() {
+			return c.restartWorker(ctx, w)
+		}
+		w.stop()
+		sleep(ctx, hold)
+		return c.restartWorker(ctx, w)
+	case faultEvents:
+		ef := eventFaults{}
+		switch rng.IntN(4) {
+		case 0:
+			ef.drop = 0.1 + 0.4*rng.Float64()
+		case 1:
+			ef.dup = 0.1 + 0.4*rng.Float64()
+		case 2:
+			ef.delay = time.Duration(5+rng.IntN(200)) * time.Millisecond
+		default:
+			ef = eventFaults{drop: 0.2 * rng.Float64(), dup: 0.2 * rng.Float64(), delay: time.Duration(rng.IntN(50)) * time.Millisecond}
+		}
+		w.setFaults(ef)
+		sleep(ctx, hold)
+		if rng.IntN(2) == 0 { // half the time the fault outlives the step
+			w.setFaults(eventFaults{})
+		}
+	case faultEngineReset:
+		if !w.running() {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := w.resetEngine(rctx); err != nil {
+			stats.add("engine reset skipped (requests never drained)", 1)
+		}
+		sleep(ctx, hold)
+	case faultRouterRestart:
+		r := c.routers[rng.IntN(len(c.routers))]
+		if err := r.stop(); err != nil {
+			return fmt.Errorf("router %d stop: %w", r.k, err)
+		}
+		sleep(ctx, hold)
+		return r.start()
+	case faultStall:
+		stalls.begin(k)
+		w.proxy.stall(true)
+		sleep(ctx, time.Duration(300+rng.IntN(3000))*time.Millisecond)
+		w.proxy.stall(false)
+		stalls.end(k)
+	case faultCut:
+		w.proxy.cut()
+		sleep(ctx, hold)
+	}
+	return nil
+}
+
+// restartWorker starts a crashed worker again and sends it one direct
+// request: vLLM publishes nothing at start, so until the new process
+// stores a block the routers cannot know its cache is empty (that request
+// stands for the engine's first traffic).
+func (c *cluster) restartWorker(ctx context.Context, w *worker) error {
+	if err := w.start(); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		err := w.direct(rctx, prompts(1, uint64(time.Now().UnixNano()))[0])
+		if err == nil {
+			return nil
+		}
+		if rctx.Err() != nil {
+			return fmt.Errorf("%s after restart: %w", w.name, err)
+		}
+		sleep(rctx, 20*time.Millisecond)
+	}
+}
+
+// ready reports whether every router is up, ready, and sees every worker
+// as routable and EXACT.
+func (c *cluster) ready() (bool, string) {
+	for _, r := range c.routers {
+		svc := r.service()
+		if svc == nil {
+			return false, fmt.Sprintf("router %d down", r.k)
+		}
+		if err := svc.Ready(); err != nil {
+			return false, fmt.Sprintf("router %d: %v", r.k, err)
+		}
+		for _, w := range svc.Workers() {
+			if w.Status.State != discovery.StateExact {
+				return false, fmt.Sprintf("router %d: %s is %s (%s)", r.k, w.Name, w.Status.State, w.Status.Reason)
+			}
+		}
+	}
+	return true, ""
+}
+
+func cachedBlocks(c *cluster) int {
+	n := 0
+	for _, w := range c.workers {
+		t, _ := w.truth()
+		n += len(t)
+	}
+	return n
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, detail)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// seeds returns the schedule seeds: the replay seed alone, or n fresh ones.
+func seeds(n int) []uint64 {
+	if *flagSeed != 0 {
+		return []uint64{*flagSeed}
+	}
+	base := uint64(time.Now().UnixNano())
+	if v := os.Getenv("CHAOS_SEED_BASE"); v != "" {
+		fmt.Sscan(v, &base)
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = base + uint64(i)*0x9e3779b97f4a7c15
+		if out[i] == 0 {
+			out[i] = 1
+		}
+	}
+	return out
+}
+
+// summarize totals several schedules' results.
+func summarize(rs []result) (faults map[string]int, reqs map[outcome]int, names []string) {
+	faults, reqs = map[string]int{}, map[outcome]int{}
+	for _, r := range rs {
+		for k, v := range r.faults {
+			faults[k] += v
+		}
+		for k, v := range r.requests {
+			reqs[k] += v
+		}
+	}
+	for k := range faults {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return faults, reqs, names
+}
+
+// TestChaosShort is the CI variant: two short seeded schedules.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault schedules take tens of seconds")
+	}
+	var rs []result
+	for _, seed := range seeds(2) {
+		rs = append(rs, runSchedule(t, newSchedule(seed, 6)))
+	}
+	faults, reqs, names := summarize(rs)
+	for _, n := range names {
+		t.Logf("%s: %d", n, faults[n])
+	}
+	t.Logf("requests: %v", reqs)
+}
