@@ -24,7 +24,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
-	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -87,42 +87,11 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 	return v.get(kvevent.Worker{})
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+// startEngine runs a mock engine that publishes vLLM's ZMQ events (with a
+// replay socket) and serves HTTP on a free port; it stops at cleanup. It
+// returns the engine, its event sink and its base URL.
+func startEngine(t *testing.T) (*server.Worker, *server.ZMQSink, string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// An engine (the mock worker, speaking vLLM's ZMQ format with replay) and
-// an agent next to it: the router's view follows the engine's cached set
-// through the agent, also across an agent restart (the new agent replays
-// the engine's stream, publishes under a new publisher id, and the router
-// swaps in its dump).
-func TestAgentBridgesEngineToRouter(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	conn := func() *nats.Conn {
-		nc, err := nats.Connect(ns.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-
-	// The engine.
 	cfg := server.DefaultConfig()
 	cfg.Engine = mocker.DefaultConfig()
 	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio, cfg.Engine.Watermark = 4, 40, 1000, 0
@@ -146,8 +115,21 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = eng.Serve(ctx, ln) }()
-	defer func() { cancel(); wg.Wait(); http.DefaultClient.CloseIdleConnections() }()
-	url := "http://" + ln.Addr().String()
+	t.Cleanup(func() { cancel(); wg.Wait(); http.DefaultClient.CloseIdleConnections() })
+	return eng, sink, "http://" + ln.Addr().String()
+}
+
+// An engine (the mock worker, speaking vLLM's ZMQ format with replay) and
+// an agent next to it: the router's view follows the engine's cached set
+// through the agent, also across an agent restart (the new agent replays
+// the engine's stream, publishes under a new publisher id, and the router
+// swaps in its dump).
+func TestAgentBridgesEngineToRouter(t *testing.T) {
+	ns := natstest.StartServer(t, -1, false)
+	conn := func() *nats.Conn { return natstest.Connect(t, ns.ClientURL()) }
+
+	// The engine.
+	eng, sink, url := startEngine(t)
 
 	startAgent := func() (*agent.Agent, context.CancelFunc, *sync.WaitGroup) {
 		ac := agent.DefaultConfig()
@@ -201,7 +183,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 		}
 	}
 	converged := func(what string) {
-		waitFor(t, 10*time.Second, func() bool {
+		natstest.WaitFor(t, 10*time.Second, func() bool {
 			want := truth(eng.LocalIndex(0))
 			return len(want) > 0 && maps.Equal(v.get(w), want) && maps.Equal(truth(a.LocalIndex(0)), want)
 		}, what)
@@ -221,31 +203,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 // publishes RouterEvents on a PUB socket, answers recovery on a ROUTER, and
 // a zmqevents consumer follows it from the agent's record.
 func TestAgentOverZMQ(t *testing.T) {
-	cfg := server.DefaultConfig()
-	cfg.Engine = mocker.DefaultConfig()
-	cfg.Engine.BlockSize, cfg.Engine.NumGPUBlocks, cfg.Engine.SpeedupRatio, cfg.Engine.Watermark = 4, 40, 1000, 0
-	cfg.Logger = quiet()
-	kc := server.DefaultKVEventsConfig()
-	kc.Endpoint, kc.ReplayEndpoint = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
-	sink, err := server.NewZMQSink(kc, server.ZMQOptions{}, 0, 1, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Sinks = []server.EventSink{sink}
-	eng, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = eng.Serve(ctx, ln) }()
-	defer func() { cancel(); wg.Wait(); http.DefaultClient.CloseIdleConnections() }()
-	url := "http://" + ln.Addr().String()
+	eng, sink, url := startEngine(t)
 
 	ac := agent.DefaultConfig()
 	ac.Record.Name, ac.Record.URL, ac.Record.BlockSize = "engine-z", url, 4
@@ -281,7 +239,7 @@ func TestAgentOverZMQ(t *testing.T) {
 		resp.Body.Close()
 	}
 	c.Resync()
-	waitFor(t, 10*time.Second, func() bool {
+	natstest.WaitFor(t, 10*time.Second, func() bool {
 		want := truth(eng.LocalIndex(0))
 		return len(want) > 0 && maps.Equal(v.get(w), want)
 	}, "router view equals the engine's cache over ZMQ")
