@@ -17,8 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
-	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
@@ -47,37 +46,14 @@ func newIndex(t *testing.T) *index.Concurrent {
 	return idx
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Two routers consume the stream; one stops, events keep coming and the
 // other snapshots and purges; the stopped one restarts from the snapshot
 // plus the stream and ends with the same index as the one that never
 // stopped, which equals an index fed every event directly. Then a router
 // started with ResetStates purges everything and starts empty.
 func TestRouterRestartInDurableMode(t *testing.T) {
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	ns := natstest.StartServer(t, -1, true)
+	nc := natstest.Connect(t, ns.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -148,19 +124,19 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 	a, aIdx := start("router-a", false)
 	b, bIdx := start("router-b", false)
 	emit(150)
-	waitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
-	waitFor(t, 10*time.Second, same(bIdx), "router b equals the reference")
+	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
+	natstest.WaitFor(t, 10*time.Second, same(bIdx), "router b equals the reference")
 
 	b.Close()
 	emit(300)
-	waitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
+	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
 	if err := a.Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	emit(40)
 	_, b2Idx := start("router-b", false)
-	waitFor(t, 10*time.Second, same(b2Idx), "restarted router b equals the reference")
-	waitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
+	natstest.WaitFor(t, 10*time.Second, same(b2Idx), "restarted router b equals the reference")
+	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
 	st, err := js.Stream(ctx, dynamo.StreamName(dynamo.DefaultNamespace, dynamo.DefaultComponent))
 	if err != nil {
 		t.Fatal(err)
