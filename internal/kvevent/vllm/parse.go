@@ -8,6 +8,8 @@ import (
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvrouter/kvrouter/internal/mpack"
 )
 
 // Limits cap what one payload may hold. Counts above them are refused
@@ -78,10 +80,10 @@ func newParser(lim Limits) *parser {
 func (p *parser) off() int { return len(p.buf) - p.r.Len() }
 
 // peek returns the kind, header size and length of the next value.
-func (p *parser) peek() (kind, int, int) {
-	k, hdr, n, err := header(p.buf, p.off())
+func (p *parser) peek() (mpack.Kind, int, int) {
+	k, hdr, n, err := mpack.Header(p.buf, p.off())
 	if err != nil {
-		return kInvalid, 0, 0
+		return mpack.Invalid, 0, 0
 	}
 	return k, hdr, n
 }
@@ -91,7 +93,7 @@ func (p *parser) seek(off int) { _, _ = p.r.Seek(int64(off), io.SeekStart) }
 
 // skipValue steps over the next value.
 func (p *parser) skipValue() error {
-	end, err := skip(p.buf, p.off(), 0)
+	end, err := skip(p.buf, p.off())
 	if err != nil {
 		return err
 	}
@@ -103,7 +105,7 @@ func (p *parser) skipValue() error {
 // over it; ok is false (and nothing consumed) when it is not a string.
 func (p *parser) rawString() ([]byte, bool) {
 	k, hdr, n := p.peek()
-	if k != kStr {
+	if k != mpack.Str {
 		return nil, false
 	}
 	start := p.off() + hdr
@@ -111,7 +113,7 @@ func (p *parser) rawString() ([]byte, bool) {
 	return p.buf[start : start+n], true
 }
 
-func typeErr(what string, k kind) error {
+func typeErr(what string, k mpack.Kind) error {
 	return fmt.Errorf("%w: %s has msgpack kind %d", ErrMalformed, what, k)
 }
 
@@ -119,7 +121,7 @@ func (p *parser) batch(payload []byte) (RawBatch, error) {
 	p.buf = payload
 	p.r.Reset(payload)
 	p.d.Reset(&p.r)
-	end, err := skip(payload, 0, 0)
+	end, err := skip(payload, 0)
 	if err != nil {
 		return RawBatch{}, err
 	}
@@ -128,7 +130,7 @@ func (p *parser) batch(payload []byte) (RawBatch, error) {
 	}
 	var b RawBatch
 	switch k, _, _ := p.peek(); k {
-	case kArray:
+	case mpack.Array:
 		n, err := p.d.DecodeArrayLen()
 		if err != nil {
 			return RawBatch{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -147,7 +149,7 @@ func (p *parser) batch(payload []byte) (RawBatch, error) {
 				return RawBatch{}, err
 			}
 		}
-	case kMap:
+	case mpack.Map:
 		n, err := p.d.DecodeMapLen()
 		if err != nil {
 			return RawBatch{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -186,19 +188,19 @@ func (p *parser) batch(payload []byte) (RawBatch, error) {
 
 func (p *parser) float() (float64, error) {
 	switch k, _, _ := p.peek(); k {
-	case kFloat:
+	case mpack.Float:
 		v, err := p.d.DecodeFloat64()
 		if err != nil {
 			return 0, fmt.Errorf("%w: ts: %v", ErrMalformed, err)
 		}
 		return v, nil
-	case kUint:
+	case mpack.Uint:
 		v, err := p.d.DecodeUint64()
 		return float64(v), err
-	case kInt:
+	case mpack.Int:
 		v, err := p.d.DecodeInt64()
 		return float64(v), err
-	case kNil:
+	case mpack.Nil:
 		return 0, p.skipValue()
 	default:
 		return 0, typeErr("ts", k)
@@ -207,7 +209,7 @@ func (p *parser) float() (float64, error) {
 
 func (p *parser) events() ([]RawEvent, error) {
 	k, _, _ := p.peek()
-	if k != kArray {
+	if k != mpack.Array {
 		return nil, typeErr("events", k)
 	}
 	n, err := p.d.DecodeArrayLen()
@@ -229,7 +231,7 @@ func (p *parser) events() ([]RawEvent, error) {
 			ev = MalformedEvent{Name: name, Err: err}
 			// Step over the whole event from its start (the payload was
 			// validated by skip already, so this cannot fail).
-			end, serr := skip(p.buf, start, 0)
+			end, serr := skip(p.buf, start)
 			if serr != nil {
 				return nil, serr
 			}
@@ -261,7 +263,7 @@ var removedOrder = []string{"block_hashes", "medium", "group_idx"}
 func (p *parser) event() (RawEvent, error) {
 	var f fields
 	switch k, _, _ := p.peek(); k {
-	case kArray:
+	case mpack.Array:
 		n, err := p.d.DecodeArrayLen()
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("%w: empty event array", ErrMalformed)
@@ -288,7 +290,7 @@ func (p *parser) event() (RawEvent, error) {
 			name := order[i-1]
 			if name == "lora_name" {
 				// SGLang's BlockStoredWithMetadata puts a metadata map here.
-				if k, _, _ := p.peek(); k == kMap {
+				if k, _, _ := p.peek(); k == mpack.Map {
 					name = "metadata"
 				}
 			}
@@ -296,7 +298,7 @@ func (p *parser) event() (RawEvent, error) {
 				return UnknownEvent{Name: f.tag}, err
 			}
 		}
-	case kMap:
+	case mpack.Map:
 		n, err := p.d.DecodeMapLen()
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -447,7 +449,7 @@ func (p *parser) metadata(s *BlockStored) error {
 
 func (p *parser) hashes() ([]Hash, error) {
 	k, _, _ := p.peek()
-	if k != kArray {
+	if k != mpack.Array {
 		return nil, typeErr("block_hashes", k)
 	}
 	n, err := p.d.DecodeArrayLen()
@@ -471,18 +473,18 @@ func (p *parser) hashes() ([]Hash, error) {
 
 func (p *parser) hash() (Hash, error) {
 	switch k, _, n := p.peek(); k {
-	case kNil:
+	case mpack.Nil:
 		return Hash{}, p.skipValue()
-	case kUint:
+	case mpack.Uint:
 		v, err := p.d.DecodeUint64()
 		return UintHash(v), err
-	case kInt:
+	case mpack.Int:
 		v, err := p.d.DecodeInt64()
 		if v >= 0 {
 			return UintHash(uint64(v)), err
 		}
 		return IntHash(v), err
-	case kBin:
+	case mpack.Bin:
 		if n > p.lim.MaxString {
 			return Hash{}, fmt.Errorf("%w: %d-byte hash", ErrTooLarge, n)
 		}
@@ -499,7 +501,7 @@ func (p *parser) hash() (Hash, error) {
 // tokens reads token_ids, flat or as EAGLE bigram pairs.
 func (p *parser) tokens() ([]uint32, bool, error) {
 	k, _, _ := p.peek()
-	if k != kArray {
+	if k != mpack.Array {
 		return nil, false, typeErr("token_ids", k)
 	}
 	n, err := p.d.DecodeArrayLen()
@@ -512,7 +514,7 @@ func (p *parser) tokens() ([]uint32, bool, error) {
 	if n == 0 {
 		return []uint32{}, false, nil
 	}
-	if k, _, _ := p.peek(); k == kArray {
+	if k, _, _ := p.peek(); k == mpack.Array {
 		// EAGLE: [[a,b],[b,c],...] flattens to [a,b,c,...].
 		toks := make([]uint32, 0, n+1)
 		var last uint32
@@ -551,11 +553,11 @@ func (p *parser) tokens() ([]uint32, bool, error) {
 // the msgpack decoder.
 func (p *parser) token() (uint32, error) {
 	off := p.off()
-	k, hdr, n, err := header(p.buf, off)
+	k, hdr, n, err := mpack.Header(p.buf, off)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	if k != kUint {
+	if k != mpack.Uint {
 		return 0, typeErr("token id", k)
 	}
 	if off+hdr+n > len(p.buf) {
@@ -583,9 +585,9 @@ func (p *parser) token() (uint32, error) {
 
 func (p *parser) optInt(name string) (*int64, error) {
 	switch k, _, _ := p.peek(); k {
-	case kNil:
+	case mpack.Nil:
 		return nil, p.skipValue()
-	case kUint:
+	case mpack.Uint:
 		v, err := p.d.DecodeUint64()
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -594,7 +596,7 @@ func (p *parser) optInt(name string) (*int64, error) {
 			return nil, fmt.Errorf("%w: %s %d out of range", ErrMalformed, name, v)
 		}
 		return p.intern(int64(v)), nil
-	case kInt:
+	case mpack.Int:
 		v, err := p.d.DecodeInt64()
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -607,9 +609,9 @@ func (p *parser) optInt(name string) (*int64, error) {
 
 func (p *parser) optStr(name string) (*string, error) {
 	switch k, _, n := p.peek(); k {
-	case kNil:
+	case mpack.Nil:
 		return nil, p.skipValue()
-	case kStr:
+	case mpack.Str:
 		if n > p.lim.MaxString {
 			return nil, fmt.Errorf("%w: %s of %d bytes", ErrTooLarge, name, n)
 		}
@@ -643,9 +645,9 @@ func (p *parser) intern(v int64) *int64 {
 
 func (p *parser) extraKeys() ([]ExtraKey, error) {
 	switch k, _, _ := p.peek(); k {
-	case kNil:
+	case mpack.Nil:
 		return nil, p.skipValue()
-	case kArray:
+	case mpack.Array:
 	default:
 		return nil, typeErr("extra_keys", k)
 	}
@@ -659,11 +661,11 @@ func (p *parser) extraKeys() ([]ExtraKey, error) {
 	keys := make([]ExtraKey, n)
 	for i := range keys {
 		switch k, _, _ := p.peek(); k {
-		case kNil:
+		case mpack.Nil:
 			if err := p.skipValue(); err != nil {
 				return nil, err
 			}
-		case kArray:
+		case mpack.Array:
 			m, err := p.d.DecodeArrayLen()
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -688,28 +690,28 @@ func (p *parser) extraKeys() ([]ExtraKey, error) {
 // MMItem, other arrays as []any (a few levels deep), maps skipped to nil.
 func (p *parser) item(depth int) (any, error) {
 	switch k, _, n := p.peek(); k {
-	case kNil:
+	case mpack.Nil:
 		return nil, p.skipValue()
-	case kBool:
+	case mpack.Bool:
 		return p.d.DecodeBool()
-	case kUint:
+	case mpack.Uint:
 		return p.d.DecodeUint64()
-	case kInt:
+	case mpack.Int:
 		return p.d.DecodeInt64()
-	case kFloat:
+	case mpack.Float:
 		return p.d.DecodeFloat64()
-	case kStr:
+	case mpack.Str:
 		if n > p.lim.MaxString {
 			return nil, fmt.Errorf("%w: extra key item of %d bytes", ErrTooLarge, n)
 		}
 		b, _ := p.rawString()
 		return string(b), nil
-	case kBin:
+	case mpack.Bin:
 		if n > p.lim.MaxString {
 			return nil, fmt.Errorf("%w: extra key item of %d bytes", ErrTooLarge, n)
 		}
 		return p.d.DecodeBytes()
-	case kArray:
+	case mpack.Array:
 		if depth >= 3 {
 			return nil, p.skipValue()
 		}
