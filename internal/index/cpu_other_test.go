@@ -5,3 +5,5 @@ package index
 import "time"
 
 func threadCPU() (time.Duration, bool) { return 0, false }
+
+func threadClock() (time.Duration, bool) { return 0, false }
