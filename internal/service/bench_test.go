@@ -30,6 +30,7 @@ func newBenchFleet(b *testing.B, n int) *benchFleet {
 	b.Helper()
 	f := &benchFleet{}
 	cfg := config.Default()
+	cfg.EventPlane.Kind = config.PlaneNone
 	cfg.Port = 0
 	cfg.DataDir = b.TempDir()
 	cfg.Events.HealthInterval = 0

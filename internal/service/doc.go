@@ -29,8 +29,23 @@
 // its booking freed), then stop subscribers, probes and sweeps, then the
 // index writers. Nothing outlives Run.
 //
-// The NATS event plane and registry plug in at addWorker (event source per
-// worker) and next to the static directory (registry notifications); until
-// then a worker declaring NATS events is routed approximately, with a
-// warning.
+// The event plane (--event-plane, plane.go) decides where each worker's
+// events come from (sourceOf): with nats (the default) the service starts
+// the embedded NATS server (or connects to --nats-url), watches the worker
+// registry and merges it with the static workers (discovery.Directory.
+// Follow), feeds every Added/Updated/Removed notification to the NATS
+// consumer (natsevents, or durable in --durable-kv-events mode) and to the
+// router's worker set, and asks every worker rank for what it missed after
+// a reconnect; a removed worker's blocks and bookings are dropped. Static
+// workers with a ZMQ endpoint are still read as their engines' own vLLM
+// streams. With zmq, the static workers' endpoints are RouterEvent
+// publishers (agents) read by zmqevents; with none, there is no event
+// plane at all. Event-plane workers get their state from the recovery
+// tracker (EXACT once recovered, DEGRADED with the reason) and share the
+// silence watchdog and health probes with the others.
+//
+// Replica sync (--router-replica-sync, NATS only) wraps the router
+// (replica.Sync): the front door routes through it, and on shutdown it is
+// closed after the front door drained, so peers free this router's
+// bookings at once.
 package service

@@ -137,9 +137,11 @@ func TestEngineRestart(t *testing.T) {
 		st := r.workers()["mock-1"]
 		return st[0] == "DEGRADED" && strings.Contains(st[1], "restarted"), st[0] + " " + st[1]
 	})
-	if got := r.query(ps[0])["mock-1"]; got != 0 {
-		t.Fatalf("prompt 0 still indexed with %d blocks after the restart", got)
-	}
+	// The clear goes through the index writers: poll for it.
+	r.eventually(5*time.Second, "worker cleared after the restart", func() (bool, string) {
+		got := r.query(ps[0])["mock-1"]
+		return got == 0, fmt.Sprintf("prompt 0 still indexed with %d blocks after the restart", got)
+	})
 	// New traffic after the restart: batches 1, 2, ... of the new sequence.
 	r.matchEngines(ps[3:], false)
 	if got := r.query(ps[0])["mock-1"]; got != r.truth(ps[0])["mock-1"] {

@@ -8,10 +8,16 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
+	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
 )
 
 // FleetConfig describes a fleet of mock vLLM workers on loopback ports, as
@@ -36,6 +42,25 @@ type FleetConfig struct {
 	Topic string
 	// Faults injects failures into every worker (tests). Default none.
 	Faults server.Faults
+	// Plane is how the workers publish KV events: FleetEngineZMQ (the
+	// default) in vLLM's own ZMQ format; config.PlaneNATS as Dynamo
+	// RouterEvents on Bus, registering in the NATS KV registry with a
+	// heartbeat (what `kvrouter mocker --event-plane nats` does);
+	// config.PlaneZMQ as RouterEvents on a ZMQ PUB with a recovery ROUTER
+	// (`kvrouter mocker --event-plane dynamo-zmq`).
+	Plane string
+	// Bus is the NATS connection of Plane nats (the router's, in `up`).
+	Bus *natsbus.Bus
+	// Namespace and Component name the NATS subjects. Defaults "dynamo"
+	// and "backend".
+	Namespace, Component string
+	// Registry is the registry bucket and TTL. Default
+	// discovery.DefaultRegistryConfig().
+	Registry discovery.RegistryConfig
+	// ChatTemplate renders chat requests on the workers; give them the
+	// router's so that both count the same tokens. Default nil (the mock
+	// server's ChatML fallback).
+	ChatTemplate server.ChatTemplate
 	// Logger receives the workers' logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -43,13 +68,21 @@ type FleetConfig struct {
 // DefaultFleetConfig returns 4 workers with default engines; the
 // tokenizer is still to be set.
 func DefaultFleetConfig() FleetConfig {
-	return FleetConfig{Workers: 4, Model: server.DefaultConfig().Model, Engine: mocker.DefaultConfig(), Topic: "kv-events"}
+	pc := natsevents.DefaultPublisherConfig()
+	return FleetConfig{Workers: 4, Model: server.DefaultConfig().Model, Engine: mocker.DefaultConfig(), Topic: "kv-events",
+		Plane: FleetEngineZMQ, Namespace: pc.Namespace, Component: pc.Component, Registry: discovery.DefaultRegistryConfig()}
 }
+
+// FleetEngineZMQ is the fleet plane where every worker publishes vLLM-format
+// ZMQ events (with a replay socket), read straight by the router.
+const FleetEngineZMQ = "engine-zmq"
 
 // Fleet is a set of running mock workers.
 type Fleet struct {
 	// Workers are the running workers, in order.
 	Workers []*FleetWorker
+
+	registry *discovery.Registry
 }
 
 // FleetWorker is one running mock worker.
@@ -70,7 +103,8 @@ type FleetWorker struct {
 	// true cache state).
 	Worker *server.Worker
 
-	sink   *server.ZMQSink
+	sink   server.EventSink
+	lease  *discovery.Lease[discovery.WorkerRecord]
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -92,8 +126,25 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 		log = slog.Default()
 	}
 	f := &Fleet{}
+	if cfg.Plane == "" {
+		cfg.Plane = FleetEngineZMQ
+	}
+	switch cfg.Plane {
+	case FleetEngineZMQ, config.PlaneZMQ:
+	case config.PlaneNATS:
+		if cfg.Bus == nil {
+			return nil, errors.New("fleet: the nats plane needs a bus")
+		}
+		reg, err := discovery.OpenRegistry(context.Background(), cfg.Bus.JetStream(), cfg.Registry, log)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		f.registry = reg
+	default:
+		return nil, fmt.Errorf("fleet: plane %q: want %s, %s or %s", cfg.Plane, FleetEngineZMQ, config.PlaneNATS, config.PlaneZMQ)
+	}
 	for k := range cfg.Workers {
-		w, err := startMock(cfg, k, log, "127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+		w, err := f.startMock(cfg, k, log, "127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
 		if err != nil {
 			f.Stop()
 			return nil, err
@@ -103,21 +154,43 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 	return f, nil
 }
 
-// startMock starts worker k listening on httpAddr with its PUB and replay
-// sockets on events and replay (port 0: a free one).
-func startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, events, replay string) (*FleetWorker, error) {
+// startMock starts worker k listening on httpAddr with its event sockets
+// on events and replay (port 0: a free one), or on the NATS bus.
+func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, events, replay string) (*FleetWorker, error) {
 	name := fmt.Sprintf("mock-%d", k+1)
-	ev := server.DefaultKVEventsConfig()
-	ev.EnableKVCacheEvents = true
-	ev.Endpoint = events
-	if !cfg.NoReplay {
-		ev.ReplayEndpoint = replay
-	}
-	ev.Topic = cfg.Topic
+	id := uint64(discovery.DeriveID(name))
 	wlog := log.With("worker", name)
-	sink, err := server.NewZMQSink(ev, cfg.ZMQ, 0, 1, wlog)
-	if err != nil {
-		return nil, fmt.Errorf("fleet %s: %w", name, err)
+	fw := &FleetWorker{Name: name, Topic: cfg.Topic, done: make(chan error, 1)}
+	var rsink *server.NATSSink
+	switch cfg.Plane {
+	case config.PlaneNATS:
+		pc := natsevents.DefaultPublisherConfig()
+		pc.Namespace, pc.Component, pc.Logger = cfg.Namespace, cfg.Component, wlog
+		s, err := server.NewNATSSink(cfg.Bus.Conn(), pc, id, 1)
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", name, err)
+		}
+		rsink, fw.sink, fw.Events = s, s, "nats"
+	case config.PlaneZMQ:
+		zp, err := zmqevents.NewPublisher(zmqevents.PublisherConfig{Endpoint: events, QueryEndpoint: replay, Logger: wlog})
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", name, err)
+		}
+		rsink = server.NewRouterEventSink(zp, id, 1)
+		fw.sink, fw.Events, fw.Replay, fw.Topic = rsink, zp.Endpoint(), zp.QueryEndpoint(), ""
+	default:
+		ev := server.DefaultKVEventsConfig()
+		ev.EnableKVCacheEvents = true
+		ev.Endpoint = events
+		if !cfg.NoReplay {
+			ev.ReplayEndpoint = replay
+		}
+		ev.Topic = cfg.Topic
+		zs, err := server.NewZMQSink(ev, cfg.ZMQ, 0, 1, wlog)
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", name, err)
+		}
+		fw.sink, fw.Events, fw.Replay = zs, zs.Endpoint(0), zs.ReplayEndpoint(0)
 	}
 	sc := server.DefaultConfig()
 	if cfg.Model != "" {
@@ -125,25 +198,43 @@ func startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, events, repla
 	}
 	sc.Engine = cfg.Engine
 	sc.Engine.HashSeed = cfg.Engine.HashSeed + uint64(k) // engines need not share a seed
-	sc.WorkerID = uint64(discovery.DeriveID(name))
+	sc.WorkerID = id
 	sc.Tokenizer = cfg.Tokenizer
+	sc.ChatTemplate = cfg.ChatTemplate
 	sc.Logger = wlog
-	sc.Sinks = []server.EventSink{sink}
+	sc.Sinks = []server.EventSink{fw.sink}
 	sc.Faults = cfg.Faults
 	mw, err := server.New(sc)
 	if err != nil {
-		sink.Close()
+		fw.sink.Close()
 		return nil, fmt.Errorf("fleet %s: %w", name, err)
+	}
+	if rsink != nil {
+		if err := rsink.Serve(mw); err != nil {
+			mw.CloseSinks()
+			return nil, fmt.Errorf("fleet %s: answering recovery queries: %w", name, err)
+		}
 	}
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		mw.CloseSinks()
 		return nil, fmt.Errorf("fleet %s: %w", name, err)
 	}
+	fw.URL = "http://" + ln.Addr().String()
+	fw.BlockSize, fw.KVBlocks, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, mw
+	if f.registry != nil {
+		rec := discovery.WorkerRecord{ID: kvevent.WorkerID(id), Name: name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
+			DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), MaxBatchedTokens: uint64(sc.Engine.MaxNumBatchedTokens),
+			Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract(), RegisteredBy: "kvrouter up"}
+		if fw.lease, err = f.registry.Register(context.Background(), rec); err != nil {
+			ln.Close()
+			mw.CloseSinks()
+			return nil, fmt.Errorf("fleet %s: registering: %w", name, err)
+		}
+		fw.lease.RefreshOnReconnect(cfg.Bus.OnReconnect)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	fw := &FleetWorker{Name: name, sink: sink, URL: "http://" + ln.Addr().String(), Events: sink.Endpoint(0),
-		Replay: sink.ReplayEndpoint(0), Topic: cfg.Topic, BlockSize: sc.Engine.BlockSize, KVBlocks: sc.Engine.NumGPUBlocks,
-		Worker: mw, cancel: cancel, done: make(chan error, 1)}
+	fw.cancel = cancel
 	go func() { fw.done <- mw.Serve(ctx, ln) }()
 	return fw, nil
 }
@@ -152,6 +243,11 @@ func startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, events, repla
 // it; it returns what Serve returned. Idempotent.
 func (w *FleetWorker) Stop() error {
 	w.once.Do(func() {
+		if w.lease != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = w.lease.Close(ctx) // deregister: routers drop the worker at once
+			cancel()
+		}
 		w.cancel()
 		w.err = <-w.done
 	})
@@ -180,7 +276,8 @@ func (w *FleetWorker) RestartEngine(ctx context.Context) error {
 	return nil
 }
 
-// Static returns the worker as a static worker entry for the router.
+// Static returns the worker as a static worker entry for the router
+// (workers on the NATS plane register themselves instead).
 func (w *FleetWorker) Static() discovery.StaticWorker {
 	return discovery.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
 		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks)}
@@ -189,6 +286,9 @@ func (w *FleetWorker) Static() discovery.StaticWorker {
 // Static returns every worker as static worker entries.
 func (f *Fleet) Static() []discovery.StaticWorker {
 	out := make([]discovery.StaticWorker, 0, len(f.Workers))
+	if f.registry != nil {
+		return out
+	}
 	for _, w := range f.Workers {
 		out = append(out, w.Static())
 	}

@@ -189,6 +189,7 @@ func TestDeadWorkerMarkedDown(t *testing.T) {
 // given up (--ready-timeout, on the service's clock).
 func TestReadyWaitsForReplay(t *testing.T) {
 	cfg := config.Default()
+	cfg.EventPlane.Kind = config.PlaneNone
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
 	cfg.Events.ReadyTimeout = time.Minute

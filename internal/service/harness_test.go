@@ -68,7 +68,12 @@ type rigOpt struct {
 	zmq      server.ZMQOptions
 	faults   server.Faults
 	noReplay bool
-	cfg      func(*config.Config)
+	// plane is the fleet's: "" (engines' vLLM ZMQ streams, static),
+	// config.PlaneNATS (RouterEvents on the router's embedded NATS,
+	// registered) or config.PlaneZMQ (RouterEvents over ZMQ, static, the
+	// router on --event-plane zmq).
+	plane string
+	cfg   func(*config.Config)
 }
 
 func newRig(t *testing.T, o rigOpt) *rig {
@@ -92,26 +97,49 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	fc.NoReplay = o.noReplay
 	fc.Faults = o.faults
 	fc.Logger = log.With("side", "mock")
-	fleet, err := StartFleet(fc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fc.Plane = o.plane
 	cfg := config.Default()
+	// The default event plane (embedded NATS, on a free port): the engines'
+	// own ZMQ streams are read under it as under --event-plane none.
+	cfg.EventPlane.NATS.Port = -1
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
-	cfg.Workers = fleet.Static()
 	cfg.Router.Seed = 1
 	cfg.Events.HealthInterval = 50 * time.Millisecond
 	cfg.Events.HealthTimeout = time.Second
 	cfg.Events.DialRetry = 20 * time.Millisecond
 	cfg.Frontend.ShutdownTimeout = 5 * time.Second
+	if o.plane == config.PlaneZMQ {
+		cfg.EventPlane.Kind = config.PlaneZMQ
+	}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	svc, err := New(cfg, Options{Logger: log.With("side", "router"), Registry: prometheus.NewRegistry()})
+	var fleet *Fleet
+	var svc *Service
+	startFleet := func() {
+		if fleet, err = StartFleet(fc); err != nil {
+			if svc != nil {
+				svc.Close()
+			}
+			t.Fatal(err)
+		}
+	}
+	if o.plane != config.PlaneNATS {
+		startFleet()
+		cfg.Workers = append(fleet.Static(), cfg.Workers...)
+	}
+	svc, err = New(cfg, Options{Logger: log.With("side", "router"), Registry: prometheus.NewRegistry()})
 	if err != nil {
-		fleet.Stop()
+		if fleet != nil {
+			fleet.Stop()
+		}
 		t.Fatal(err)
+	}
+	if o.plane == config.PlaneNATS {
+		// The workers register in the router's embedded NATS.
+		fc.Bus = svc.Bus()
+		startFleet()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,6 +156,9 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	var runErr error
 	r.stop = func() error {
 		once.Do(func() {
+			if o.plane == config.PlaneNATS {
+				r.fleet.Stop() // deregisters while the bus is up
+			}
 			cancel()
 			runErr = <-done
 			r.fleet.Stop()

@@ -16,10 +16,15 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/replica"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -50,6 +55,18 @@ type Service struct {
 	workers *workerSet
 	front   *frontend.Frontend
 	ranks   []*rankState
+	zm      *vllmzmq.Metrics
+
+	// The event plane (see plane.go); each nil when not configured.
+	bus         *natsbus.Bus
+	natsC       *natsevents.Consumer
+	zmqC        *zmqevents.Consumer
+	dur         *durable.Consumer
+	rs          *replica.Sync
+	unhook      func()
+	staticNotes []discovery.Notification
+	regSynced   atomic.Bool
+	planeOnce   sync.Once
 
 	ran       atomic.Bool
 	closeOnce sync.Once
@@ -108,24 +125,54 @@ func New(cfg config.Config, o Options) (*Service, error) {
 			s.idx.Close()
 		}
 	}()
-	if s.router, err = router.New(cfg.RouterConfig(), s.idx, s.clock, nil); err != nil {
+	rc := cfg.RouterConfig()
+	if cfg.EventPlane.ReplicaSync && rc.RouterID == 0 {
+		rc.RouterID = replica.NewRouterID()
+	}
+	if s.router, err = router.New(rc, s.idx, s.clock, nil); err != nil {
 		return nil, fmt.Errorf("building the router: %w", err)
 	}
 	s.workers = newWorkerSet(dir, s.router, s.clock, s.log, cfg.Events.SilentAfter)
-	zm, err := vllmzmq.NewMetrics(s.reg)
-	if err != nil {
+	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("registering event metrics: %w", err)
+	}
+	if cfg.EventPlane.Kind == config.PlaneNATS {
+		if s.bus, err = natsbus.Start(cfg.NATSConfig(), s.log.With("component", "nats")); err != nil {
+			if cfg.EventPlane.NATS.Embedded() {
+				return nil, fmt.Errorf("starting the embedded NATS server (--nats-port %d; --nats-url for an external one, --event-plane none for none): %w", cfg.EventPlane.NATS.Port, err)
+			}
+			return nil, fmt.Errorf("connecting to NATS: %w", err)
+		}
+		defer func() {
+			if !ok {
+				s.bus.Shutdown()
+				s.bus.WaitForShutdown()
+			}
+		}()
+	}
+	if err := s.newPlane(); err != nil {
+		return nil, err
 	}
 	for _, n := range notes {
 		if n.Kind != discovery.Added {
 			continue
 		}
-		if err := s.addWorker(n.Worker.Record, zm); err != nil {
+		if err := s.addWorker(n.Worker.Record, n.Worker.Origin); err != nil {
 			return nil, err
 		}
+		s.staticNotes = append(s.staticNotes, n)
+	}
+	var fr frontend.Router = s.router
+	if cfg.EventPlane.ReplicaSync {
+		pc := replica.DefaultConfig()
+		pc.Namespace, pc.Component = cfg.EventPlane.Namespace, cfg.EventPlane.Component
+		if s.rs, err = replica.New(pc, s.bus, s.router, s.reg, s.log.With("component", "replica")); err != nil {
+			return nil, fmt.Errorf("building replica sync: %w", err)
+		}
+		fr = s.rs.Router()
 	}
 	s.front, err = frontend.New(cfg.FrontendConfig(), frontend.Deps{
-		Router: s.router, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
+		Router: fr, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
 		Index: s.idx, Registry: s.reg, Logger: s.log, Clock: s.clock, Ready: s.Ready,
 	})
 	if err != nil {
@@ -138,21 +185,17 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	return s, nil
 }
 
-// addWorker adds an accepted worker to the router and, when its events are
-// consumed, prepares one subscriber per dp rank. This is the one place an
-// event source is chosen: ZMQ straight from the engine today; the NATS
-// event plane (Dynamo RouterEvents) plugs in here as another case.
-func (s *Service) addWorker(rec discovery.WorkerRecord, zm *vllmzmq.Metrics) error {
-	exact := false
-	switch rec.Events.Kind {
-	case discovery.EventsZMQ:
-		exact = !s.cfg.Router.NoKVEvents
-	case discovery.EventsNATS:
-		s.log.Warn("worker publishes on the NATS event plane, which kvrouter serve does not consume yet: routed in approximate mode",
-			"worker", rec.Name)
+// addWorker adds an accepted worker to the router and the worker set
+// and, when its events are the engine's own ZMQ stream, prepares one
+// subscriber per dp rank (started by Run; only static workers have one).
+// Event-plane workers are handed to the plane's consumer by the caller.
+func (s *Service) addWorker(rec discovery.WorkerRecord, origin discovery.Origin) error {
+	src, why := s.sourceOf(rec, origin)
+	if why != "" {
+		s.log.Warn("worker declares KV events this router does not read: routed in approximate mode", "worker", rec.Name, "reason", why)
 	}
 	mode := router.Approximate
-	if exact {
+	if src != sourceNone {
 		mode = router.Exact
 	}
 	info := router.WorkerInfo{ID: rec.ID, BlockSize: rec.BlockSize, DPStart: int(rec.DPStart), DPSize: int(rec.DPSize),
@@ -160,7 +203,10 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, zm *vllmzmq.Metrics) err
 	if err := s.router.AddWorker(info); err != nil {
 		return fmt.Errorf("worker %q: %w", rec.Name, err)
 	}
-	w := s.workers.add(rec, exact)
+	w := s.workers.add(rec, src)
+	if src != sourceEngine {
+		return nil
+	}
 	for i, r := range w.ranks {
 		sc := vllmzmq.DefaultSubscriberConfig()
 		sc.Worker = r.worker
@@ -178,7 +224,7 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, zm *vllmzmq.Metrics) err
 		sc.DialRetry = s.cfg.Events.DialRetry
 		sc.ReplayTimeout = s.cfg.Events.ReplayTimeout
 		sc.Logger = s.log.With("worker_name", rec.Name)
-		sc.Metrics = zm
+		sc.Metrics = s.zm
 		sub, err := vllmzmq.NewSubscriber(sc, r)
 		if err != nil {
 			return fmt.Errorf("worker %q events: %w", rec.Name, err)
@@ -204,6 +250,15 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	s.started.Store(s.clock().UnixNano())
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	defer s.closePlane()
+	follow, err := s.startPlane(bg)
+	if err != nil {
+		stopBG()
+		return err
+	}
+	if follow != nil {
+		wg.Go(follow)
+	}
 	for _, r := range s.ranks {
 		wg.Go(func() {
 			if err := r.sub.Run(bg); err != nil {
@@ -221,8 +276,8 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	s.addr.Store(ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
-	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "workers", len(s.workers.names),
-		"event_streams", len(s.ranks), "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
+	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "workers", s.workers.count(),
+		"event_streams", len(s.ranks), "event_plane", s.cfg.EventPlane.Kind, "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
 
 	var serveErr error
 	select {
@@ -239,17 +294,45 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 			serveErr = err
 		}
 	}
+	if s.rs != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.rs.Close(cctx); err != nil {
+			s.log.Warn("replica sync did not close cleanly", "err", err)
+		}
+		cancel()
+	}
 	stopBG()
 	wg.Wait()
 	s.log.Info("kvrouter stopped")
 	return serveErr
 }
 
-// Close stops the index writers. Run calls it on return; call it yourself
-// only for a Service that is never run. Idempotent.
+// Close stops the event plane's consumers, the NATS connection (and the
+// embedded server) and the index writers. Run calls it on return; call it
+// yourself only for a Service that is never run. Idempotent.
 func (s *Service) Close() {
-	s.closeOnce.Do(s.idx.Close)
+	s.closeOnce.Do(func() {
+		s.closePlane()
+		if s.rs != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.rs.Close(cctx)
+			cancel()
+		}
+		if s.bus != nil {
+			s.bus.Shutdown()
+			s.bus.WaitForShutdown()
+		}
+		s.idx.Close()
+	})
 }
+
+// Bus returns the NATS bus (nil unless --event-plane nats): `kvrouter up`
+// connects its mock workers through it.
+func (s *Service) Bus() *natsbus.Bus { return s.bus }
+
+// RouterID returns the id stamped on this router's lifecycle events
+// (random per start with replica sync and no --router-id).
+func (s *Service) RouterID() uint64 { return s.router.Config().RouterID }
 
 // Ready reports readiness for /ready: nil once every event-fed worker
 // rank's initial replay is done or given up (--ready-timeout after Run
@@ -260,6 +343,9 @@ func (s *Service) Ready() error {
 		return errors.New("starting")
 	}
 	ok, pending := s.workers.synced()
+	if !s.regSynced.Load() {
+		ok, pending = false, append(pending, "the worker registry")
+	}
 	if ok {
 		return nil
 	}

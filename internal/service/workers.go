@@ -41,9 +41,14 @@ type workerSet struct {
 	log    *slog.Logger
 	silent time.Duration
 
-	mu    sync.Mutex
-	byID  map[kvevent.WorkerID]*workerState
-	names []kvevent.WorkerID // sorted by name
+	mu      sync.Mutex
+	durable bool // durable mode started: plane workers are EXACT from birth
+	byID    map[kvevent.WorkerID]*workerState
+	names   []kvevent.WorkerID // sorted by name
+
+	// live maps worker ids to their *workerState for the event path's
+	// lock-free touched.
+	live sync.Map
 }
 
 // workerState is what the service tracks about one worker beyond its
@@ -54,6 +59,9 @@ type workerState struct {
 	url   string
 	dp    bool
 	exact bool // fed by KV events (else approximate mode)
+	// plane: fed by the event plane (a recovery tracker reports its
+	// state through planeState) rather than per-rank subscribers.
+	plane bool
 
 	// lastEvent is the wall time of the last applied batch, in Unix ns;
 	// atomic so the event path takes no lock.
@@ -68,6 +76,11 @@ type workerState struct {
 	down      bool
 	downWhy   string
 	failures  int
+	// Event-plane state (plane workers): the tracker's last report, and
+	// whether it has been EXACT once (initial recovery done).
+	planeExact  bool
+	planeWhy    string
+	planeSynced bool
 }
 
 // rankState is one data-parallel rank's event stream.
@@ -89,14 +102,18 @@ func newWorkerSet(dir *discovery.Directory, r eventRouter, clock func() time.Tim
 	return &workerSet{dir: dir, router: r, clock: clock, log: log, silent: silent, byID: map[kvevent.WorkerID]*workerState{}}
 }
 
-// add registers an accepted worker; exact says whether its events are
-// consumed. It returns the worker's rank states (one per dp rank) for
-// event-fed workers.
-func (s *workerSet) add(rec discovery.WorkerRecord, exact bool) *workerState {
+// add registers an accepted worker whose events come from src. It
+// returns the worker's state, with one rank state per dp rank for workers
+// read from their engine's ZMQ stream. Adding a known id replaces it.
+func (s *workerSet) add(rec discovery.WorkerRecord, src source) *workerState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: exact}
-	if exact {
+	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: src != sourceNone,
+		plane: src == sourcePlane, planeWhy: "awaiting initial event recovery"}
+	if w.plane && s.durable {
+		w.planeExact, w.planeWhy, w.planeSynced = true, "", true
+	}
+	if src == sourceEngine {
 		for r := range rec.DPSize {
 			w.ranks = append(w.ranks, &rankState{w: w, set: s,
 				worker: kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(rec.DPStart + r)},
@@ -104,8 +121,11 @@ func (s *workerSet) add(rec discovery.WorkerRecord, exact bool) *workerState {
 		}
 	}
 	w.lastEvent.Store(s.clock().UnixNano())
+	if _, ok := s.byID[rec.ID]; !ok {
+		s.names = append(s.names, rec.ID)
+	}
 	s.byID[rec.ID] = w
-	s.names = append(s.names, rec.ID)
+	s.live.Store(rec.ID, w)
 	sort.Slice(s.names, func(i, j int) bool { return s.byID[s.names[i]].name < s.byID[s.names[j]].name })
 	s.updateLocked(w)
 	return w
@@ -123,14 +143,91 @@ func (r *rankState) Apply(seq uint64, events []kvevent.Event) {
 			s.log.Debug("KV event not applied", "worker", r.w.name, "err", err)
 		}
 	}
-	r.w.lastEvent.Store(s.clock().UnixNano())
-	if r.w.silentFlag.Load() {
+	s.alive(r.w)
+}
+
+// alive notes an applied event of w: the silence watchdog's clock, and
+// the end of a silence.
+func (s *workerSet) alive(w *workerState) {
+	w.lastEvent.Store(s.clock().UnixNano())
+	if w.silentFlag.Load() {
 		s.mu.Lock()
-		r.w.silent = false
-		r.w.silentFlag.Store(false)
-		r.w.busySince = time.Time{}
-		s.updateLocked(r.w)
+		w.silent = false
+		w.silentFlag.Store(false)
+		w.busySince = time.Time{}
+		s.updateLocked(w)
 		s.mu.Unlock()
+	}
+}
+
+// touched notes an applied event-plane event of worker id (unknown ids,
+// e.g. publishers discovery never announced, are ignored). Lock-free
+// unless it ends a silence.
+func (s *workerSet) touched(id kvevent.WorkerID) {
+	if v, ok := s.live.Load(id); ok {
+		s.alive(v.(*workerState))
+	}
+}
+
+// planeState records the event plane's report on worker id: EXACT once
+// every rank is recovered, DEGRADED with the reason otherwise.
+func (s *workerSet) planeState(id kvevent.WorkerID, st discovery.State, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.byID[id]
+	if w == nil || !w.plane {
+		return
+	}
+	w.planeExact = st == discovery.StateExact
+	w.planeWhy = why
+	if w.planeExact && !w.planeSynced {
+		w.planeSynced = true
+		s.log.Info("worker event stream synced", "worker", w.name, "event_plane", true)
+	}
+	if st == discovery.StateDegraded {
+		s.log.Warn("worker event stream degraded", "worker", w.name, "reason", why)
+	}
+	s.updateLocked(w)
+}
+
+// durableStarted marks every event-plane worker EXACT: in durable mode the
+// restored snapshot plus the stream are the complete history.
+func (s *workerSet) durableStarted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.durable = true
+	for _, w := range s.byID {
+		if w.plane {
+			w.planeExact, w.planeWhy, w.planeSynced = true, "", true
+			s.updateLocked(w)
+		}
+	}
+}
+
+// remove forgets worker id (deregistered or expired).
+func (s *workerSet) remove(id kvevent.WorkerID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byID[id]; !ok {
+		return
+	}
+	delete(s.byID, id)
+	s.live.Delete(id)
+	for i, n := range s.names {
+		if n == id {
+			s.names = append(s.names[:i:i], s.names[i+1:]...)
+			break
+		}
+	}
+}
+
+// updated takes a registered worker's new record (its URL may move).
+func (s *workerSet) updated(rec discovery.WorkerRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.byID[rec.ID]; w != nil {
+		w.url = rec.URL
+		w.dp = rec.DPSize > 1
 	}
 }
 
@@ -159,6 +256,13 @@ func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
 		return discovery.StateApprox, "no event source: approximate mode"
 	}
 	var why []string
+	if w.plane && !w.planeExact {
+		reason := w.planeWhy
+		if reason == "" {
+			reason = "recovering"
+		}
+		why = append(why, reason)
+	}
 	for _, r := range w.ranks {
 		if r.state == vllmzmq.StateExact {
 			continue
@@ -265,13 +369,24 @@ func (s *workerSet) synced() (bool, []string) {
 	defer s.mu.Unlock()
 	var pending []string
 	for _, id := range s.names {
-		for _, r := range s.byID[id].ranks {
+		w := s.byID[id]
+		if w.plane && !w.planeSynced {
+			pending = append(pending, w.name)
+		}
+		for _, r := range w.ranks {
 			if !r.synced {
-				pending = append(pending, r.worker.String()+" ("+s.byID[id].name+")")
+				pending = append(pending, r.worker.String()+" ("+w.name+")")
 			}
 		}
 	}
 	return len(pending) == 0, pending
+}
+
+// count returns the number of known (accepted) workers.
+func (s *workerSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.names)
 }
 
 // urls returns every known worker's id and URL, for the health prober.

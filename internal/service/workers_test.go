@@ -58,7 +58,11 @@ func newStateSet(t *testing.T, recs ...discovery.StaticWorker) *stateSet {
 	}
 	s.ws = newWorkerSet(dir, s.fr, func() time.Time { return s.now }, slog.New(slog.DiscardHandler), 60*time.Second)
 	for _, n := range notes {
-		s.ws.add(n.Worker.Record, n.Worker.Record.Events.Kind == discovery.EventsZMQ)
+		src := sourceNone
+		if n.Worker.Record.Events.Kind == discovery.EventsZMQ {
+			src = sourceEngine
+		}
+		s.ws.add(n.Worker.Record, src)
 	}
 	return s
 }

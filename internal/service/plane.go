@@ -1,0 +1,215 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/frontend"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/replica"
+)
+
+// source is where the service reads one worker's KV events from.
+type source uint8
+
+const (
+	// sourceNone: no events; the worker is routed in approximate mode.
+	sourceNone source = iota
+	// sourceEngine: the engine's own vLLM-format ZMQ stream (vllmzmq).
+	sourceEngine
+	// sourcePlane: RouterEvents on the event plane (NATS, durable stream
+	// or RouterEvents over ZMQ), followed by a recovery tracker.
+	sourcePlane
+)
+
+// sourceOf decides where rec's events come from under the configured
+// event plane; why explains a worker left in approximate mode although it
+// declares events.
+func (s *Service) sourceOf(rec discovery.WorkerRecord, origin discovery.Origin) (src source, why string) {
+	plane := s.cfg.EventPlane.Kind
+	switch {
+	case s.cfg.Router.NoKVEvents || rec.Events.Kind == discovery.EventsNone || rec.Events.Kind == "":
+		return sourceNone, ""
+	case rec.Events.Kind == discovery.EventsZMQ && plane == config.PlaneZMQ:
+		return sourcePlane, ""
+	case rec.Events.Kind == discovery.EventsZMQ && origin == discovery.OriginStatic:
+		return sourceEngine, ""
+	case rec.Events.Kind == discovery.EventsZMQ:
+		return sourceNone, "a registered worker's engine ZMQ stream is not read (run kvrouter agent next to it, or list it with --worker)"
+	case rec.Events.Kind == discovery.EventsNATS && plane == config.PlaneNATS:
+		return sourcePlane, ""
+	default:
+		return sourceNone, fmt.Sprintf("the worker publishes on the NATS event plane but this router runs --event-plane %s", plane)
+	}
+}
+
+// planeApplier applies event-plane events to the router and notes that the
+// worker is alive (for the silence watchdog).
+type planeApplier struct{ s *Service }
+
+var _ recovery.Applier = planeApplier{}
+
+// The synced router replica sync hands the front door must be a full
+// frontend.Router.
+var _ frontend.Router = replica.Routed{}
+
+func (a planeApplier) ApplyEvent(ev kvevent.Event) error {
+	err := a.s.router.ApplyEvent(ev)
+	a.s.workers.touched(ev.Worker.ID)
+	return err
+}
+
+// durableIndex is the index as the durable consumer sees it: applied
+// events also mark their worker alive.
+type durableIndex struct{ s *Service }
+
+var _ durable.Index = durableIndex{}
+
+func (d durableIndex) Apply(ev kvevent.Event) error {
+	err := d.s.idx.Apply(ev)
+	d.s.workers.touched(ev.Worker.ID)
+	return err
+}
+
+func (d durableIndex) Dump() []kvevent.Event { return d.s.idx.Dump() }
+
+// Flush lets the durable consumer flush the index writers before a dump.
+func (d durableIndex) Flush() error { return d.s.idx.Flush() }
+
+// newPlane builds the event plane's consumers (nothing runs until
+// startPlane).
+func (s *Service) newPlane() error {
+	ep := s.cfg.EventPlane
+	onState := func(id kvevent.WorkerID, st discovery.State, why string) { s.workers.planeState(id, st, why) }
+	var err error
+	switch {
+	case ep.Kind == config.PlaneNATS && ep.Durable:
+		s.dur, err = durable.New(s.cfg.DurableConfig(s.cfg.Router.ID), s.bus.JetStream(), durableIndex{s}, s.reg, s.log.With("component", "durable"))
+	case ep.Kind == config.PlaneNATS:
+		cc := natsevents.DefaultConsumerConfig()
+		cc.Namespace, cc.Component = ep.Namespace, ep.Component
+		cc.Recovery.QueryTimeout = max(cc.Recovery.QueryTimeout, s.cfg.Events.ReplayTimeout)
+		s.natsC, err = natsevents.NewConsumer(cc, s.bus.Conn(), planeApplier{s}, onState, s.reg, s.log.With("component", "eventplane"))
+	case ep.Kind == config.PlaneZMQ:
+		zc := zmqevents.DefaultConsumerConfig()
+		zc.DialRetry = s.cfg.Events.DialRetry
+		s.zmqC, err = zmqevents.NewConsumer(zc, planeApplier{s}, onState, s.reg, s.log.With("component", "eventplane"))
+	}
+	if err != nil {
+		return fmt.Errorf("building the event plane: %w", err)
+	}
+	return nil
+}
+
+// startPlane starts consuming the event plane, hands it the static
+// workers, and (NATS) starts following the worker registry on the
+// returned goroutine func, which ends with ctx.
+func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
+	switch {
+	case s.natsC != nil:
+		if err := s.natsC.Start(); err != nil {
+			return nil, fmt.Errorf("subscribing to KV events: %w", err)
+		}
+		s.unhook = s.bus.OnReconnect(s.natsC.Reconnected)
+	case s.dur != nil:
+		if err := s.dur.Start(ctx); err != nil {
+			return nil, fmt.Errorf("starting the durable KV event consumer: %w", err)
+		}
+		s.workers.durableStarted()
+	}
+	for _, n := range s.staticNotes {
+		s.notifyPlane(n)
+	}
+	if s.rs != nil {
+		if err := s.rs.Start(ctx); err != nil {
+			return nil, fmt.Errorf("starting replica sync: %w", err)
+		}
+	}
+	if s.bus == nil {
+		s.regSynced.Store(true)
+		return nil, nil
+	}
+	reg, err := discovery.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
+	if err != nil {
+		return nil, fmt.Errorf("opening the worker registry: %w", err)
+	}
+	w, err := reg.Watch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watching the worker registry: %w", err)
+	}
+	return func() {
+		defer w.Stop()
+		s.dir.Follow(ctx, w, s.onNote, func() {
+			s.regSynced.Store(true)
+			s.log.Info("worker registry synced", "bucket", reg.Bucket().Name())
+		})
+	}, nil
+}
+
+// onNote folds one registry notification in: the router's worker set, the
+// service's states and the event plane.
+func (s *Service) onNote(n discovery.Notification) {
+	rec := n.Worker.Record
+	switch n.Kind {
+	case discovery.Added:
+		if err := s.addWorker(rec, n.Worker.Origin); err != nil {
+			s.log.Warn("registered worker not added", "worker", rec.Name, "err", err)
+			return
+		}
+		s.log.Info("worker registered", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
+	case discovery.Removed:
+		s.notifyPlane(n) // drops its blocks first
+		if err := s.router.RemoveWorker(rec.ID); err != nil {
+			s.log.Warn("removing worker", "worker", rec.Name, "err", err)
+		}
+		s.workers.remove(rec.ID)
+		s.log.Info("worker deregistered or expired: removed, its blocks dropped", "worker", rec.Name, "worker_id", uint64(rec.ID))
+		return
+	case discovery.Updated:
+		s.workers.updated(rec)
+	}
+	s.notifyPlane(n)
+}
+
+// notifyPlane hands a notification to the event plane's consumer.
+func (s *Service) notifyPlane(n discovery.Notification) {
+	if n.Kind != discovery.Removed {
+		if src, _ := s.sourceOf(n.Worker.Record, n.Worker.Origin); src != sourcePlane {
+			return
+		}
+	}
+	switch {
+	case s.natsC != nil:
+		s.natsC.Notify(n)
+	case s.zmqC != nil:
+		s.zmqC.Notify(n)
+	case s.dur != nil:
+		s.dur.Notify(n)
+	}
+}
+
+// closePlane stops the event plane's consumers. Idempotent.
+func (s *Service) closePlane() { s.planeOnce.Do(s.closePlaneOnce) }
+
+func (s *Service) closePlaneOnce() {
+	if s.unhook != nil {
+		s.unhook()
+	}
+	if s.natsC != nil {
+		if err := s.natsC.Close(); err != nil {
+			s.log.Debug("closing the KV event subscription", "err", err)
+		}
+	}
+	if s.zmqC != nil {
+		_ = s.zmqC.Close()
+	}
+	if s.dur != nil {
+		s.dur.Close()
+	}
+}

@@ -1,0 +1,93 @@
+package service
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+)
+
+// waitExact waits until /v1/workers lists exactly the fleet's workers, all
+// EXACT.
+func (r *rig) waitExact() {
+	r.t.Helper()
+	r.eventually(10*time.Second, "every worker discovered and EXACT", func() (bool, string) {
+		ws := r.workers()
+		if len(ws) != len(r.fleet.Workers) {
+			return false, "workers " + strings.Join(keys(ws), ", ")
+		}
+		for name, st := range ws {
+			if st[0] != "EXACT" {
+				return false, name + " is " + st[0] + " (" + st[1] + ")"
+			}
+		}
+		return true, ""
+	})
+}
+
+func keys(m map[string][2]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v[0])
+	}
+	return out
+}
+
+// TestNATSDiscoveryAndEvents: mock workers register in the router's
+// embedded NATS registry and publish RouterEvents there (as `kvrouter up`
+// runs them); the router discovers them, follows their events, and after a
+// request stream /v1/query equals the engines' true prefix state, also with
+// live events lost (repaired from the workers' local indexers). A worker
+// that deregisters is removed and its blocks dropped.
+func TestNATSDiscoveryAndEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults server.Faults
+	}{
+		{"clean", server.Faults{}},
+		{"lossy", server.Faults{DropEvents: 0.3, DuplicateEvents: 0.1, Seed: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpt{workers: 3, plane: config.PlaneNATS, faults: tc.faults})
+			r.waitExact()
+			r.matchEngines(prompts(18, 3), tc.faults.DropEvents > 0)
+			if r.metric("kvrouter_eventplane_events_applied_total") == 0 {
+				t.Error("no event went through the NATS event plane")
+			}
+			if tc.faults.DropEvents > 0 {
+				return
+			}
+			gone := r.fleet.Workers[0]
+			if err := gone.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			r.eventually(10*time.Second, "deregistered worker removed", func() (bool, string) {
+				_, ok := r.workers()[gone.Name]
+				return !ok, "still listed"
+			})
+			for _, p := range prompts(18, 3) {
+				if n := r.query(p)[gone.Name]; n != 0 {
+					t.Fatalf("removed worker %s still holds %d blocks of a prompt", gone.Name, n)
+				}
+			}
+		})
+	}
+}
+
+// TestZMQEventPlane: with --event-plane zmq the router reads the static
+// workers' RouterEvents over ZMQ (no NATS anywhere) and ends with the
+// engines' exact state.
+func TestZMQEventPlane(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 2, plane: config.PlaneZMQ})
+	if r.svc.Bus() != nil {
+		t.Fatal("--event-plane zmq started NATS")
+	}
+	r.waitExact()
+	r.matchEngines(prompts(12, 4), true)
+	if code, _ := r.get("/ready"); code != http.StatusOK {
+		t.Fatalf("/ready %d", code)
+	}
+}
