@@ -382,5 +382,15 @@ func (a *Assembler) Add(p Part) (bool, error) {
 	return a.next == a.count, nil
 }
 
+// AddEncoded decodes one part as it came off a transport (DecodePart) and
+// adds it (Add).
+func (a *Assembler) AddEncoded(b []byte) (bool, error) {
+	p, err := DecodePart(b)
+	if err != nil {
+		return false, err
+	}
+	return a.Add(p)
+}
+
 // Reply returns the assembled reply (complete once Add reported true).
 func (a *Assembler) Reply() Reply { return a.r }

@@ -128,3 +128,46 @@ func FuzzDecodePart(f *testing.F) {
 		}
 	})
 }
+
+// AddEncoded is DecodePart then Add: it reassembles the same reply, and
+// refuses bytes that are no part.
+func TestAssemblerAddEncoded(t *testing.T) {
+	x := localindex.New(testWorker, 0)
+	for i := range 100 {
+		x.Apply([]kvevent.Event{{Kind: kvevent.Stored, HasParent: i > 0, Parent: uint64(i),
+			Blocks: []kvevent.Block{{EngineHash: uint64(i + 1), LocalHash: uint64(i * 5)}}}})
+	}
+	r := Answer(testWorker, x, DumpRequest(testWorker))
+	parts, err := EncodeReply(r, 500)
+	if err != nil || len(parts) < 3 {
+		t.Fatalf("parts %d, %v", len(parts), err)
+	}
+	var a Assembler
+	for i, b := range parts {
+		done, err := a.AddEncoded(b)
+		if err != nil || done != (i == len(parts)-1) {
+			t.Fatalf("part %d: done %v err %v", i, done, err)
+		}
+	}
+	if diff := cmp.Diff(r, a.Reply()); diff != "" {
+		t.Fatalf("reassembled reply differs: %s", diff)
+	}
+	var b Assembler
+	if _, err := b.AddEncoded([]byte{0x91, 0x01}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("not a part: %v", err)
+	}
+}
+
+func TestNewPublisherID(t *testing.T) {
+	seen := map[uint64]bool{}
+	for range 1000 {
+		id := NewPublisherID()
+		if id == 0 || id >= 1<<53 {
+			t.Fatalf("id %d outside 1..2^53-1", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) < 990 {
+		t.Fatalf("only %d distinct ids in 1000", len(seen))
+	}
+}
