@@ -34,3 +34,18 @@ fuzz-long:
 # (installs chromium with apt-get if missing); writes docs/img/status-page.png.
 browser-test: build
 	scripts/browser-test.sh bin/kvrouter
+
+.PHONY: chaos soak
+
+# chaos: the fault suite (internal/chaos, build tag chaos): CHAOS_SCHEDULES
+# seeded random fault schedules (default 12) against an in-process fleet.
+# A failure prints its seed; replay with
+#   go test -tags chaos -race -run '^TestChaosLong$$' ./internal/chaos/ -chaos.seed=N
+chaos:
+	$(GO) test -tags chaos -race -count=1 -timeout 60m -run '^TestChaos' -v ./internal/chaos/ -chaos.schedules=$${CHAOS_SCHEDULES:-12} 2>&1 | grep -v '^        time='
+
+# soak: 1,000 concurrent streaming clients for SOAK_SECONDS (default 60)
+# through one router to 8 mock workers on loopback; reports errors, p99
+# overhead and the router's RSS and goroutines sampled across the run.
+soak:
+	$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestSoak$$' -v ./internal/chaos/ -soak.seconds=$${SOAK_SECONDS:-60} 2>&1 | grep -v '^        time='

@@ -64,6 +64,9 @@ func newSchedule(seed uint64, steps int) schedule {
 type result struct {
 	faults   map[string]int
 	requests map[outcome]int
+	// convergedMS is how long after the heal every router's index
+	// equalled the engines' caches (routers ready, clean phase included).
+	convergedMS int
 }
 
 // runSchedule runs one schedule against a fresh cluster and checks every
@@ -76,7 +79,7 @@ func runSchedule(t *testing.T, s schedule) result {
 		stats := newCounters()
 		defer func() {
 			if t.Failed() {
-				t.Logf("REPLAY: go test -tags chaos -run 'TestChaos' ./internal/chaos/ -chaos.seed=%d", s.seed)
+				t.Logf("REPLAY: go test -tags chaos -race -run '^%s$' ./internal/chaos/ -chaos.seed=%d", strings.Split(t.Name(), "/")[0], s.seed)
 				t.Logf("logs (tail):\n%s", logs.tail(20000))
 			}
 		}()
@@ -152,7 +155,7 @@ func runSchedule(t *testing.T, s schedule) result {
 			}
 			return okIdx, detail
 		})
-		stats.add("index converged ms after heal", int(time.Since(healed).Milliseconds()))
+		res.convergedMS = int(time.Since(healed).Milliseconds())
 		if n := cachedBlocks(c); n == 0 {
 			t.Error("no engine caches anything: the index comparison proves nothing")
 		}
@@ -173,9 +176,9 @@ func runSchedule(t *testing.T, s schedule) result {
 		if outs[outOK] == 0 {
 			t.Errorf("no request succeeded during the schedule: %v", outs)
 		}
-		res = result{faults: stats.snapshot(), requests: outs}
-		t.Logf("seed %d: %d workers, %d routers, %d clients; requests %v; %v; first errors: %s",
-			s.seed, s.workers, s.routers, s.clients, outs, stats.snapshot(), strings.Join(errs, " | "))
+		res.faults, res.requests = stats.snapshot(), outs
+		t.Logf("seed %d: %d workers, %d routers, %d clients; converged %d ms after heal; requests %v; %v; first errors: %s",
+			s.seed, s.workers, s.routers, s.clients, res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))
 	})
 	if !ok {
 		t.Fatalf("schedule failed; replay with -chaos.seed=%d", s.seed)
@@ -342,9 +345,10 @@ func seeds(n int) []uint64 {
 }
 
 // summarize totals several schedules' results.
-func summarize(rs []result) (faults map[string]int, reqs map[outcome]int, names []string) {
+func summarize(rs []result) (faults map[string]int, reqs map[outcome]int, names []string, maxMS int) {
 	faults, reqs = map[string]int{}, map[outcome]int{}
 	for _, r := range rs {
+		maxMS = max(maxMS, r.convergedMS)
 		for k, v := range r.faults {
 			faults[k] += v
 		}
@@ -356,7 +360,20 @@ func summarize(rs []result) (faults map[string]int, reqs map[outcome]int, names 
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	return faults, reqs, names
+	return faults, reqs, names, maxMS
+}
+
+// report logs a suite's totals (the figures docs/benchmarks.md records).
+func report(t *testing.T, rs []result) {
+	faults, reqs, names, maxMS := summarize(rs)
+	total := 0
+	for _, n := range names {
+		t.Logf("%s: %d", n, faults[n])
+		if strings.HasPrefix(n, "fault: ") {
+			total += faults[n]
+		}
+	}
+	t.Logf("SUMMARY: %d schedules, %d faults survived, slowest convergence %d ms after heal; requests %v", len(rs), total, maxMS, reqs)
 }
 
 // TestChaosShort is the CI variant: two short seeded schedules.
@@ -368,9 +385,5 @@ func TestChaosShort(t *testing.T) {
 	for _, seed := range seeds(2) {
 		rs = append(rs, runSchedule(t, newSchedule(seed, 6)))
 	}
-	faults, reqs, names := summarize(rs)
-	for _, n := range names {
-		t.Logf("%s: %d", n, faults[n])
-	}
-	t.Logf("requests: %v", reqs)
+	report(t, rs)
 }
