@@ -1,8 +1,6 @@
 package natsevents
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,13 +61,8 @@ func NewPublisher(cfg PublisherConfig, conn *nats.Conn) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	id := binary.LittleEndian.Uint64(b[:]) & (1<<53 - 1) // JSON-safe, as Dynamo masks it
-	if id == 0 {
-		id = 1
-	}
-	return &Publisher{cfg: cfg, conn: conn, subject: dynamo.Subject(cfg.Namespace, cfg.Component), id: id, log: cfg.Logger}, nil
+	return &Publisher{cfg: cfg, conn: conn, subject: dynamo.Subject(cfg.Namespace, cfg.Component),
+		id: recovery.NewPublisherID(), log: cfg.Logger}, nil
 }
 
 // ID returns the publisher id written in every envelope.

@@ -48,11 +48,7 @@ func (q *Querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 			return recovery.Reply{}, fmt.Errorf("query %v on %s: %w", req, subj, ErrNoResponders)
 		}
-		p, err := recovery.DecodePart(m.Data)
-		if err != nil {
-			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
-		}
-		done, err := a.Add(p)
+		done, err := a.AddEncoded(m.Data)
 		if err != nil {
 			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
 		}
