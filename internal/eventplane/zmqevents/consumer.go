@@ -232,11 +232,7 @@ func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 		if len(m.Frames) == 0 {
 			continue
 		}
-		p, err := recovery.DecodePart(m.Frames[len(m.Frames)-1])
-		if err != nil {
-			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
-		}
-		done, err := a.Add(p)
+		done, err := a.AddEncoded(m.Frames[len(m.Frames)-1])
 		if err != nil {
 			return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
 		}

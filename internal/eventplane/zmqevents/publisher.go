@@ -2,8 +2,6 @@ package zmqevents
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -73,10 +71,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{cfg: cfg, log: cfg.Logger, id: max(binary.LittleEndian.Uint64(b[:])&(1<<53-1), 1), ctx: ctx, cancel: cancel,
+	p := &Publisher{cfg: cfg, log: cfg.Logger, id: recovery.NewPublisherID(), ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), recs: map[kvevent.Worker]localindex.Recovery{}}
 	p.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
 	if err := p.pub.Listen(cfg.Endpoint); err != nil {
