@@ -324,6 +324,7 @@ func (r *routerProc) start() error {
 		cfg.Workers = append(cfg.Workers, w.static())
 	}
 	cfg.BlockSize = blockSize
+	cfg.EventPlane.Kind = "none" // the engines' own ZMQ streams, straight from each worker
 	cfg.Router.Seed = r.c.cfg.seed + uint64(r.k)
 	cfg.Events.HealthInterval = 100 * time.Millisecond
 	cfg.Events.HealthTimeout = 500 * time.Millisecond
