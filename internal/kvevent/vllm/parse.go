@@ -207,17 +207,26 @@ func (p *parser) float() (float64, error) {
 	}
 }
 
-func (p *parser) events() ([]RawEvent, error) {
-	k, _, _ := p.peek()
-	if k != mpack.Array {
-		return nil, typeErr("events", k)
+// arrayLen reads the header of the array field (a type error otherwise);
+// more than limit elements is ErrTooLarge, reported as "<n> <noun>".
+func (p *parser) arrayLen(field, noun string, limit int) (int, error) {
+	if k, _, _ := p.peek(); k != mpack.Array {
+		return 0, typeErr(field, k)
 	}
 	n, err := p.d.DecodeArrayLen()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return 0, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if n > p.lim.MaxEvents {
-		return nil, fmt.Errorf("%w: %d events in one batch (limit %d)", ErrTooLarge, n, p.lim.MaxEvents)
+	if n > limit {
+		return 0, fmt.Errorf("%w: %d %s (limit %d)", ErrTooLarge, n, noun, limit)
+	}
+	return n, nil
+}
+
+func (p *parser) events() ([]RawEvent, error) {
+	n, err := p.arrayLen("events", "events in one batch", p.lim.MaxEvents)
+	if err != nil {
+		return nil, err
 	}
 	evs := make([]RawEvent, 0, n)
 	for range n {
@@ -448,16 +457,9 @@ func (p *parser) metadata(s *BlockStored) error {
 }
 
 func (p *parser) hashes() ([]Hash, error) {
-	k, _, _ := p.peek()
-	if k != mpack.Array {
-		return nil, typeErr("block_hashes", k)
-	}
-	n, err := p.d.DecodeArrayLen()
+	n, err := p.arrayLen("block_hashes", "block hashes", p.lim.MaxBlocks)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if n > p.lim.MaxBlocks {
-		return nil, fmt.Errorf("%w: %d block hashes (limit %d)", ErrTooLarge, n, p.lim.MaxBlocks)
+		return nil, err
 	}
 	hs := make([]Hash, n)
 	for i := range hs {
@@ -500,16 +502,10 @@ func (p *parser) hash() (Hash, error) {
 
 // tokens reads token_ids, flat or as EAGLE bigram pairs.
 func (p *parser) tokens() ([]uint32, bool, error) {
-	k, _, _ := p.peek()
-	if k != mpack.Array {
-		return nil, false, typeErr("token_ids", k)
-	}
-	n, err := p.d.DecodeArrayLen()
+	// One id less than the limit: EAGLE pairs flatten to n+1 ids.
+	n, err := p.arrayLen("token_ids", "token ids", p.lim.MaxTokens-1)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if n+1 > p.lim.MaxTokens {
-		return nil, false, fmt.Errorf("%w: %d token ids (limit %d)", ErrTooLarge, n, p.lim.MaxTokens)
+		return nil, false, err
 	}
 	if n == 0 {
 		return []uint32{}, false, nil
@@ -644,19 +640,12 @@ func (p *parser) intern(v int64) *int64 {
 }
 
 func (p *parser) extraKeys() ([]ExtraKey, error) {
-	switch k, _, _ := p.peek(); k {
-	case mpack.Nil:
+	if k, _, _ := p.peek(); k == mpack.Nil {
 		return nil, p.skipValue()
-	case mpack.Array:
-	default:
-		return nil, typeErr("extra_keys", k)
 	}
-	n, err := p.d.DecodeArrayLen()
+	n, err := p.arrayLen("extra_keys", "extra keys", p.lim.MaxBlocks)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if n > p.lim.MaxBlocks {
-		return nil, fmt.Errorf("%w: %d extra keys (limit %d)", ErrTooLarge, n, p.lim.MaxBlocks)
+		return nil, err
 	}
 	keys := make([]ExtraKey, n)
 	for i := range keys {
