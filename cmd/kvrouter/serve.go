@@ -15,13 +15,15 @@ import (
 )
 
 func init() {
-	register("serve", command{summary: "run the router: static workers, their ZMQ KV events, the OpenAI front door", run: runServe})
+	register("serve", command{summary: "run the router: workers from the NATS registry and the static list, their KV events, the OpenAI front door", run: runServe})
 }
 
 const serveUsage = `Usage: kvrouter serve [flags]
 
-Routes OpenAI requests to the workers listed with --worker (or the config file's workers:),
-following each worker's vLLM/SGLang ZMQ KV events. See docs/config.md for every option.`
+Routes OpenAI requests to the workers that register in the NATS registry (kvrouter agent, the
+mocker with --event-plane nats) and those listed with --worker (or the config file's workers:),
+following each worker's KV events: RouterEvents on the event plane (NATS by default, embedded
+unless --nats-url) or an engine's own vLLM/SGLang ZMQ stream. See docs/config.md for every option.`
 
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
 	cfg, code, ok := loadConfig("serve", serveUsage, args, nil, stderr)
@@ -29,8 +31,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return code
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
-	if len(cfg.Workers) == 0 {
-		log.Warn("no workers configured (--worker or workers: in --config): every request will get 503")
+	if len(cfg.Workers) == 0 && cfg.EventPlane.Kind != config.PlaneNATS {
+		log.Warn("no workers configured (--worker or workers: in --config) and no registry (--event-plane nats): every request will get 503")
 	}
 	svc, err := service.New(cfg, service.Options{Logger: log})
 	if err != nil {

@@ -28,6 +28,8 @@ func TestServeConfigErrors(t *testing.T) {
 		{[]string{"--worker", "name=w1"}, 2, "url"},
 		{[]string{"--config", "/nonexistent.yaml"}, 2, "reading config file"},
 		{[]string{"-h"}, 0, "kv-overlap-score-credit"},
+		{[]string{"--event-plane", "zmq", "--router-replica-sync"}, 2, "--router-replica-sync needs --event-plane nats"},
+		{[]string{"--event-plane", "kafka"}, 2, "--event-plane"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), append([]string{"serve"}, tc.args...), nil, &bytes.Buffer{}, &stderr); code != tc.code {
@@ -112,7 +114,7 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--port", "0", "--worker",
+		done <- run(ctx, []string{"serve", "--port", "0", "--nats-port", "-1", "--data-dir", t.TempDir(), "--worker",
 			fmt.Sprintf("name=%s,url=%s,events=%s,replay=%s,topic=%s", w.Name, w.URL, w.Events, w.Replay, w.Topic)},
 			nil, &bytes.Buffer{}, &stderr)
 	}()
@@ -124,26 +126,124 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 	}
 }
 
+// TestUpStartsFleetAndRouter runs `kvrouter up` on each event plane: the
+// default (mock workers register in the embedded NATS and publish there;
+// the router discovers them), zmq (RouterEvents over ZMQ) and none (vLLM's
+// own ZMQ streams). Every worker ends EXACT and a chat request is served.
 func TestUpStartsFleetAndRouter(t *testing.T) {
+	for _, plane := range []string{"nats", "zmq", "none"} {
+		t.Run(plane, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			var stdout, stderr syncBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, []string{"up", "--port", "0", "--workers", "2", "--nats-port", "-1", "--data-dir", t.TempDir(),
+					"--event-plane", plane, "--speedup-ratio", "100", "--num-gpu-blocks-override", "512"}, nil, &stdout, &stderr)
+			}()
+			base := waitFor(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
+			if !strings.Contains(stdout.String(), "curl "+base+"/v1/chat/completions") || !strings.Contains(stdout.String(), "status page  "+base+"/") {
+				t.Fatalf("banner lacks the curl example or the status page:\n%s", stdout.String())
+			}
+			waitWorkersExact(t, base, 2)
+			chatOK(t, base)
+			nats := strings.Count(stderr.String(), "embedded NATS listening on")
+			if want := map[bool]int{true: 1, false: 0}[plane == "nats"]; nats != want {
+				t.Errorf("%d 'embedded NATS listening' lines, want %d:\n%s", nats, want, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "level=INFO msg=\"Starting nats-server") {
+				t.Errorf("the NATS server banner is logged at info:\n%s", stderr.String())
+			}
+			cancel()
+			if code := <-done; code != 0 {
+				t.Fatalf("up exited %d:\n%s", code, stderr.String())
+			}
+		})
+	}
+}
+
+// TestUpChatTemplateAgrees: through `kvrouter up`, a chat request with
+// tools and enable_thinking off counts the same prompt tokens on the
+// router (/v1/route's input_tokens) and on the mock worker (usage).
+func TestUpChatTemplateAgrees(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"up", "--port", "0", "--workers", "2", "--nats-port", "-1", "--data-dir", t.TempDir(),
+		done <- run(ctx, []string{"up", "--port", "0", "--workers", "1", "--nats-port", "-1", "--data-dir", t.TempDir(),
 			"--speedup-ratio", "100", "--num-gpu-blocks-override", "512"}, nil, &stdout, &stderr)
 	}()
 	base := waitFor(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
-	if !strings.Contains(stdout.String(), "curl "+base+"/v1/chat/completions") || !strings.Contains(stdout.String(), "status page  "+base+"/") {
-		t.Fatalf("banner lacks the curl example or the status page:\n%s", stdout.String())
+	waitWorkersExact(t, base, 1)
+	body := `{"model":"Qwen/Qwen3-0.6B","max_tokens":2,"chat_template_kwargs":{"enable_thinking":false},` +
+		`"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"}],` +
+		`"tools":[{"type":"function","function":{"name":"get_weather","description":"Weather in a city",` +
+		`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}`
+	var route struct {
+		InputTokens int `json:"input_tokens"`
 	}
-	chatOK(t, base)
-	if !strings.Contains(stderr.String(), "embedded NATS server running") {
-		t.Errorf("the embedded NATS server was not started:\n%s", stderr.String())
+	postJSON(t, base+"/v1/route", body, &route)
+	var chat struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	postJSON(t, base+"/v1/chat/completions", body, &chat)
+	if route.InputTokens == 0 || route.InputTokens != chat.Usage.PromptTokens {
+		t.Fatalf("router counted %d prompt tokens, worker %d", route.InputTokens, chat.Usage.PromptTokens)
 	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("up exited %d:\n%s", code, stderr.String())
 	}
+}
+
+func postJSON(t *testing.T, url, body string, v any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("POST %s: %v in %s", url, err, b)
+	}
+}
+
+// waitWorkersExact polls /v1/workers until n workers are listed, all EXACT.
+func waitWorkersExact(t *testing.T, base string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/v1/workers")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = string(b)
+			var v struct {
+				Workers []struct {
+					State string `json:"state"`
+				} `json:"workers"`
+			}
+			if json.Unmarshal(b, &v) == nil && len(v.Workers) == n {
+				exact := 0
+				for _, w := range v.Workers {
+					if w.State == "EXACT" {
+						exact++
+					}
+				}
+				if exact == n {
+					return
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("never %d EXACT workers; last /v1/workers: %s", n, last)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/mocker"
-	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -20,9 +19,11 @@ func init() {
 
 const upUsage = `Usage: kvrouter up [flags]
 
-Starts, in one process, K mock vLLM workers on loopback ports (KV events over ZMQ, the embedded
-Qwen3 tokenizer), an embedded NATS server, and the router on 127.0.0.1:8000. Ctrl-C stops
-everything. Takes every 'kvrouter serve' option except --worker; see docs/config.md.`
+Starts, in one process, an embedded NATS server, K mock vLLM workers on loopback ports (the
+embedded Qwen3 tokenizer and chat template) that register in NATS and publish their KV events
+there, and the router on 127.0.0.1:8000, which discovers them. --event-plane zmq runs them
+without NATS (RouterEvents over ZMQ), --event-plane none with vLLM's own ZMQ streams. Ctrl-C
+stops everything. Takes every 'kvrouter serve' option except --worker; see docs/config.md.`
 
 // upFlags are the options only `kvrouter up` has.
 type upFlags struct {
@@ -62,39 +63,47 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		return fail("%v", err)
 	}
 
-	if cfg.EventPlane.Kind == config.PlaneNATS {
-		nc := cfg.NATSConfig()
-		bus, err := natsbus.Start(nc, log.With("component", "nats"))
-		if err != nil {
-			log.Warn("embedded NATS server not started; continuing without it (KV events flow over ZMQ)", "err", err)
-		} else {
-			log.Info("embedded NATS server running (JetStream store under the data dir); KV events flow over ZMQ until the NATS event plane is wired into up",
-				"url", bus.ClientURL(), "data_dir", cfg.DataDir)
-			defer func() {
-				bus.Shutdown()
-				bus.WaitForShutdown()
-			}()
-		}
-	}
-
 	fc := service.DefaultFleetConfig()
 	fc.Workers = u.workers
 	fc.Model = cfg.Model
 	fc.Engine = u.engine
 	fc.Engine.BlockSize = cfg.BlockSize
 	fc.Tokenizer = model.Tokenizer
+	fc.ChatTemplate = model.Template
 	fc.Logger = log.With("component", "mocker")
-	fleet, err := service.StartFleet(fc)
-	if err != nil {
-		return fail("starting mock workers: %v", err)
+	fc.Namespace, fc.Component, fc.Registry = cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry
+	var fleet *service.Fleet
+	var svc *service.Service
+	switch cfg.EventPlane.Kind {
+	case config.PlaneNATS:
+		// The router first: its embedded NATS is where the mock workers
+		// register and publish; the router discovers them in the registry.
+		if svc, err = service.New(cfg, service.Options{Logger: log.With("component", "router")}); err != nil {
+			return fail("%v", err)
+		}
+		fc.Plane, fc.Bus = config.PlaneNATS, svc.Bus()
+		if fleet, err = service.StartFleet(fc); err != nil {
+			svc.Close()
+			return fail("starting mock workers: %v", err)
+		}
+	default:
+		// zmq: RouterEvents over ZMQ; none: the engines' own vLLM ZMQ
+		// streams. Either way the router reads the static list.
+		fc.Plane = service.FleetEngineZMQ
+		if cfg.EventPlane.Kind == config.PlaneZMQ {
+			fc.Plane = config.PlaneZMQ
+		}
+		if fleet, err = service.StartFleet(fc); err != nil {
+			return fail("starting mock workers: %v", err)
+		}
+		cfg.Workers = fleet.Static()
+		if svc, err = service.New(cfg, service.Options{Logger: log.With("component", "router")}); err != nil {
+			fleet.Stop()
+			return fail("%v", err)
+		}
 	}
 	defer fleet.Stop()
-	cfg.Workers = fleet.Static()
 
-	svc, err := service.New(cfg, service.Options{Logger: log.With("component", "router")})
-	if err != nil {
-		return fail("%v", err)
-	}
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
 		svc.Close()
@@ -103,6 +112,7 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, `
 kvrouter is up: %d mock workers behind the router at %s (model %s)
+  events       %s
 
   status page  %s/
   workers      %s/v1/workers
@@ -114,9 +124,22 @@ kvrouter is up: %d mock workers behind the router at %s (model %s)
 
 Ctrl-C stops everything.
 
-`, u.workers, url, cfg.Model, url, url, url, url, cfg.Model)
+`, u.workers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
 	if err := svc.Run(ctx, ln); err != nil {
 		return fail("%v", err)
 	}
 	return 0
+}
+
+// eventsLine describes the event plane for the banner.
+func eventsLine(cfg config.Config, svc *service.Service) string {
+	switch {
+	case svc.Bus() != nil:
+		return fmt.Sprintf("NATS %s (namespace %s, component %s; workers register in %s)",
+			svc.Bus().ClientURL(), cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry.Bucket)
+	case cfg.EventPlane.Kind == config.PlaneZMQ:
+		return "RouterEvents over ZMQ (no NATS)"
+	default:
+		return "the engines' own vLLM ZMQ streams (no NATS)"
+	}
 }
