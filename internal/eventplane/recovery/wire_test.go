@@ -28,13 +28,18 @@ func TestRequestGolden(t *testing.T) {
 	}
 }
 
-func TestReplySplitsAndReassembles(t *testing.T) {
+// chain returns a local indexer holding one chain of n stored blocks.
+func chain(n int) *localindex.Index {
 	x := localindex.New(testWorker, 0)
-	for i := range 500 {
+	for i := range n {
 		x.Apply([]kvevent.Event{{Kind: kvevent.Stored, HasParent: i > 0, Parent: uint64(i),
 			Blocks: []kvevent.Block{{EngineHash: uint64(i + 1), LocalHash: uint64(i * 3)}}}})
 	}
-	r := Answer(testWorker, x, DumpRequest(testWorker))
+	return x
+}
+
+func TestReplySplitsAndReassembles(t *testing.T) {
+	r := Answer(testWorker, chain(500), DumpRequest(testWorker))
 	if r.Kind != KindTreeDump || len(r.Events) != 500 || r.LastEventID != 500 {
 		t.Fatalf("dump: %v %d %d", r.Kind, len(r.Events), r.LastEventID)
 	}
@@ -132,12 +137,7 @@ func FuzzDecodePart(f *testing.F) {
 // AddEncoded is DecodePart then Add: it reassembles the same reply, and
 // refuses bytes that are no part.
 func TestAssemblerAddEncoded(t *testing.T) {
-	x := localindex.New(testWorker, 0)
-	for i := range 100 {
-		x.Apply([]kvevent.Event{{Kind: kvevent.Stored, HasParent: i > 0, Parent: uint64(i),
-			Blocks: []kvevent.Block{{EngineHash: uint64(i + 1), LocalHash: uint64(i * 5)}}}})
-	}
-	r := Answer(testWorker, x, DumpRequest(testWorker))
+	r := Answer(testWorker, chain(100), DumpRequest(testWorker))
 	parts, err := EncodeReply(r, 500)
 	if err != nil || len(parts) < 3 {
 		t.Fatalf("parts %d, %v", len(parts), err)
