@@ -212,3 +212,22 @@ func FuzzSkip(f *testing.F) {
 		}
 	})
 }
+
+// After Decoder.Skip the library's own decoding goes on at the next value.
+func TestDecoderSkipThenDecode(t *testing.T) {
+	b, err := msgpack.Marshal(map[string]any{"skip": []any{1, "x", map[string]any{"y": 2.5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b[1:], 0xa2, 'o', 'k') // the map's value pair minus its header, then "ok"
+	d := NewDecoder(b)
+	if k, err := d.DecodeString(); err != nil || k != "skip" {
+		t.Fatalf("key %q, %v", k, err)
+	}
+	if err := d.Skip(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := d.DecodeString(); err != nil || s != "ok" || d.Remaining() != 0 {
+		t.Fatalf("after skip: %q, %v, %d left", s, err, d.Remaining())
+	}
+}
