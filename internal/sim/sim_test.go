@@ -101,3 +101,27 @@ func TestTraceEndToEnd(t *testing.T) {
 		t.Fatalf("kv %+v\nrr %+v", kv, rr)
 	}
 }
+
+// TestOracleReachesBound checks the diagnostic oracle on a trace prefix
+// whose working set fits the fleet: sending every request to the longest
+// real cached prefix must recover most of the shared-pool bound and beat
+// round-robin. (It is not an upper bound for kv: on this short, bursty
+// prefix kv's active-sequence term places requests next to an in-flight
+// prefill of their prefix, which the oracle's index cannot see yet.)
+func TestOracleReachesBound(t *testing.T) {
+	opts := workload.DefaultOptions()
+	opts.Trace = "synthetic"
+	opts.Mooncake.Limit = 150
+	cfg := smallConfig()
+	cfg.Engine.BlockSize = 64
+	cfg.Engine.NumGPUBlocks = 4096
+	outs, err := Compare(cfg, []string{PolicyOracle, "round-robin", "kv"}, opts.Open, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	or, rr, kv := outs[0].Result, outs[1].Result, outs[2].Result
+	t.Logf("oracle hit %.3f, kv %.3f, rr %.3f, bound %.3f", or.HitRatio, kv.HitRatio, rr.HitRatio, or.BoundHitRatio)
+	if or.Requests != 150 || or.Policy != PolicyOracle || or.HitRatio < 0.8*or.BoundHitRatio || or.HitRatio <= 2*rr.HitRatio || kv.Requests != 150 {
+		t.Fatalf("oracle %+v\nrr %+v\nkv %+v", or, rr, kv)
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestBenchOnlineCommand drives `kvrouter bench` (online is the default)
+// against a fake streaming server on loopback.
+func TestBenchOnlineCommand(t *testing.T) {
+	var prompts int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Prompt []uint32 `json:"prompt"`
+			Stream bool     `json:"stream"`
+		}
+		if r.URL.Path != "/v1/completions" || json.NewDecoder(r.Body).Decode(&body) != nil || !body.Stream || len(body.Prompt) == 0 {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		prompts++
+		w.Header().Set("X-Kvrouter-Worker", fmt.Sprintf("w%d", prompts%2))
+		fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	args := []string{"bench", "--url", srv.URL, "--workload", "prefix-ratio", "--isl", "300", "--osl", "2",
+		"--num-prefix-prompts", "1", "--max-requests", "6", "--closed-loop", "1", "--bound-workers", "2", "--json"}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(res) != 1 || res[0]["requests"] != 6.0 || res[0]["failed"] != 0.0 || res[0]["max_worker_share"] != 0.5 ||
+		res[0]["bound_hit_ratio"].(float64) <= 0 || prompts != 6 {
+		t.Fatalf("result %v after %d prompts", res, prompts)
+	}
+	if code := run(context.Background(), []string{"bench", "--url", "ftp://x"}, nil, &out, &errb); code != 2 {
+		t.Fatalf("bad url: exit %d", code)
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"bench"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "online") {
+		t.Fatalf("usage: exit %d %s", code, errb.String())
+	}
+}
