@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/discovery"
@@ -127,7 +128,10 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		s.notifyPlane(n)
 	}
 	if s.rs != nil {
-		if err := s.rs.Start(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := s.rs.Start(sctx)
+		cancel()
+		if err != nil {
 			return nil, fmt.Errorf("starting replica sync: %w", err)
 		}
 	}

@@ -254,6 +254,7 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	follow, err := s.startPlane(bg)
 	if err != nil {
 		stopBG()
+		ln.Close()
 		return err
 	}
 	if follow != nil {

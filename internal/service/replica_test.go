@@ -1,0 +1,98 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+)
+
+// TestReplicaSyncTwoRouters: two `serve` services with
+// --router-replica-sync on one embedded NATS (the second connects to the
+// first's) split a stream of requests. Each sees the other's bookings (the
+// peer's lifecycle events are applied), and once every request has ended
+// both show zero load on every worker.
+func TestReplicaSyncTwoRouters(t *testing.T) {
+	sync1 := func(c *config.Config) { c.EventPlane.ReplicaSync = true }
+	r1 := newRig(t, rigOpt{workers: 2, plane: config.PlaneNATS, cfg: sync1})
+	r1.waitExact()
+
+	cfg := r1.svc.cfg
+	cfg.DataDir = t.TempDir()
+	cfg.EventPlane.NATS.URL = r1.svc.Bus().ClientURL()
+	cfg.Router.ID = 0 // a random id of its own
+	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc2.RouterID() == 0 || svc2.RouterID() == r1.svc.RouterID() {
+		t.Fatalf("router ids %d and %d", r1.svc.RouterID(), svc2.RouterID())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		svc2.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc2.Run(ctx, ln) }()
+	stop2 := sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second router: %v", err)
+		}
+	})
+	defer stop2()
+	r2 := &rig{t: t, fleet: r1.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r1.logs, client: r1.client}
+	r2.waitExact()
+	r1.eventually(10*time.Second, "each router sees the other", func() (bool, string) {
+		p1, p2 := r1.metric("kvrouter_replica_peers"), r2.metric("kvrouter_replica_peers")
+		return p1 == 1 && p2 == 1, fmt.Sprintf("peers %v and %v", p1, p2)
+	})
+
+	ps := prompts(24, 11)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		r := r1
+		if i%2 == 1 {
+			r = r2
+		}
+		wg.Go(func() {
+			resp, body := r.post("/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": p, "max_tokens": 8})
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("completion: %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range []*rig{r1, r2} {
+		r.eventually(10*time.Second, "peer bookings applied", func() (bool, string) {
+			n := r.metric("kvrouter_replica_events_received_total", "result", "applied")
+			return n > 0, fmt.Sprintf("%v peer events applied", n)
+		})
+	}
+	for i, r := range []*rig{r1, r2} {
+		r.eventually(10*time.Second, fmt.Sprintf("router %d drains to zero load", i+1), func() (bool, string) {
+			for _, l := range r.svc.Router().Loads() {
+				if l.ActiveRequests != 0 || l.ActiveBlocks != 0 {
+					return false, fmt.Sprintf("%s: %d requests, %v blocks", l.Worker, l.ActiveRequests, l.ActiveBlocks)
+				}
+			}
+			return true, ""
+		})
+	}
+
+	// The second router stops: the first keeps no booking of it.
+	stop2()
+	r1.eventually(10*time.Second, "departed replica forgotten", func() (bool, string) {
+		p := r1.metric("kvrouter_replica_peers")
+		return p == 0, fmt.Sprintf("%v peers", p)
+	})
+}
