@@ -71,7 +71,12 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 	}
 	act := dst.act[:0]
 	nxt := dst.nxt[:0]
-	var single [1]uint32
+	var single, single0 [1]uint32
+	// lazy: the active holders are all of curNode's, none changed tier
+	// since depth 0, so act is not built yet. A popular prefix (a system
+	// prompt every worker holds) then costs nothing per holder until the
+	// holders change.
+	lazy := false
 	cur := uint32(0)
 	curNode := x.ns.at(0)
 	var curN, curLower uint16
@@ -97,33 +102,26 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 		}
 		switch {
 		case i == 0:
-			for _, e := range x.ns.holders(cn, &single) {
-				act = append(act, active{e: e})
-			}
+			lazy = cn.n > 0
 		case cn.n == curN && cn.lowerCount() == 0 && curLower == 0:
 			// Same holders, all device-only: nothing changes.
 		default:
 			hs := x.ns.holders(cn, &single)
 			nxt = nxt[:0]
 			j := 0
-			for _, a := range act {
-				for j < len(hs) && entryID(hs[j]) < entryID(a.e) {
-					j++ // holds the child but not the parent: not a prefix
+			if lazy {
+				for _, e := range x.ns.holders(curNode, &single0) {
+					nxt = x.advance(dst, active{e: e}, hs, &j, i, nxt)
 				}
-				if j < len(hs) && entryID(hs[j]) == entryID(a.e) {
-					if hs[j] != a.e {
-						a.tiers[fastest(entryMask(a.e))] += int32(i) - a.start
-						a.start = int32(i)
-						a.e = hs[j]
-					}
-					nxt = append(nxt, a)
-					continue
+				lazy = false
+			} else {
+				for _, a := range act {
+					nxt = x.advance(dst, a, hs, &j, i, nxt)
 				}
-				x.finish(dst, a, i)
 			}
 			act, nxt = nxt, act
 		}
-		if len(act) == 0 {
+		if len(act) == 0 && !lazy {
 			break
 		}
 		if x.used != nil {
@@ -132,10 +130,37 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 		cur, curNode, curN, curLower = c, cn, cn.n, cn.lowerCount()
 		depth = i + 1
 	}
+	if lazy {
+		for _, e := range x.ns.holders(curNode, &single0) {
+			x.finish(dst, active{e: e}, depth)
+		}
+	}
 	for _, a := range act {
 		x.finish(dst, a, depth)
 	}
 	dst.act, dst.nxt = act[:0], nxt[:0]
+}
+
+// advance carries active holder a from a node to its child at depth i,
+// whose sorted holder list is hs (j is the caller's cursor into it): a
+// goes on to nxt when it holds the child, with its tier split updated
+// when its tiers changed, and is scored at depth i otherwise.
+func (x *Index) advance(dst *Scores, a active, hs []uint32, j *int, i int, nxt []active) []active {
+	k := *j
+	for k < len(hs) && entryID(hs[k]) < entryID(a.e) {
+		k++ // holds the child but not the parent: not a prefix
+	}
+	*j = k
+	if k < len(hs) && entryID(hs[k]) == entryID(a.e) {
+		if hs[k] != a.e {
+			a.tiers[fastest(entryMask(a.e))] += int32(i) - a.start
+			a.start = int32(i)
+			a.e = hs[k]
+		}
+		return append(nxt, a)
+	}
+	x.finish(dst, a, i)
+	return nxt
 }
 
 func (x *Index) finish(dst *Scores, a active, depth int) {
