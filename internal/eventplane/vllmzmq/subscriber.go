@@ -492,9 +492,40 @@ type dealerReplayer struct {
 }
 
 // Replay implements replayer over a DEALER dialled for this request alone.
+// It returns within the timeout even when the peer accepted the TCP
+// connection but never completes the ZMTP handshake (zmq4 v0.17.0 reads the
+// greeting without a deadline, so Dial would block until the peer closes):
+// the request is then abandoned, and fn is never called after Replay
+// returns.
 func (r *dealerReplayer) Replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	var mu sync.Mutex
+	gone := false
+	guarded := func(seq uint64, payload []byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !gone && fn(seq, payload)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.replay(ctx, from, guarded) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	gone = true
+	mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	default:
+		return fmt.Errorf("replay timed out after %v (no answer from %s)", r.timeout, r.endpoint)
+	}
+}
+
+func (r *dealerReplayer) replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
 	defer d.Close()
 	if err := d.Dial(r.endpoint); err != nil {
