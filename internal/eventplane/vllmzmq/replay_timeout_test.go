@@ -59,3 +59,57 @@ func TestReplayBoundedByTimeout(t *testing.T) {
 		t.Fatal("Replay still blocked 5 s after its 300 ms timeout")
 	}
 }
+
+// TestRunStopsWhilePeerSilent: Run returns on cancel even while its dial
+// waits for a peer that accepted the connection and never speaks ZMTP, so
+// a router's shutdown is not held by a hung engine.
+func TestRunStopsWhilePeerSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+			accepted <- struct{}{}
+		}
+	}()
+	defer func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	cfg := DefaultSubscriberConfig()
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+ln.Addr().String(), testTopic, 4
+	cfg.DialRetry = 20 * time.Millisecond
+	cfg.Logger = quiet
+	sub, err := NewSubscriber(cfg, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	<-accepted
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still blocked 5 s after cancel")
+	}
+}

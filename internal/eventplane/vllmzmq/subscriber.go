@@ -205,11 +205,21 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		return fmt.Errorf("subscribing to %q: %w", s.cfg.Topic, err)
 	}
-	if err := sub.Dial(s.cfg.Endpoint); err != nil {
-		if ctx.Err() != nil {
-			return nil
+	// zmq4 v0.17.0 reads the peer's greeting without a deadline: a peer
+	// that accepted the connection and never answers would hold Dial, and
+	// so shutdown, until it closes. Dial aside; stop waiting on ctx.
+	dialed := make(chan error, 1)
+	go func() { dialed <- sub.Dial(s.cfg.Endpoint) }()
+	select {
+	case err := <-dialed:
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("dialling KV event endpoint %s: %w", s.cfg.Endpoint, err)
 		}
-		return fmt.Errorf("dialling KV event endpoint %s: %w", s.cfg.Endpoint, err)
+	case <-ctx.Done():
+		return nil
 	}
 	s.mu.Lock()
 	s.status.Connected = true
