@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
@@ -66,6 +68,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		return 2
 	}
+	natsSecretsFromEnv(fs, os.LookupEnv)
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvrouter agent: "+format+"\n", a...)
 		return 2
@@ -145,6 +148,28 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return 1
 	}
 	return 0
+}
+
+// natsSecretFlags are the NATS credentials a sidecar should take from its
+// environment (a Kubernetes Secret) rather than its command line, where
+// they would show in the process list.
+var natsSecretFlags = []string{"nats-token", "nats-user", "nats-password"}
+
+// natsSecretsFromEnv sets each NATS credential flag not given on the
+// command line from KVROUTER_<FLAG> (KVROUTER_NATS_TOKEN, ...), as `serve`
+// does. Applied after parsing so that -h never prints a secret as a
+// default.
+func natsSecretsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range natsSecretFlags {
+		if set[name] {
+			continue
+		}
+		if v, ok := lookup(config.EnvName(name)); ok {
+			_ = fs.Set(name, v) // string flags: never fails
+		}
+	}
 }
 
 // mockerNATS wires `kvrouter mocker --event-plane nats`: each mock worker

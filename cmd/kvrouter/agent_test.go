@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,4 +97,38 @@ func TestMockerEventPlaneNATS(t *testing.T) {
 		t.Fatalf("mocker exit %d", code)
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestAgentNATSSecretsFromEnv: the agent takes KVROUTER_NATS_TOKEN (and
+// user/password) from the environment unless the flag is given, and -h
+// never shows it.
+func TestAgentNATSSecretsFromEnv(t *testing.T) {
+	env := map[string]string{"KVROUTER_NATS_TOKEN": "from-env", "KVROUTER_NATS_PASSWORD": "pw"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	for _, tc := range []struct {
+		args      []string
+		token, pw string
+	}{
+		{nil, "from-env", "pw"},
+		{[]string{"--nats-token", "from-flag"}, "from-flag", "pw"},
+	} {
+		nc := natsbus.DefaultConfig()
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		nc.BindFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		natsSecretsFromEnv(fs, lookup)
+		if nc.Token != tc.token || nc.Password != tc.pw || nc.User != "" {
+			t.Errorf("%v: token %q password %q user %q, want %q %q \"\"", tc.args, nc.Token, nc.Password, nc.User, tc.token, tc.pw)
+		}
+	}
+	t.Setenv("KVROUTER_NATS_TOKEN", "s3cret-token")
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"agent", "-h"}, nil, io.Discard, &stderr); code != 0 {
+		t.Fatalf("agent -h exited %d", code)
+	}
+	if strings.Contains(stderr.String(), "s3cret-token") {
+		t.Fatal("agent -h prints the token from the environment")
+	}
 }

@@ -28,11 +28,13 @@ stops everything. Takes every 'kvrouter serve' option except --worker; see docs/
 // upFlags are the options only `kvrouter up` has.
 type upFlags struct {
 	workers int
+	noNATS  bool
 	engine  mocker.Config
 }
 
 func (u *upFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.workers, "workers", u.workers, "mock workers to start")
+	fs.BoolVar(&u.noNATS, "no-nats", u.noNATS, "same as --event-plane none (kept for older scripts)")
 	fs.Float64Var(&u.engine.SpeedupRatio, "speedup-ratio", u.engine.SpeedupRatio, "divide the mock engines' modelled step times by this")
 	fs.IntVar(&u.engine.NumGPUBlocks, "num-gpu-blocks-override", u.engine.NumGPUBlocks, "device KV blocks per mock worker")
 	fs.IntVar(&u.engine.MaxNumSeqs, "max-num-seqs", u.engine.MaxNumSeqs, "max running requests per mock worker")
@@ -52,6 +54,13 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	if len(cfg.Workers) > 0 {
 		fmt.Fprintln(stderr, "kvrouter up: runs its own mock workers; use 'kvrouter serve' with --worker for real ones")
 		return 2
+	}
+	if u.noNATS {
+		if cfg.EventPlane.ReplicaSync || cfg.EventPlane.Durable {
+			fmt.Fprintln(stderr, "kvrouter up: --no-nats contradicts --router-replica-sync and --durable-kv-events (both need NATS)")
+			return 2
+		}
+		cfg.EventPlane.Kind = config.PlaneNone
 	}
 	if u.workers < 1 || u.workers > 256 {
 		fmt.Fprintf(stderr, "kvrouter up: --workers %d out of range [1, 256]\n", u.workers)

@@ -23,10 +23,7 @@ import (
 // rest of the arguments still go through the parser. Once the code defines a
 // flag, TestKvrouterArgsParse fails until it is removed from here, so the
 // list cannot rot.
-var pendingFlags = map[string][]string{
-	// Issue 6 (event plane) and issue 8 (replica sync).
-	"serve": {"nats-url", "nats-token", "namespace", "router-replica-sync"},
-}
+var pendingFlags = map[string][]string{}
 
 // pendingCommands are subcommands the manifests use that the binary does not
 // have yet; their containers are skipped (with the reason) until it does,
