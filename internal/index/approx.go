@@ -171,16 +171,23 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 	return nil
 }
 
+// itemLive reports whether the item's leaf still carries its expiry.
+func (x *Index) itemLive(it approxItem) bool {
+	h := &x.holders[it.holder]
+	if !h.live || h.expiry == nil {
+		return false
+	}
+	e, held := h.expiry.get(it.leaf)
+	return held && e == it.expiry
+}
+
 // runTop returns the shallowest node of the item's run that still carries
 // its expiry, and that node's depth; ok is false for a stale item.
 func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
+	if !x.itemLive(it) {
+		return 0, 0, false
+	}
 	h := &x.holders[it.holder]
-	if !h.live || h.expiry == nil {
-		return 0, 0, false
-	}
-	if e, held := h.expiry.get(it.leaf); !held || e != it.expiry {
-		return 0, 0, false
-	}
 	top, depth = it.leaf, it.leafDepth
 	for depth > 0 {
 		p := x.ns.at(top).parent
@@ -199,7 +206,7 @@ func (x *Index) rebuildHeap() {
 	s := x.approx.heap
 	live := s[:0]
 	for _, it := range s {
-		if _, _, ok := x.runTop(it); ok {
+		if x.itemLive(it) {
 			live = append(live, it)
 		}
 	}

@@ -51,6 +51,10 @@
 // Exact workers are fed by KV events (Apply). Approximate workers, which
 // publish no events, are fed by the router's own decisions (Record) with a
 // TTL and a size cap pruned earliest-expiry first, shallower first on ties.
+// A Record stamps its whole root path with one expiry, so the expiry heap
+// holds one item per call (named by the path's deepest node), not one per
+// block: recording an 8 k-token prompt again only rewrites expiries in the
+// holder's table and pushes one item, and allocates nothing.
 // Predict-on-route entries (Predict) are short-TTL guesses for an exact
 // worker between a routing decision and its stored event; a query takes
 // the maximum of a worker's real and predicted scores. All three live in
