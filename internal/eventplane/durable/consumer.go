@@ -159,9 +159,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c.cancel, c.done = cancel, make(chan struct{})
+	// Read before run starts: from then on c.seq is run's (under c.mu).
+	from := c.seq + 1
 	go c.run(rctx)
 	c.log.Info("durable events: consuming", "stream", dynamo.StreamName(c.cfg.Namespace, c.cfg.Component), "consumer", c.cfg.RouterID,
-		"from_seq", c.seq+1)
+		"from_seq", from)
 	return nil
 }
 
