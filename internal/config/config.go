@@ -231,6 +231,28 @@ type Frontend struct {
 	// headers (--worker-response-timeout); 0 waits as long as the client.
 	// Default 0.
 	ResponseHeaderTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a client's request headers
+	// (--read-header-timeout). Default 10 s.
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout bounds reading a client's request body
+	// (--body-read-timeout); 0 is no bound. Default 60 s.
+	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write to a client, one SSE event or body
+	// chunk (--write-timeout): a client that does not take it in time is
+	// dropped and its upstream request cancelled; 0 is no bound.
+	// Default 30 s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive client connections idle this long
+	// (--idle-timeout). Default 120 s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's headers in bytes
+	// (--max-header-bytes). Default 1048576.
+	MaxHeaderBytes int
+	// TLSCertFile and TLSKeyFile are a PEM certificate (chain) and key
+	// for serving HTTPS (--tls-cert-file, --tls-key-file); both or
+	// neither. Default "" (plain HTTP).
+	TLSCertFile string
+	TLSKeyFile  string
 }
 
 // Default returns the documented defaults.
@@ -282,6 +304,12 @@ func Default() Config {
 			MaxRetries:      fc.MaxRetries,
 			ShutdownTimeout: fc.ShutdownTimeout,
 			DialTimeout:     fc.DialTimeout,
+
+			ReadHeaderTimeout: fc.ReadHeaderTimeout,
+			BodyReadTimeout:   fc.BodyReadTimeout,
+			WriteTimeout:      fc.WriteTimeout,
+			IdleTimeout:       fc.IdleTimeout,
+			MaxHeaderBytes:    fc.MaxHeaderBytes,
 		},
 	}
 }
@@ -330,6 +358,8 @@ func (c Config) Validate() error {
 		return bad("--worker-health-timeout %v must be positive", c.Events.HealthTimeout)
 	case c.Events.HealthFailures < 1:
 		return bad("--worker-health-failures %d must be at least 1", c.Events.HealthFailures)
+	case (c.Frontend.TLSCertFile == "") != (c.Frontend.TLSKeyFile == ""):
+		return bad("--tls-cert-file and --tls-key-file go together")
 	}
 	if err := c.EventPlane.validate(c.DataDir); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -417,6 +447,11 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.ShutdownTimeout = c.Frontend.ShutdownTimeout
 	fc.DialTimeout = c.Frontend.DialTimeout
 	fc.ResponseHeaderTimeout = c.Frontend.ResponseHeaderTimeout
+	fc.ReadHeaderTimeout = c.Frontend.ReadHeaderTimeout
+	fc.BodyReadTimeout = c.Frontend.BodyReadTimeout
+	fc.WriteTimeout = c.Frontend.WriteTimeout
+	fc.IdleTimeout = c.Frontend.IdleTimeout
+	fc.MaxHeaderBytes = c.Frontend.MaxHeaderBytes
 	return fc
 }
 

@@ -58,6 +58,13 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Var((*listValue)(&f.AdminKeys), "admin-keys", "comma-separated bearer tokens for the admin endpoints (empty: open)")
 	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", f.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&f.DialTimeout, "worker-dial-timeout", f.DialTimeout, "bound on connecting to a worker")
+	fs.DurationVar(&f.ReadHeaderTimeout, "read-header-timeout", f.ReadHeaderTimeout, "bound on reading a client's request headers")
+	fs.DurationVar(&f.BodyReadTimeout, "body-read-timeout", f.BodyReadTimeout, "bound on reading a client's request body (0: none)")
+	fs.DurationVar(&f.WriteTimeout, "write-timeout", f.WriteTimeout, "bound on each write to a client (one SSE event); a slower client is dropped (0: none)")
+	fs.DurationVar(&f.IdleTimeout, "idle-timeout", f.IdleTimeout, "close keep-alive client connections idle this long")
+	fs.IntVar(&f.MaxHeaderBytes, "max-header-bytes", f.MaxHeaderBytes, "largest request headers in bytes")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", f.TLSCertFile, "PEM certificate (chain) to serve HTTPS with (with --tls-key-file)")
+	fs.StringVar(&f.TLSKeyFile, "tls-key-file", f.TLSKeyFile, "PEM private key of --tls-cert-file")
 	fs.DurationVar(&f.ResponseHeaderTimeout, "worker-response-timeout", f.ResponseHeaderTimeout, "bound on waiting for a worker's response headers (0: as long as the client)")
 
 	p := &c.EventPlane

@@ -67,6 +67,22 @@ type Config struct {
 	// ReadHeaderTimeout bounds reading a client's request headers.
 	// Default 10 s.
 	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout bounds reading a client's request body, so that a
+	// client trickling its body cannot hold a handler; 0 is no bound.
+	// Default 60 s.
+	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write (and flush) to a client: one SSE event
+	// or body chunk must reach a client within it, else the client is
+	// treated as gone (the upstream request is cancelled and the booking
+	// freed), so a slow reader cannot pin a worker; 0 is no bound.
+	// Default 30 s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive client connection idle this long.
+	// Default 120 s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's header size in bytes. Default
+	// 1048576 (1 MiB).
+	MaxHeaderBytes int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -84,6 +100,10 @@ func DefaultConfig() Config {
 		UsageCaptureBytes:     1 << 20,
 		ShutdownTimeout:       30 * time.Second,
 		ReadHeaderTimeout:     10 * time.Second,
+		BodyReadTimeout:       60 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		MaxHeaderBytes:        1 << 20,
 	}
 }
 
@@ -122,6 +142,14 @@ func (c Config) Validate() error {
 		return bad("shutdown timeout %v must be positive", c.ShutdownTimeout)
 	case c.ReadHeaderTimeout <= 0:
 		return bad("read header timeout %v must be positive", c.ReadHeaderTimeout)
+	case c.BodyReadTimeout < 0:
+		return bad("body read timeout %v is negative", c.BodyReadTimeout)
+	case c.WriteTimeout < 0:
+		return bad("write timeout %v is negative", c.WriteTimeout)
+	case c.IdleTimeout <= 0:
+		return bad("idle timeout %v must be positive", c.IdleTimeout)
+	case c.MaxHeaderBytes < 4096 || c.MaxHeaderBytes > 64<<20:
+		return bad("max header bytes %d out of [4096, 67108864]", c.MaxHeaderBytes)
 	}
 	for i, a := range c.Aliases {
 		if a == "" || a == c.Model {

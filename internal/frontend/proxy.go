@@ -47,6 +47,12 @@ func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bo
 		tooLarge()
 		return nil, false
 	}
+	if f.cfg.BodyReadTimeout > 0 {
+		rc := http.NewResponseController(rw)
+		if rc.SetReadDeadline(time.Now().Add(f.cfg.BodyReadTimeout)) == nil {
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
 	buf := bytes.NewBuffer(make([]byte, 0, max(min(r.ContentLength, f.cfg.MaxBodyBytes), 512)+1))
 	_, err := buf.ReadFrom(http.MaxBytesReader(rw, r.Body, f.cfg.MaxBodyBytes))
 	if err != nil {
@@ -355,9 +361,15 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	copyHeader(h, resp.Header)
 	h.Set(HeaderWorker, ex.rec.Worker)
 	h.Set(HeaderOverlapBlocks, strconv.Itoa(d.OverlapBlocks))
+	rc := http.NewResponseController(rw)
+	if f.cfg.WriteTimeout > 0 {
+		// Each write must reach the client within WriteTimeout; cleared at
+		// the end so a kept-alive connection's next response is not cut.
+		_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
 	rw.WriteHeader(resp.StatusCode)
 	ex.rec.Status = resp.StatusCode
-	rc := http.NewResponseController(rw)
 
 	ok2xx := resp.StatusCode < 300
 	sse := ok2xx && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
@@ -382,11 +394,17 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 					capture, captured = false, nil
 				}
 			}
+			if f.cfg.WriteTimeout > 0 {
+				_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
+			}
 			if _, werr := rw.Write(chunk); werr != nil {
 				ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
 				return nil
 			}
-			_ = rc.Flush()
+			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+				ex.rec.Outcome, ex.rec.Status = "client too slow or gone: "+ferr.Error(), 499
+				return nil
+			}
 		}
 		if rerr != nil {
 			break

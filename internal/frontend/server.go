@@ -22,6 +22,8 @@ func (f *Frontend) NewServer(ln net.Listener) *Server {
 	return &Server{f: f, ln: ln, srv: &http.Server{
 		Handler:           f.Handler(),
 		ReadHeaderTimeout: f.cfg.ReadHeaderTimeout,
+		IdleTimeout:       f.cfg.IdleTimeout,
+		MaxHeaderBytes:    f.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
 	}}
 }
@@ -33,6 +35,16 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // shutdown and the listener's error otherwise.
 func (s *Server) Serve() error {
 	err := s.srv.Serve(s.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeTLS is Serve over TLS with the PEM certificate and key files
+// (HTTP/2 offered by ALPN).
+func (s *Server) ServeTLS(certFile, keyFile string) error {
+	err := s.srv.ServeTLS(s.ln, certFile, keyFile)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

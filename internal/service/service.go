@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,6 +101,11 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	model, err := LoadModel(cfg.TokenizerDir)
 	if err != nil {
 		return nil, err
+	}
+	if f := cfg.Frontend; f.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(f.TLSCertFile, f.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		}
 	}
 	recs, err := cfg.WorkerRecords()
 	if err != nil {
@@ -276,9 +282,16 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	srv := s.front.NewServer(ln)
 	s.addr.Store(ln.Addr())
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
+	tlsOn := s.cfg.Frontend.TLSCertFile != ""
+	go func() {
+		if tlsOn {
+			errc <- srv.ServeTLS(s.cfg.Frontend.TLSCertFile, s.cfg.Frontend.TLSKeyFile)
+			return
+		}
+		errc <- srv.Serve()
+	}()
 	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "workers", s.workers.count(),
-		"event_streams", len(s.ranks), "event_plane", s.cfg.EventPlane.Kind, "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
+		"tls", tlsOn, "event_streams", len(s.ranks), "event_plane", s.cfg.EventPlane.Kind, "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
 
 	var serveErr error
 	select {

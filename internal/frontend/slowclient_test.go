@@ -1,0 +1,110 @@
+package frontend
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
+
+// TestSlowClientCannotPinWorker: a streaming client that stops reading is
+// cut off once one write has waited WriteTimeout: the upstream request is
+// cancelled and the booking freed, instead of the worker streaming into a
+// full socket forever.
+func TestSlowClientCannotPinWorker(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.WriteTimeout = 200 * time.Millisecond }})
+	var cancelled atomic.Bool
+	pad := strings.Repeat("x", 4096)
+	upstream := newLoopbackServer(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(rw)
+		for i := 0; ; i++ {
+			select {
+			case <-r.Context().Done():
+				cancelled.Store(true)
+				return
+			default:
+			}
+			fmt.Fprintf(rw, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\n", pad)
+			if rc.Flush() != nil {
+				cancelled.Store(true)
+				return
+			}
+		}
+	}))
+	fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(1), Name: "w1", URL: upstream,
+		Status: discovery.Status{State: discovery.StateApprox, Since: time.Now()}})
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(fl.front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"Qwen/Qwen3-0.6B","prompt":"hello there","max_tokens":100000,"stream":true}`
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read: the socket buffers fill and the router's writes block.
+	deadline := time.Now().Add(15 * time.Second)
+	for !cancelled.Load() || fl.activeRequests() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slow client still pins the worker: upstream cancelled %v, %d requests booked", cancelled.Load(), fl.activeRequests())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestServerLimits: the Server applies MaxHeaderBytes (oversized headers
+// get 431) and closes a connection whose headers never finish after
+// ReadHeaderTimeout.
+func TestServerLimits(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
+		c.MaxHeaderBytes = 4096
+		c.ReadHeaderTimeout = 200 * time.Millisecond
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fl.f.NewServer(ln)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve() }()
+	defer func() {
+		_ = srv.Shutdown(t.Context())
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/health", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 16<<10))
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("16 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /health HTTP/1.1\r\nHost: x\r\n") // headers never end
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("a connection with unfinished headers is still open after 5 s")
+			}
+			break // closed by the server
+		}
+	}
+}
