@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -22,6 +23,7 @@ const MinTTL = time.Second
 // register in another.
 type Bucket[T any] struct {
 	kv   jetstream.KeyValue
+	nc   *nats.Conn // to notice reconnects (a watch does not survive a server restart)
 	name string
 	ttl  time.Duration
 	log  *slog.Logger
@@ -48,7 +50,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	if err != nil {
 		return nil, fmt.Errorf("opening kv bucket %s: %w", name, err)
 	}
-	return &Bucket[T]{kv: kv, name: name, ttl: ttl, log: log}, nil
+	return &Bucket[T]{kv: kv, nc: js.Conn(), name: name, ttl: ttl, log: log}, nil
 }
 
 // TTL returns how long a record lives without a heartbeat.
@@ -257,6 +259,12 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, w *Watch
 	defer close(w.done)
 	defer close(w.c)
 	defer func() { _ = kw.Stop() }()
+	// A KV watch is a JetStream consumer that does not survive a NATS
+	// server restart: after a reconnect it is re-created, resuming after
+	// the last revision seen.
+	var lastRev uint64
+	reconnects := b.reconnects()
+	rewatch := false
 	// deadlines tracks live keys and when they expire without a heartbeat.
 	deadlines := map[string]time.Time{}
 	initial := true
@@ -275,6 +283,22 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, w *Watch
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			if n := b.reconnects(); n != reconnects {
+				reconnects, rewatch = n, true
+			}
+			if rewatch {
+				var opts []jetstream.WatchOpt
+				if lastRev > 0 {
+					opts = append(opts, jetstream.ResumeFromRevision(lastRev+1))
+				}
+				if nkw, err := b.kv.WatchAll(ctx, opts...); err != nil {
+					b.log.Warn("re-watching the bucket after a reconnect failed; retrying", "bucket", b.name, "err", err)
+				} else {
+					_ = kw.Stop()
+					kw, rewatch = nkw, false
+					b.log.Info("re-watching the bucket after a NATS reconnect", "bucket", b.name, "from_revision", lastRev+1)
+				}
+			}
 			for k, d := range deadlines {
 				if now.After(d) {
 					delete(deadlines, k)
@@ -288,12 +312,16 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, w *Watch
 				return
 			}
 			if e == nil { // end of the initial values
+				if !initial {
+					continue // a resumed watch caught up
+				}
 				initial = false
 				if !send(Change[T]{Kind: Synced, Initial: true}) {
 					return
 				}
 				continue
 			}
+			lastRev = max(lastRev, e.Revision())
 			c := Change[T]{Key: e.Key(), Initial: initial}
 			switch e.Operation() {
 			case jetstream.KeyValuePut:
@@ -326,4 +354,12 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, w *Watch
 			}
 		}
 	}
+}
+
+// reconnects counts the connection's reconnects (0 without a connection).
+func (b *Bucket[T]) reconnects() uint64 {
+	if b.nc == nil {
+		return 0
+	}
+	return b.nc.Stats().Reconnects
 }
