@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -94,9 +96,61 @@ type rankState struct {
 	state  vllmzmq.State
 	reason string
 	synced bool // left SYNCING at least once: initial replay done or given up
+	// blockWhy is set while the rank's events carry another block size
+	// than the worker declared ("events carry block size 32 ≠ 16");
+	// refusedSeq is the last batch with such a refusal.
+	blockWhy   string
+	refusedSeq uint64
+	// blockBad mirrors blockWhy != "" for Apply's lock-free check.
+	blockBad atomic.Bool
 }
 
-var _ vllmzmq.Handler = (*rankState)(nil)
+var (
+	_ vllmzmq.Handler        = (*rankState)(nil)
+	_ vllmzmq.RefusalHandler = (*rankState)(nil)
+)
+
+// Refused implements vllmzmq.RefusalHandler: events whose block size
+// differs from the worker's declared one are dropped by the decoder, so
+// the worker's index silently misses blocks. The rank is DEGRADED with the
+// reason until a later batch stores blocks without such a refusal.
+func (r *rankState) Refused(seq uint64, refusals []vllm.Refusal) {
+	for _, x := range refusals {
+		if x.Reason != vllm.ReasonBlockSize {
+			continue
+		}
+		s := r.set
+		why := "events carry " + x.Detail
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		r.refusedSeq = seq
+		if r.blockWhy != why {
+			r.blockWhy = why
+			r.blockBad.Store(true)
+			s.log.Warn("worker publishes KV events with another block size than it declared: they are refused",
+				"worker", r.w.name, "dp_rank", r.worker.Rank, "detail", x.Detail)
+			s.updateLocked(r.w)
+		}
+		return
+	}
+}
+
+// blockSizeOK clears a block-size refusal once batch seq stored blocks
+// without one.
+func (r *rankState) blockSizeOK(seq uint64, events []kvevent.Event) {
+	if !r.blockBad.Load() || !slices.ContainsFunc(events, func(e kvevent.Event) bool { return e.Kind == kvevent.Stored }) {
+		return
+	}
+	s := r.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.blockWhy == "" || r.refusedSeq == seq {
+		return
+	}
+	r.blockWhy = ""
+	r.blockBad.Store(false)
+	s.updateLocked(r.w)
+}
 
 func newWorkerSet(dir *discovery.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
 	return &workerSet{dir: dir, router: r, clock: clock, log: log, silent: silent, byID: map[kvevent.WorkerID]*workerState{}}
@@ -143,6 +197,7 @@ func (r *rankState) Apply(seq uint64, events []kvevent.Event) {
 			s.log.Debug("KV event not applied", "worker", r.w.name, "err", err)
 		}
 	}
+	r.blockSizeOK(seq, events)
 	s.alive(r.w)
 }
 
@@ -264,6 +319,13 @@ func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
 		why = append(why, reason)
 	}
 	for _, r := range w.ranks {
+		if r.blockWhy != "" {
+			reason := r.blockWhy
+			if len(w.ranks) > 1 {
+				reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
+			}
+			why = append(why, reason)
+		}
 		if r.state == vllmzmq.StateExact {
 			continue
 		}

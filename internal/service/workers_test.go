@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
 )
 
 // fakeRouter records what the worker set tells the router.
@@ -185,5 +186,30 @@ func TestSilentWhileServing(t *testing.T) {
 	r.Apply(8, []kvevent.Event{{Worker: r.worker, Kind: kvevent.Cleared}})
 	s.now = s.now.Add(50 * time.Second)
 	s.ws.checkSilence(busy, s.now)
+	s.expect("w1", discovery.StateExact, "")
+}
+
+// TestBlockSizeRefusalDegrades: a worker whose events carry another block
+// size than it declared is DEGRADED with the reason while they keep
+// coming, and EXACT again once a batch stores blocks without a refusal.
+func TestBlockSizeRefusalDegrades(t *testing.T) {
+	s := newStateSet(t, zmqWorker)
+	r := s.rank("w1", 0)
+	r.StateChanged(vllmzmq.StateChange{Worker: r.worker, State: vllmzmq.StateExact})
+	s.expect("w1", discovery.StateExact, "")
+	stored := []kvevent.Event{{Worker: r.worker, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 2}}}}
+
+	r.Refused(7, []vllm.Refusal{{Reason: vllm.ReasonBlockSize, Detail: "block size 32 ≠ 16"}})
+	r.Apply(7, nil)
+	s.expect("w1", discovery.StateDegraded, "events carry block size 32 ≠ 16")
+	// Other refusals say nothing about the block size.
+	r.Refused(8, []vllm.Refusal{{Reason: vllm.ReasonTokenCount, Detail: "x"}})
+	r.Apply(8, []kvevent.Event{{Worker: r.worker, Kind: kvevent.Removed, Blocks: stored[0].Blocks}})
+	s.expect("w1", discovery.StateDegraded, "events carry block size 32 ≠ 16")
+	// A batch mixing refused and accepted stores keeps it DEGRADED.
+	r.Refused(9, []vllm.Refusal{{Reason: vllm.ReasonBlockSize, Detail: "block size 32 ≠ 16"}})
+	r.Apply(9, stored)
+	s.expect("w1", discovery.StateDegraded, "events carry block size 32 ≠ 16")
+	r.Apply(10, stored)
 	s.expect("w1", discovery.StateExact, "")
 }

@@ -69,6 +69,16 @@ type Handler interface {
 	StateChanged(StateChange)
 }
 
+// RefusalHandler is an optional extension of Handler: a handler that
+// implements it also hears, for every batch with refused events, what was
+// refused and why (e.g. "block size 32 ≠ 16"), before Apply of that batch.
+// The refusals are counted in the metrics either way; this lets the owner
+// of the worker's state surface a persistent cause (a worker configured
+// with another block size than it publishes) instead of a silent counter.
+type RefusalHandler interface {
+	Refused(seq uint64, refusals []vllm.Refusal)
+}
+
 // SubscriberConfig configures a Subscriber for one (endpoint, dp rank).
 type SubscriberConfig struct {
 	// Worker is the worker rank the events belong to. Required.
@@ -446,6 +456,9 @@ func (s *Subscriber) apply(seq uint64, payload []byte) {
 	for _, r := range res.Refused {
 		s.m.refused[r.Reason].Inc()
 		s.log.Debug("KV event refused", "seq", seq, "refusal", r.String())
+	}
+	if rh, ok := s.h.(RefusalHandler); ok && len(res.Refused) > 0 {
+		rh.Refused(seq, res.Refused)
 	}
 	if len(res.Events) > 0 {
 		s.m.applied.Add(float64(len(res.Events)))

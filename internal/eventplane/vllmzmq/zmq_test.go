@@ -22,10 +22,21 @@ import (
 
 // recorder is a Handler that keeps everything it is given.
 type recorder struct {
-	mu     sync.Mutex
-	seqs   []uint64
-	events []kvevent.Event
-	states []StateChange
+	mu      sync.Mutex
+	seqs    []uint64
+	events  []kvevent.Event
+	states  []StateChange
+	refused []string // "seq: refusal"
+}
+
+var _ RefusalHandler = (*recorder)(nil)
+
+func (r *recorder) Refused(seq uint64, rs []vllm.Refusal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range rs {
+		r.refused = append(r.refused, fmt.Sprintf("%d: %s %s", seq, x.Reason, x.Detail))
+	}
 }
 
 func (r *recorder) Apply(seq uint64, evs []kvevent.Event) {
@@ -493,6 +504,12 @@ func TestTopicFilterAndRefusalMetrics(t *testing.T) {
 	}
 	if n := f.counter(t, "kvrouter_vllm_events_batches_total"); n != 2 {
 		t.Errorf("batches_total = %v", n)
+	}
+	f.rec.mu.Lock()
+	refused := slices.Clone(f.rec.refused)
+	f.rec.mu.Unlock()
+	if want := []string{"1: block_size block size 8 ≠ 4"}; !slices.Equal(refused, want) {
+		t.Errorf("RefusalHandler heard %q, want %q", refused, want)
 	}
 }
 
