@@ -125,13 +125,36 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 }
 
 // Add starts following worker rank w: its events must already be
-// subscribed to; a dump is asked for at once. Adding a followed rank does
-// nothing.
+// subscribed to; a dump is asked for at once. Adding a followed rank (one
+// its live events made known first) reports the worker's current state
+// again, for a caller that ignored the first report.
 func (t *Tracker) Add(w kvevent.Worker) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	delete(t.removed, w.ID)
+	known := t.ranks[w] != nil
 	t.addLocked(w)
+	t.mu.Unlock()
+	if known {
+		t.reannounce(w.ID)
+	}
+}
+
+// reannounce tells onState the worker's current state, if it has one.
+func (t *Tracker) reannounce(id kvevent.WorkerID) {
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
+	state, ok := t.agg[id]
+	if !ok || t.onSt == nil {
+		return
+	}
+	why := ""
+	for r, rr := range t.states[id] {
+		if rr != "" {
+			why = fmt.Sprintf("rank %d: %s", r, rr)
+			break
+		}
+	}
+	t.onSt(id, state, why)
 }
 
 func (t *Tracker) addLocked(w kvevent.Worker) *follower {
