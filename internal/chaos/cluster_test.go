@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
@@ -60,7 +62,18 @@ type clusterConfig struct {
 	kvBlocks         int
 	dataDir          string
 	seed             uint64
+	// nats runs the NATS event plane: workers publish RouterEvents and
+	// register (TTL heartbeat) on a NATS server the schedule can restart;
+	// routers discover them there. Otherwise routers read the engines'
+	// own ZMQ streams of static workers.
+	nats bool
+	// durable and replicaSync are the routers' --durable-kv-events and
+	// --router-replica-sync (nats only).
+	durable, replicaSync bool
 }
+
+// registryTTL is the workers' registration TTL on the NATS plane.
+const registryTTL = time.Second
 
 // cluster is a fleet of mock workers (each behind a proxy, each with a
 // faulty event sink) and 1–3 routers, all on loopback.
@@ -72,6 +85,7 @@ type cluster struct {
 	tok     server.Tokenizer
 	workers []*worker
 	routers []*routerProc
+	bus     *natsServer // nats plane only
 }
 
 // worker is one mock vLLM worker process that can crash and come back on
@@ -87,6 +101,8 @@ type worker struct {
 	mu     sync.Mutex
 	srv    *server.Worker
 	sink   *faultySink
+	nc     *nats.Conn                               // nats plane
+	lease  *discovery.Lease[discovery.WorkerRecord] // nats plane
 	faults eventFaults
 	cancel context.CancelFunc
 	done   chan error
@@ -120,6 +136,11 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 			c.close()
 		}
 	}()
+	if cc.nats {
+		if c.bus, err = startNATS(filepath.Join(cc.dataDir, "nats-server")); err != nil {
+			return nil, err
+		}
+	}
 	for k := range cc.workers {
 		w := &worker{c: c, k: k, name: fmt.Sprintf("mock-%d", k+1), events: "tcp://127.0.0.1:0", replay: "tcp://127.0.0.1:0"}
 		w.id = uint64(discovery.DeriveID(w.name))
@@ -150,10 +171,16 @@ func (c *cluster) close() {
 		w.stop()
 		w.proxy.close()
 	}
+	if c.bus != nil {
+		c.bus.stop()
+	}
 }
 
 // start runs a fresh worker process: empty cache, event sequence from 0.
 func (w *worker) start() error {
+	if w.c.cfg.nats {
+		return w.startNATS()
+	}
 	ev := server.DefaultKVEventsConfig()
 	ev.EnableKVCacheEvents = true
 	ev.Endpoint, ev.ReplayEndpoint, ev.Topic = w.events, w.replay, "kv-events"
@@ -173,10 +200,18 @@ func (w *worker) start() error {
 		return fmt.Errorf("%s: %w", w.name, err)
 	}
 	w.mu.Lock()
+	w.events, w.replay = zs.Endpoint(0), zs.ReplayEndpoint(0)
+	w.mu.Unlock()
+	return w.run(zs, nil)
+}
+
+// run starts the engine process over inner (its event publisher); rsink,
+// when set, answers recovery queries from the engine's local indexer.
+func (w *worker) run(inner server.EventSink, rsink *server.NATSSink) error {
+	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.gen++
-	w.events, w.replay = zs.Endpoint(0), zs.ReplayEndpoint(0)
-	sink := newFaultySink(zs, w.c.cfg.seed*1000+uint64(w.k*100+w.gen), w.c.stats)
+	sink := newFaultySink(inner, w.c.cfg.seed*1000+uint64(w.k*100+w.gen), w.c.stats)
 	sink.set(w.faults)
 	sc := server.DefaultConfig()
 	sc.Model = modelName
@@ -187,9 +222,12 @@ func (w *worker) start() error {
 	sc.Engine.HashSeed = uint64(w.k) * 7919 // engines need not share a seed
 	sc.WorkerID = w.id
 	sc.Tokenizer = w.c.tok
-	sc.Logger = wlog
+	sc.Logger = w.c.log.With("worker", w.name)
 	sc.Sinks = []server.EventSink{sink}
 	srv, err := server.New(sc)
+	if err == nil && rsink != nil {
+		err = rsink.Serve(srv)
+	}
 	if err != nil {
 		_ = sink.Close()
 		return fmt.Errorf("%s: %w", w.name, err)
@@ -212,16 +250,22 @@ func (w *worker) start() error {
 // then the process stops. Idempotent.
 func (w *worker) stop() {
 	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.cancel, w.done, w.srv = nil, nil, nil
+	cancel, done, lease, nc := w.cancel, w.done, w.lease, w.nc
+	w.cancel, w.done, w.srv, w.lease, w.nc = nil, nil, nil, nil, nil
 	w.mu.Unlock()
 	if cancel == nil {
 		return
+	}
+	if lease != nil {
+		lease.Abandon() // a crash: the registration expires after its TTL
 	}
 	w.proxy.setBackend("127.0.0.1:1") // nothing listens there: refused
 	w.proxy.cut()
 	cancel()
 	<-done
+	if nc != nil {
+		nc.Close()
+	}
 }
 
 func (w *worker) running() bool {
@@ -325,6 +369,16 @@ func (r *routerProc) start() error {
 	}
 	cfg.BlockSize = blockSize
 	cfg.EventPlane.Kind = "none" // the engines' own ZMQ streams, straight from each worker
+	if r.c.cfg.nats {
+		cfg.Workers = nil // discovered in the registry
+		cfg.EventPlane.Kind = config.PlaneNATS
+		cfg.EventPlane.NATS.URL = r.c.bus.url
+		cfg.EventPlane.NATS.ReconnectWait = 50 * time.Millisecond
+		cfg.EventPlane.Registry.TTL = registryTTL
+		cfg.EventPlane.Durable = r.c.cfg.durable
+		cfg.EventPlane.ReplicaSync = r.c.cfg.replicaSync
+		cfg.Router.ID = uint64(r.k + 1) // a durable consumer per router, kept across its restarts
+	}
 	cfg.Router.Seed = r.c.cfg.seed + uint64(r.k)
 	cfg.Events.HealthInterval = 100 * time.Millisecond
 	cfg.Events.HealthTimeout = 500 * time.Millisecond

@@ -34,17 +34,19 @@ func TestMain(m *testing.M) {
 type fault int
 
 const (
-	faultWorkerCrash   fault = iota // worker process stops (connections cut), restarts later on the same ports
-	faultEvents                     // a worker's event batches dropped live / duplicated / delayed
-	faultEngineReset                // engine sequence restarts at 0 with its cache cleared
-	faultRouterRestart              // a router stops (graceful) and starts again on the same address
-	faultStall                      // a worker stops answering HTTP mid-stream, then resumes
-	faultCut                        // every connection to a worker reset (process stays up)
+	faultWorkerCrash    fault = iota // worker process stops (connections cut), restarts later on the same ports
+	faultEvents                      // a worker's event batches dropped live / duplicated / delayed
+	faultEngineReset                 // engine sequence restarts at 0 with its cache cleared
+	faultRouterRestart               // a router stops (graceful) and starts again on the same address
+	faultStall                       // a worker stops answering HTTP mid-stream, then resumes
+	faultCut                         // every connection to a worker reset (process stays up)
+	faultNATSRestart                 // the NATS server stops and starts again on its port (nats plane)
+	faultRegistryExpire              // a worker's registration expires, then it registers again (nats plane)
 	numFaults
 )
 
 var faultNames = [...]string{"worker crash+restart", "event loss/dup/delay", "engine sequence reset",
-	"router restart", "worker stalls mid-stream", "connections reset"}
+	"router restart", "worker stalls mid-stream", "connections reset", "NATS server restart", "registry entry expires"}
 
 // schedule is a seeded plan: cluster shape and the faults in order.
 type schedule struct {
@@ -53,11 +55,30 @@ type schedule struct {
 	routers int
 	steps   int
 	clients int
+	// nats, durable, replica: the routers' event plane (see clusterConfig).
+	nats, durable, replica bool
 }
 
 func newSchedule(seed uint64, steps int) schedule {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	return schedule{seed: seed, workers: 3 + rng.IntN(3), routers: 1 + rng.IntN(3), steps: steps, clients: 6 + rng.IntN(10)}
+}
+
+// newNATSSchedule is a schedule on the NATS event plane; durable mode and
+// replica sync are drawn from the seed.
+func newNATSSchedule(seed uint64, steps int) schedule {
+	s := newSchedule(seed, steps)
+	rng := rand.New(rand.NewPCG(seed, 4))
+	s.nats, s.durable, s.replica = true, rng.IntN(2) == 0, rng.IntN(2) == 0
+	return s
+}
+
+func (s schedule) String() string {
+	plane := "engine ZMQ"
+	if s.nats {
+		plane = fmt.Sprintf("NATS (durable %v, replica sync %v)", s.durable, s.replica)
+	}
+	return fmt.Sprintf("%d workers, %d routers, %d clients, %s", s.workers, s.routers, s.clients, plane)
 }
 
 // result is what one schedule survived.
@@ -84,7 +105,7 @@ func runSchedule(t *testing.T, s schedule) result {
 			}
 		}()
 		c, err := newCluster(clusterConfig{workers: s.workers, routers: s.routers, kvBlocks: 160, seed: s.seed,
-			dataDir: t.TempDir()}, logs, stats)
+			dataDir: t.TempDir(), nats: s.nats, durable: s.durable, replicaSync: s.replica}, logs, stats)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +125,7 @@ func runSchedule(t *testing.T, s schedule) result {
 		ctx := t.Context()
 		for step := range s.steps {
 			f := fault(rng.IntN(int(numFaults)))
-			if f == faultRouterRestart && !routerFaults {
+			if f >= faultNATSRestart && !s.nats {
 				f = faultEvents
 			}
 			if err := c.inject(ctx, f, rng, stalls, stats); err != nil {
@@ -113,6 +134,11 @@ func runSchedule(t *testing.T, s schedule) result {
 			stats.add("fault: "+faultNames[f], 1)
 		}
 		// Heal: every event fault off, every process up, no stall.
+		if c.bus != nil && c.bus.srv == nil {
+			if err := c.bus.start(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for k, w := range c.workers {
 			w.setFaults(eventFaults{})
 			w.proxy.stall(false)
@@ -177,18 +203,14 @@ func runSchedule(t *testing.T, s schedule) result {
 			t.Errorf("no request succeeded during the schedule: %v", outs)
 		}
 		res.faults, res.requests = stats.snapshot(), outs
-		t.Logf("seed %d: %d workers, %d routers, %d clients; converged %d ms after heal; requests %v; %v; first errors: %s",
-			s.seed, s.workers, s.routers, s.clients, res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))
+		t.Logf("seed %d: %v; converged %d ms after heal; requests %v; %v; first errors: %s",
+			s.seed, s, res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))
 	})
 	if !ok {
 		t.Fatalf("schedule failed; replay with -chaos.seed=%d", s.seed)
 	}
 	return res
 }
-
-// routerFaults can be switched off while a router-level fault is being
-// diagnosed.
-var routerFaults = true
 
 // inject applies one fault, holds it for a random while with the load
 // running, and heals what must be healed for the next step.
@@ -247,6 +269,12 @@ func (c *cluster) inject(ctx context.Context, f fault, rng *rand.Rand, stalls *w
 	case faultCut:
 		w.proxy.cut()
 		sleep(ctx, hold)
+	case faultNATSRestart:
+		c.bus.stop()
+		sleep(ctx, hold)
+		return c.bus.start()
+	case faultRegistryExpire:
+		return w.expire(ctx, hold)
 	}
 	return nil
 }
@@ -283,6 +311,9 @@ func (c *cluster) ready() (bool, string) {
 		}
 		if err := svc.Ready(); err != nil {
 			return false, fmt.Sprintf("router %d: %v", r.k, err)
+		}
+		if n := len(svc.Workers()); n != len(c.workers) {
+			return false, fmt.Sprintf("router %d knows %d of %d workers", r.k, n, len(c.workers))
 		}
 		for _, w := range svc.Workers() {
 			if w.Status.State != discovery.StateExact {
@@ -384,6 +415,19 @@ func TestChaosShort(t *testing.T) {
 	var rs []result
 	for _, seed := range seeds(2) {
 		rs = append(rs, runSchedule(t, newSchedule(seed, 6)))
+	}
+	report(t, rs)
+}
+
+// TestChaosServiceNATSShort is the CI variant on the NATS event plane
+// (registry discovery, durable mode and replica sync drawn from the seed).
+func TestChaosServiceNATSShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault schedules take tens of seconds")
+	}
+	var rs []result
+	for _, seed := range seeds(2) {
+		rs = append(rs, runSchedule(t, newNATSSchedule(seed, 6)))
 	}
 	report(t, rs)
 }

@@ -23,7 +23,7 @@ type eventFaults struct {
 // worker's local indexer (the engine's truth) is fed before it, so what
 // it does to the batches is exactly what the router must survive.
 type faultySink struct {
-	inner *server.ZMQSink
+	inner server.EventSink
 
 	mu      sync.Mutex
 	f       eventFaults
@@ -43,7 +43,7 @@ type queued struct {
 
 var _ server.EventSink = (*faultySink)(nil)
 
-func newFaultySink(inner *server.ZMQSink, seed uint64, stats *counters) *faultySink {
+func newFaultySink(inner server.EventSink, seed uint64, stats *counters) *faultySink {
 	s := &faultySink{inner: inner, rng: rand.New(rand.NewPCG(seed, 0xc4a05)), stats: stats,
 		q: make(chan queued, 1<<16), done: make(chan struct{})}
 	go s.loop()

@@ -1,0 +1,148 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+)
+
+// natsServer is a NATS server with JetStream that a schedule can stop and
+// start again on the same port with the same store (an external NATS the
+// routers and workers connect to).
+type natsServer struct {
+	srv  *natsserver.Server
+	port int
+	dir  string
+	url  string
+}
+
+func startNATS(dir string) (*natsServer, error) {
+	s := &natsServer{port: -1, dir: dir}
+	return s, s.start()
+}
+
+func (s *natsServer) start() error {
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		o := &natsserver.Options{Host: "127.0.0.1", Port: s.port, NoLog: true, NoSigs: true, JetStream: true, StoreDir: s.dir}
+		var srv *natsserver.Server
+		if srv, err = natsserver.NewServer(o); err == nil {
+			go srv.Start()
+			if srv.ReadyForConnections(10 * time.Second) {
+				s.srv = srv
+				s.port = srv.Addr().(*net.TCPAddr).Port
+				s.url = srv.ClientURL()
+				return nil
+			}
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			err = fmt.Errorf("nats server on port %d not ready", s.port)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *natsServer) stop() {
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+		s.srv = nil
+	}
+}
+
+// startNATS runs the worker on the NATS plane: RouterEvents through a
+// natsevents publisher (recovery answered from the local indexer) and a
+// registration with a TTL heartbeat, as `kvrouter mocker --event-plane
+// nats` and the agent do.
+func (w *worker) startNATS() error {
+	nc, err := nats.Connect(w.c.bus.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.name, err)
+	}
+	pc := natsevents.DefaultPublisherConfig()
+	pc.Logger = w.c.log.With("worker", w.name)
+	rs, err := server.NewNATSSink(nc, pc, w.id, 1)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("%s: %w", w.name, err)
+	}
+	if err := w.run(rs, rs); err != nil {
+		nc.Close()
+		return err
+	}
+	w.mu.Lock()
+	w.nc = nc
+	w.mu.Unlock()
+	return w.register()
+}
+
+// register (re-)registers the worker in the registry.
+func (w *worker) register() error {
+	w.mu.Lock()
+	nc, url := w.nc, "http://"+w.proxy.addr()
+	w.mu.Unlock()
+	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: w.name, Model: modelName, URL: url, BlockSize: blockSize,
+		DPSize: 1, KVCapacityBlocks: uint64(w.c.cfg.kvBlocks), Events: discovery.EventSource{Kind: discovery.EventsNATS},
+		Hash: discovery.DefaultHashContract(), RegisteredBy: "chaos"}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var lease *discovery.Lease[discovery.WorkerRecord]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var reg *discovery.Registry
+		if reg, err = discovery.OpenRegistry(ctx, js, discovery.RegistryConfig{Bucket: discovery.DefaultRegistryConfig().Bucket, TTL: registryTTL}, w.c.log); err == nil {
+			lease, err = reg.Register(ctx, rec)
+		}
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: registering: %w", w.name, err)
+	}
+	lease.RefreshOnReconnect(func(hook func()) func() {
+		nc.SetReconnectHandler(func(*nats.Conn) { hook() })
+		return func() { nc.SetReconnectHandler(nil) }
+	})
+	w.mu.Lock()
+	w.lease = lease
+	w.mu.Unlock()
+	return nil
+}
+
+// expire stops the worker's heartbeats without deregistering (a worker cut
+// off from NATS, a stuck agent): the record expires after the TTL and the
+// routers drop the worker. The worker keeps running; it registers again
+// after hold.
+func (w *worker) expire(ctx context.Context, hold time.Duration) error {
+	w.mu.Lock()
+	lease := w.lease
+	w.lease = nil
+	w.mu.Unlock()
+	if lease == nil {
+		return nil
+	}
+	lease.Abandon()
+	sleep(ctx, registryTTL*2+hold)
+	if !w.running() {
+		return nil
+	}
+	return w.register()
+}
