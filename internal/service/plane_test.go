@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -90,4 +91,22 @@ func TestZMQEventPlane(t *testing.T) {
 	if code, _ := r.get("/ready"); code != http.StatusOK {
 		t.Fatalf("/ready %d", code)
 	}
+}
+
+// TestDurableEventPlane: with --durable-kv-events the router reads the
+// workers' events through its JetStream durable consumer and ends with the
+// engines' exact state; the index snapshot lands in the Object Store once
+// the stream passes --router-snapshot-threshold.
+func TestDurableEventPlane(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 2, plane: config.PlaneNATS, cfg: func(c *config.Config) {
+		c.EventPlane.Durable = true
+		c.EventPlane.SnapshotThreshold = 5
+		c.Router.ID = 7
+	}})
+	r.waitExact()
+	r.matchEngines(prompts(12, 5), false)
+	r.eventually(10*time.Second, "a snapshot written", func() (bool, string) {
+		n := r.metric("kvrouter_durable_snapshots_total")
+		return n > 0, fmt.Sprintf("%v snapshots, %v events received", n, r.metric("kvrouter_durable_events_received_total"))
+	})
 }
