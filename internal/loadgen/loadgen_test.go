@@ -88,8 +88,11 @@ func TestRunMeasuresStream(t *testing.T) {
 	if len(out.Workers) != 1 || out.Workers[0] != "w-b" || r.MaxWorkerShare != 1 {
 		t.Fatalf("workers %v share %v", out.Workers, r.MaxWorkerShare)
 	}
-	// Three tokens 5 ms apart: TTFT at least 5 ms, e2e at least 15 ms.
-	if r.TTFTP50Ms < 5 || r.E2EP50Ms < 15 || r.ITLP50Ms < 4 {
+	// The server waits 5 ms before each of three tokens: TTFT at least
+	// 5 ms and e2e at least 15 ms. Single gaps can shrink on the client
+	// (a late write followed by a prompt one), so ITL is only checked to
+	// be measured and to fit inside the stream.
+	if r.TTFTP50Ms < 5 || r.E2EP50Ms < 15 || r.ITLP50Ms <= 0 || r.ITLP50Ms > r.E2EP50Ms {
 		t.Fatalf("ttft %.1f e2e %.1f itl %.1f ms", r.TTFTP50Ms, r.E2EP50Ms, r.ITLP50Ms)
 	}
 	if want := 5.0 / 7; r.HitRatio < want-1e-9 || r.HitRatio > want+1e-9 {
