@@ -60,7 +60,11 @@ func Start(cfg Config, log *slog.Logger) (*Bus, error) {
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted())
 		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				b.log.Debug("nats connection closed") // our own Shutdown
+				return
+			}
 			b.log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -27,7 +27,8 @@ func (s *syncBuf) String() string {
 
 // TestEmbeddedBannerAtDebug checks that, at info level, starting the
 // embedded server logs one line naming its address and not the server's
-// multi-line banner, which stays available at debug level.
+// multi-line banner, which stays available at debug level; and that a
+// clean start and shutdown warns about nothing.
 func TestEmbeddedBannerAtDebug(t *testing.T) {
 	for _, lvl := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		var buf syncBuf
@@ -41,6 +42,9 @@ func TestEmbeddedBannerAtDebug(t *testing.T) {
 		out := buf.String()
 		if n := strings.Count(out, "embedded NATS listening on "+url); n != 1 {
 			t.Errorf("level %v: %d lines announce %s, want 1:\n%s", lvl, n, url, out)
+		}
+		if strings.Contains(out, "level=WARN") {
+			t.Errorf("level %v: a clean start and shutdown logged a warning:\n%s", lvl, out)
 		}
 		banner := strings.Contains(out, "Starting nats-server")
 		if banner != (lvl == slog.LevelDebug) {

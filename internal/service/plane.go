@@ -166,7 +166,7 @@ func (s *Service) onNote(n discovery.Notification) {
 			s.log.Warn("registered worker not added", "worker", rec.Name, "err", err)
 			return
 		}
-		s.log.Info("worker registered", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
+		s.log.Debug("registered worker added", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
 	case discovery.Removed:
 		s.notifyPlane(n) // drops its blocks first
 		if err := s.router.RemoveWorker(rec.ID); err != nil {

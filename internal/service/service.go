@@ -290,7 +290,7 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 		}
 		errc <- srv.Serve()
 	}()
-	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "workers", s.workers.count(),
+	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "static_workers", len(s.staticNotes),
 		"tls", tlsOn, "event_streams", len(s.ranks), "event_plane", s.cfg.EventPlane.Kind, "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
 
 	var serveErr error

@@ -239,8 +239,12 @@ func (s *workerSet) planeState(id kvevent.WorkerID, st discovery.State, why stri
 		w.planeSynced = true
 		s.log.Info("worker event stream synced", "worker", w.name, "event_plane", true)
 	}
-	if st == discovery.StateDegraded {
+	switch {
+	case st != discovery.StateDegraded:
+	case w.planeSynced:
 		s.log.Warn("worker event stream degraded", "worker", w.name, "reason", why)
+	default: // the initial recovery: expected, not a warning
+		s.log.Debug("worker event stream recovering", "worker", w.name, "reason", why)
 	}
 	s.updateLocked(w)
 }
@@ -442,13 +446,6 @@ func (s *workerSet) synced() (bool, []string) {
 		}
 	}
 	return len(pending) == 0, pending
-}
-
-// count returns the number of known (accepted) workers.
-func (s *workerSet) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.names)
 }
 
 // urls returns every known worker's id and URL, for the health prober.
