@@ -361,7 +361,7 @@ func (c Config) Validate() error {
 	case (c.Frontend.TLSCertFile == "") != (c.Frontend.TLSKeyFile == ""):
 		return bad("--tls-cert-file and --tls-key-file go together")
 	}
-	if err := c.EventPlane.validate(c.DataDir); err != nil {
+	if err := c.EventPlane.validate(c.DataDir, c.Router.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := c.RouterConfig().Validate(); err != nil {
@@ -462,7 +462,7 @@ func (c Config) WorkerRecords() ([]discovery.WorkerRecord, error) {
 }
 
 // validate checks the event plane's values and combinations.
-func (e EventPlane) validate(dataDir string) error {
+func (e EventPlane) validate(dataDir string, routerID uint64) error {
 	switch e.Kind {
 	case PlaneNATS, PlaneZMQ, PlaneNone:
 	default:
@@ -482,6 +482,9 @@ func (e EventPlane) validate(dataDir string) error {
 	}
 	if !validSubjectToken(e.Component) {
 		return fmt.Errorf("--component %q: want a non-empty NATS subject token (no dots, spaces or wildcards)", e.Component)
+	}
+	if e.Durable && routerID == 0 {
+		return errors.New("--durable-kv-events needs --router-id: it names this router's durable consumer, which must be stable across restarts and distinct per replica")
 	}
 	if e.SnapshotThreshold == 0 {
 		return errors.New("--router-snapshot-threshold must be at least 1")

@@ -269,6 +269,7 @@ func TestEventPlaneOptions(t *testing.T) {
 		{[]string{"--component", ""}, "--component"},
 		{[]string{"--router-snapshot-threshold", "0"}, "--router-snapshot-threshold"},
 		{[]string{"--registry-ttl", "10ms"}, "ttl"},
+		{[]string{"--durable-kv-events"}, "--durable-kv-events needs --router-id"},
 	} {
 		_, err := Load(tc.args, Options{})
 		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tc.want)) {
@@ -277,5 +278,8 @@ func TestEventPlaneOptions(t *testing.T) {
 	}
 	if _, err := Load([]string{"--event-plane", "zmq"}, Options{}); err != nil {
 		t.Fatalf("--event-plane zmq: %v", err)
+	}
+	if c, err := Load([]string{"--durable-kv-events", "--router-id", "3"}, Options{}); err != nil || c.DurableConfig(3).RouterID != "3" {
+		t.Fatalf("durable with a router id: %v", err)
 	}
 }
