@@ -176,6 +176,12 @@ func (s *Service) onNote(n discovery.Notification) {
 		s.log.Info("worker deregistered or expired: removed, its blocks dropped", "worker", rec.Name, "worker_id", uint64(rec.ID))
 		return
 	case discovery.Updated:
+		// Capacity, ranks or URL may have changed; the event source is
+		// the one the worker was added with.
+		src, _ := s.sourceOf(rec, n.Worker.Origin)
+		if err := s.router.AddWorker(workerInfo(rec, src)); err != nil {
+			s.log.Warn("updated worker record not applied", "worker", rec.Name, "err", err)
+		}
 		s.workers.updated(rec)
 	}
 	s.notifyPlane(n)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
 
@@ -61,6 +62,22 @@ func TestNATSDiscoveryAndEvents(t *testing.T) {
 			if tc.faults.DropEvents > 0 {
 				return
 			}
+			// An updated registration (more KV blocks) reaches the router.
+			w1 := r.fleet.Workers[1]
+			rec := discovery.WorkerRecord{ID: discovery.DeriveID(w1.Name), Name: w1.Name, URL: w1.URL, BlockSize: w1.BlockSize,
+				DPSize: 1, KVCapacityBlocks: 12345, Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract()}
+			if err := w1.lease.Update(t.Context(), rec); err != nil {
+				t.Fatal(err)
+			}
+			r.eventually(10*time.Second, "updated capacity in the router", func() (bool, string) {
+				infos, _ := r.svc.Router().Workers()
+				for _, in := range infos {
+					if in.ID == rec.ID {
+						return in.KVCapacityBlocks == 12345, fmt.Sprintf("capacity %d", in.KVCapacityBlocks)
+					}
+				}
+				return false, "worker gone"
+			})
 			gone := r.fleet.Workers[0]
 			if err := gone.Stop(); err != nil {
 				t.Fatal(err)

@@ -200,13 +200,7 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, origin discovery.Origin)
 	if why != "" {
 		s.log.Warn("worker declares KV events this router does not read: routed in approximate mode", "worker", rec.Name, "reason", why)
 	}
-	mode := router.Approximate
-	if src != sourceNone {
-		mode = router.Exact
-	}
-	info := router.WorkerInfo{ID: rec.ID, BlockSize: rec.BlockSize, DPStart: int(rec.DPStart), DPSize: int(rec.DPSize),
-		KVCapacityBlocks: int(rec.KVCapacityBlocks), MaxBatchedTokens: int(rec.MaxBatchedTokens), Mode: mode}
-	if err := s.router.AddWorker(info); err != nil {
+	if err := s.router.AddWorker(workerInfo(rec, src)); err != nil {
 		return fmt.Errorf("worker %q: %w", rec.Name, err)
 	}
 	w := s.workers.add(rec, src)
@@ -241,6 +235,17 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, origin discovery.Origin)
 		s.ranks = append(s.ranks, r)
 	}
 	return nil
+}
+
+// workerInfo is what the router core needs of a worker whose events come
+// from src.
+func workerInfo(rec discovery.WorkerRecord, src source) router.WorkerInfo {
+	mode := router.Approximate
+	if src != sourceNone {
+		mode = router.Exact
+	}
+	return router.WorkerInfo{ID: rec.ID, BlockSize: rec.BlockSize, DPStart: int(rec.DPStart), DPSize: int(rec.DPSize),
+		KVCapacityBlocks: int(rec.KVCapacityBlocks), MaxBatchedTokens: int(rec.MaxBatchedTokens), Mode: mode}
 }
 
 // Run serves the front door on ln and runs the event subscribers, health
