@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -121,6 +122,10 @@ type routerProc struct {
 	svc    *service.Service
 	cancel context.CancelFunc
 	done   chan error
+	exited atomic.Bool // Run returned without being stopped
+	// starting records when the router's listener was open but Run was
+	// not serving on it yet.
+	starting windows
 }
 
 func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, error) {
@@ -409,7 +414,28 @@ func (r *routerProc) start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, ln) }()
+	go func() {
+		err := svc.Run(ctx, ln)
+		if ctx.Err() == nil {
+			// Exited on its own: what a supervisor (systemd, Kubernetes)
+			// would see and restart.
+			r.c.log.Error("CHAOS router exited on its own", "router", r.k, "err", err)
+			r.exited.Store(true)
+		}
+		done <- err
+	}()
+	r.exited.Store(false)
+	r.starting.begin(0)
+	go func() {
+		defer r.starting.end(0)
+		for svc.Addr() == nil && !r.exited.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
 	r.mu.Lock()
 	r.addr = ln.Addr().String()
 	r.svc, r.cancel, r.done = svc, cancel, done

@@ -67,6 +67,7 @@ const (
 	outBroken    outcome = "stream ended without [DONE]"
 	outTransport outcome = "transport error"
 	outTimeout   outcome = "client deadline (stalled worker)"
+	outStarting  outcome = "client deadline (router not serving yet: never accepted)"
 	outVanished  outcome = "client deadline outside any stall (request vanished)"
 )
 
@@ -108,7 +109,14 @@ func (l *load) run(n int, seed uint64) {
 				default:
 				}
 				r := l.c.routers[rng.IntN(len(l.c.routers))]
+				start := time.Now()
 				o, detail := l.do(r.url(), l.prompts[rng.IntN(len(l.prompts))], 1+rng.IntN(12))
+				if o == outVanished && r.starting.overlaps(start, time.Now()) {
+					// The router's listener was open (TCP handshake done by
+					// the kernel) but it was not serving yet: the request
+					// was never accepted by kvrouter.
+					o = outStarting
+				}
 				l.record(o, detail)
 				if o != outOK { // a client backs off after an error
 					select {

@@ -128,6 +128,7 @@ func runSchedule(t *testing.T, s schedule) result {
 			if f >= faultNATSRestart && !s.nats {
 				f = faultEvents
 			}
+			c.log.Info("CHAOS step", "step", step, "fault", faultNames[f])
 			if err := c.inject(ctx, f, rng, stalls, stats); err != nil {
 				t.Fatalf("step %d (%s): %v", step, faultNames[f], err)
 			}
@@ -150,6 +151,7 @@ func runSchedule(t *testing.T, s schedule) result {
 			}
 		}
 		healed := time.Now()
+		c.log.Info("CHAOS healed: every fault off, every process up")
 		eventually(t, 15*time.Second, "routers ready and every worker routable after the last fault", func() (bool, string) {
 			return c.ready()
 		})
@@ -305,6 +307,15 @@ func (c *cluster) restartWorker(ctx context.Context, w *worker) error {
 // as routable and EXACT.
 func (c *cluster) ready() (bool, string) {
 	for _, r := range c.routers {
+		if r.exited.Load() {
+			// kvrouter exits when it cannot start (e.g. NATS went away
+			// mid-start); its supervisor starts it again.
+			_ = r.stop()
+			c.stats.add("router exited on its own (restarted, as a supervisor would)", 1)
+			if err := r.start(); err != nil {
+				return false, fmt.Sprintf("router %d: restart after exit: %v", r.k, err)
+			}
+		}
 		svc := r.service()
 		if svc == nil {
 			return false, fmt.Sprintf("router %d down", r.k)
