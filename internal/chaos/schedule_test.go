@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -104,7 +105,9 @@ func runSchedule(t *testing.T, s schedule) result {
 				t.Logf("REPLAY: go test -tags chaos -race -run '^%s$' ./internal/chaos/ -chaos.seed=%d", strings.Split(t.Name(), "/")[0], s.seed)
 				t.Logf("logs (tail):\n%s", logs.tail(20000))
 				path := filepath.Join(os.TempDir(), fmt.Sprintf("kvrouter-chaos-%d.log", s.seed))
-				if err := os.WriteFile(path, []byte(logs.tail(64<<20)), 0o644); err == nil {
+				var stacks strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+				if err := os.WriteFile(path, []byte(logs.tail(64<<20)+"\n\nGOROUTINES AT FAILURE\n"+stacks.String()), 0o644); err == nil {
 					t.Logf("full logs: %s", path)
 				}
 			}
