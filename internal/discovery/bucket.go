@@ -288,7 +288,9 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, w *Watch
 			}
 			if rewatch {
 				var opts []jetstream.WatchOpt
-				if lastRev > 0 {
+				if lastRev > 0 && !initial {
+					// Interrupted during the initial values, the watch starts
+					// over: a resumed one never sends their end marker.
 					opts = append(opts, jetstream.ResumeFromRevision(lastRev+1))
 				}
 				if nkw, err := b.kv.WatchAll(ctx, opts...); err != nil {
