@@ -100,13 +100,14 @@ func runSchedule(t *testing.T, s schedule) result {
 	ok := t.Run(fmt.Sprintf("seed=%d", s.seed), func(t *testing.T) {
 		logs := &logBuf{}
 		stats := newCounters()
+		var stacks strings.Builder
+		onTimeout = func() { _ = pprof.Lookup("goroutine").WriteTo(&stacks, 2) }
+		defer func() { onTimeout = nil }()
 		defer func() {
 			if t.Failed() {
 				t.Logf("REPLAY: go test -tags chaos -race -run '^%s$' ./internal/chaos/ -chaos.seed=%d", strings.Split(t.Name(), "/")[0], s.seed)
 				t.Logf("logs (tail):\n%s", logs.tail(20000))
 				path := filepath.Join(os.TempDir(), fmt.Sprintf("kvrouter-chaos-%d.log", s.seed))
-				var stacks strings.Builder
-				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
 				if err := os.WriteFile(path, []byte(logs.tail(64<<20)+"\n\nGOROUTINES AT FAILURE\n"+stacks.String()), 0o644); err == nil {
 					t.Logf("full logs: %s", path)
 				}
@@ -375,6 +376,10 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// onTimeout, when set, runs before eventually fails (the stacks are taken
+// while everything still runs).
+var onTimeout func()
+
 // eventually polls cond until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -385,6 +390,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 			return
 		}
 		if time.Now().After(deadline) {
+			if onTimeout != nil {
+				onTimeout()
+			}
 			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, detail)
 		}
 		time.Sleep(20 * time.Millisecond)
