@@ -86,4 +86,3 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		t.Fatal("the watcher saw no heartbeat in 10 s after the server restarted")
 	}
 }
-
