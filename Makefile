@@ -47,5 +47,5 @@ chaos:
 # soak: 1,000 concurrent streaming clients for SOAK_SECONDS (default 60)
 # through one router to 8 mock workers on loopback; reports errors, p99
 # overhead and the router's RSS and goroutines sampled across the run.
-soak:
+soak: build
 	$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestSoak$$' -v ./internal/chaos/ -soak.seconds=$${SOAK_SECONDS:-60} 2>&1 | grep -v '^        time='
