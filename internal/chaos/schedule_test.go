@@ -291,8 +291,12 @@ func (c *cluster) inject(ctx context.Context, f fault, rng *rand.Rand, stalls *w
 		sleep(ctx, hold)
 	case faultRouterRestart:
 		r := c.routers[rng.IntN(len(c.routers))]
-		if err := r.stop(); err != nil {
+		exited := r.exited.Load()
+		if err := r.stop(); err != nil && !exited {
 			return fmt.Errorf("router %d stop: %w", r.k, err)
+		}
+		if exited {
+			stats.add("router exited on its own (restarted, as a supervisor would)", 1)
 		}
 		sleep(ctx, hold)
 		return r.start()
