@@ -446,14 +446,22 @@ func (r *routerProc) start() error {
 // stop shuts the router down (gracefully, bounded). Idempotent.
 func (r *routerProc) stop() error {
 	r.mu.Lock()
-	cancel, done := r.cancel, r.done
+	cancel, done, svc := r.cancel, r.done, r.svc
 	r.cancel, r.done, r.svc = nil, nil, nil
 	r.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
 	cancel()
-	return <-done
+	err := <-done
+	if err != nil && svc.Addr() == nil {
+		// Stopped (or failed) before it ever served: a start-up that NATS
+		// trouble made fail; what a supervisor restarts.
+		r.c.log.Warn("CHAOS router start-up failed before serving", "router", r.k, "err", err)
+		r.c.stats.add("router start-up failed before serving (restarted)", 1)
+		return nil
+	}
+	return err
 }
 
 func (r *routerProc) service() *service.Service {
