@@ -29,6 +29,9 @@ type Bucket[T any] struct {
 	log  *slog.Logger
 }
 
+// openTimeout bounds OpenBucket when its context has no deadline.
+var openTimeout = 10 * time.Second
+
 // OpenBucket creates or opens the KV bucket name with record TTL ttl
 // (at least MinTTL). Expiry is announced to watchers by the server (delete
 // markers, NATS ≥ 2.11) and also detected by the Watcher itself, so older
@@ -39,6 +42,13 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A JetStream API reply lost in a NATS server restart would leave
+		// the call waiting for good (a router stuck in start-up).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, openTimeout)
+		defer cancel()
 	}
 	cfg := jetstream.KeyValueConfig{Bucket: name, History: 1, TTL: ttl, LimitMarkerTTL: ttl}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)

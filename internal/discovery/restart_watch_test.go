@@ -86,3 +86,49 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		t.Fatal("the watcher saw no heartbeat in 10 s after the server restarted")
 	}
 }
+
+// TestOpenBucketBounded: OpenBucket with a context without deadline gives
+// up when JetStream never answers (a reply lost in a server restart). It
+// used to wait for good, leaving a router stuck in start-up (found by
+// internal/chaos: replica sync opening its bucket while NATS restarted).
+func TestOpenBucketBounded(t *testing.T) {
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A JetStream that swallows every API request.
+	sub, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { openTimeout = d }(openTimeout)
+	openTimeout = 300 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := OpenBucket[WorkerRecord](context.Background(), js, "silent", time.Second, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("OpenBucket against a silent JetStream succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OpenBucket still waiting 5 s after its 300 ms bound")
+	}
+}
