@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"io"
 	"log/slog"
 	"maps"
@@ -35,47 +36,11 @@ func TestMain(m *testing.M) {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-type key struct {
-	tier kvevent.Tier
-	hash uint64
-}
-
-type view struct {
-	mu sync.Mutex
-	m  map[kvevent.Worker]map[key]uint64
-}
-
-func (v *view) ApplyEvent(ev kvevent.Event) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.m == nil {
-		v.m = map[kvevent.Worker]map[key]uint64{}
-	}
-	s := v.m[ev.Worker]
-	if s == nil {
-		s = map[key]uint64{}
-		v.m[ev.Worker] = s
-	}
-	switch ev.Kind {
-	case kvevent.Stored:
-		for _, b := range ev.Blocks {
-			s[key{ev.Tier, b.EngineHash}] = b.LocalHash
-		}
-	case kvevent.Removed:
-		for _, h := range ev.Removed {
-			delete(s, key{ev.Tier, h})
-		}
-	case kvevent.Cleared:
-		clear(s)
-	}
-	return nil
-}
-
-func (v *view) get(w kvevent.Worker) map[key]uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return maps.Clone(v.m[w])
-}
+// key and view are the shared naive model of held blocks.
+type (
+	key  = kveventtest.Key
+	view = kveventtest.View
+)
 
 func truth(rec localindex.Recovery) map[key]uint64 {
 	_, evs := rec.Dump()
@@ -84,7 +49,7 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 		ev.Worker = kvevent.Worker{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.get(kvevent.Worker{})
+	return v.Get(kvevent.Worker{})
 }
 
 // startEngine runs a mock engine that publishes vLLM's ZMQ events (with a
@@ -185,7 +150,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 	converged := func(what string) {
 		natstest.WaitFor(t, 10*time.Second, func() bool {
 			want := truth(eng.LocalIndex(0))
-			return len(want) > 0 && maps.Equal(v.get(w), want) && maps.Equal(truth(a.LocalIndex(0)), want)
+			return len(want) > 0 && maps.Equal(v.Get(w), want) && maps.Equal(truth(a.LocalIndex(0)), want)
 		}, what)
 	}
 	traffic(40)
@@ -241,6 +206,6 @@ func TestAgentOverZMQ(t *testing.T) {
 	c.Resync()
 	natstest.WaitFor(t, 10*time.Second, func() bool {
 		want := truth(eng.LocalIndex(0))
-		return len(want) > 0 && maps.Equal(v.get(w), want)
+		return len(want) > 0 && maps.Equal(v.Get(w), want)
 	}, "router view equals the engine's cache over ZMQ")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -26,48 +27,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-type key struct {
-	tier kvevent.Tier
-	hash uint64
-}
+// key and view are the shared naive model of held blocks.
+type (
+	key  = kveventtest.Key
+	view = kveventtest.View
+)
 
-// view is the expected index: per worker rank, engine hash -> local hash
-// per tier (what the engine holds), built by applying events naively.
-type view struct {
-	mu sync.Mutex
-	m  map[kvevent.Worker]map[key]uint64
-}
-
-func newView() *view { return &view{m: map[kvevent.Worker]map[key]uint64{}} }
-
-func (v *view) ApplyEvent(ev kvevent.Event) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := v.m[ev.Worker]
-	if s == nil {
-		s = map[key]uint64{}
-		v.m[ev.Worker] = s
-	}
-	switch ev.Kind {
-	case kvevent.Stored:
-		for _, b := range ev.Blocks {
-			s[key{ev.Tier, b.EngineHash}] = b.LocalHash
-		}
-	case kvevent.Removed:
-		for _, h := range ev.Removed {
-			delete(s, key{ev.Tier, h})
-		}
-	case kvevent.Cleared:
-		clear(s)
-	}
-	return nil
-}
-
-func (v *view) get(w kvevent.Worker) map[key]uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return maps.Clone(v.m[w])
-}
+func newView() *view { return &view{} }
 
 func truth(rec localindex.Recovery) map[key]uint64 {
 	_, evs := rec.Dump()
@@ -76,7 +42,7 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 		ev.Worker = kvevent.Worker{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.get(kvevent.Worker{})
+	return v.Get(kvevent.Worker{})
 }
 
 // fleet is a set of mock workers publishing on NATS.
@@ -202,7 +168,7 @@ func (f *fleet) reset(t *testing.T, k int) {
 func (f *fleet) converged(v *view) (bool, string) {
 	for k, w := range f.workers {
 		wk := kvevent.Worker{ID: kvevent.WorkerID(f.ids[k])}
-		want, got := truth(w.LocalIndex(0)), v.get(wk)
+		want, got := truth(w.LocalIndex(0)), v.Get(wk)
 		if len(want) == 0 && len(got) == 0 {
 			continue
 		}

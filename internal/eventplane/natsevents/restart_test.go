@@ -96,7 +96,7 @@ func TestPublisherRestart(t *testing.T) {
 			}
 			emit(x, p, 50)
 			wait := func(x *localindex.Index) {
-				natstest.WaitFor(t, 10*time.Second, func() bool { return maps.Equal(v.get(w), truth(x)) }, "router view equals the publisher's")
+				natstest.WaitFor(t, 10*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "router view equals the publisher's")
 			}
 			wait(x)
 			p.Close()
@@ -109,7 +109,7 @@ func TestPublisherRestart(t *testing.T) {
 			}
 			// Deregistration / heartbeat expiry: every block goes.
 			c.Notify(discovery.Notification{Kind: discovery.Removed, Worker: discovery.Worker{Record: discovery.WorkerRecord{ID: w.ID}}})
-			if got := v.get(w); len(got) != 0 {
+			if got := v.Get(w); len(got) != 0 {
 				t.Fatalf("removed worker still holds %d blocks", len(got))
 			}
 		})

@@ -1,11 +1,11 @@
 package zmqevents_test
 
 import (
+	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,47 +20,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
-type key struct {
-	tier kvevent.Tier
-	hash uint64
-}
-
-type view struct {
-	mu sync.Mutex
-	m  map[kvevent.Worker]map[key]uint64
-}
-
-func (v *view) ApplyEvent(ev kvevent.Event) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.m == nil {
-		v.m = map[kvevent.Worker]map[key]uint64{}
-	}
-	s := v.m[ev.Worker]
-	if s == nil {
-		s = map[key]uint64{}
-		v.m[ev.Worker] = s
-	}
-	switch ev.Kind {
-	case kvevent.Stored:
-		for _, b := range ev.Blocks {
-			s[key{ev.Tier, b.EngineHash}] = b.LocalHash
-		}
-	case kvevent.Removed:
-		for _, h := range ev.Removed {
-			delete(s, key{ev.Tier, h})
-		}
-	case kvevent.Cleared:
-		clear(s)
-	}
-	return nil
-}
-
-func (v *view) get(w kvevent.Worker) map[key]uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return maps.Clone(v.m[w])
-}
+// key and view are the shared naive model of held blocks.
+type (
+	key  = kveventtest.Key
+	view = kveventtest.View
+)
 
 func truth(x *localindex.Index) map[key]uint64 {
 	_, evs := x.Dump()
@@ -69,7 +33,7 @@ func truth(x *localindex.Index) map[key]uint64 {
 		ev.Worker = kvevent.Worker{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.get(kvevent.Worker{})
+	return v.Get(kvevent.Worker{})
 }
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
@@ -150,7 +114,7 @@ func TestZMQEventPlane(t *testing.T) {
 	converged := func() bool {
 		for _, pr := range procs {
 			for r, x := range pr.xs {
-				if !maps.Equal(v.get(kvevent.Worker{ID: pr.id, Rank: kvevent.DPRank(r)}), truth(x)) {
+				if !maps.Equal(v.Get(kvevent.Worker{ID: pr.id, Rank: kvevent.DPRank(r)}), truth(x)) {
 					return false
 				}
 			}
