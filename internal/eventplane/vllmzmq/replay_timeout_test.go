@@ -14,34 +14,8 @@ import (
 // the connection, leaving a router's worker SYNCING for good (found by
 // internal/chaos: router restarted next to crashing workers).
 func TestReplayBoundedByTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	accepted := make(chan struct{}, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-			accepted <- struct{}{}
-		}
-	}()
-	defer func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range held {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	r := &dealerReplayer{endpoint: "tcp://" + ln.Addr().String(), retry: 20 * time.Millisecond, timeout: 300 * time.Millisecond, log: quiet}
+	addr, accepted := silentPeer(t)
+	r := &dealerReplayer{endpoint: "tcp://" + addr, retry: 20 * time.Millisecond, timeout: 300 * time.Millisecond, log: quiet}
 	done := make(chan error, 1)
 	go func() {
 		done <- r.Replay(context.Background(), 0, func(uint64, []byte) bool {
@@ -64,35 +38,9 @@ func TestReplayBoundedByTimeout(t *testing.T) {
 // waits for a peer that accepted the connection and never speaks ZMTP, so
 // a router's shutdown is not held by a hung engine.
 func TestRunStopsWhilePeerSilent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	accepted := make(chan struct{}, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-			accepted <- struct{}{}
-		}
-	}()
-	defer func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range held {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	addr, accepted := silentPeer(t)
 	cfg := DefaultSubscriberConfig()
-	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+ln.Addr().String(), testTopic, 4
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+addr, testTopic, 4
 	cfg.DialRetry = 20 * time.Millisecond
 	cfg.Logger = quiet
 	sub, err := NewSubscriber(cfg, &recorder{})
@@ -112,4 +60,39 @@ func TestRunStopsWhilePeerSilent(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run still blocked 5 s after cancel")
 	}
+}
+
+// silentPeer listens on loopback, accepts connections and never writes a
+// byte (no ZMTP greeting); each accept is signalled on the channel. The
+// listener and held connections are closed at test cleanup.
+func silentPeer(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+			accepted <- struct{}{}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String(), accepted
 }
