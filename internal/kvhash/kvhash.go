@@ -59,6 +59,11 @@ func tokenBytes(tokens []uint32, buf []byte) (view, newBuf []byte) {
 // seed (Seed, or SaltedSeed for LoRA / namespace).
 func LocalHash(tokens []uint32, seed uint64) uint64 {
 	b, _ := tokenBytes(tokens, nil)
+	if seed == Seed {
+		return defaultKeys.hash(b)
+	}
+	// A salted seed would need its key material derived for one hash;
+	// the library does the same work without keeping it.
 	return xxh3.HashSeed(b, seed)
 }
 
@@ -70,6 +75,11 @@ func LocalHashMM(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
 	if len(mmHashes) == 0 {
 		return LocalHash(tokens, seed)
 	}
+	var ks keys
+	return localHashMM(tokens, mmHashes, keysFor(seed, &ks))
+}
+
+func localHashMM(tokens []uint32, mmHashes []uint64, k *keys) uint64 {
 	buf := make([]byte, 0, 4*len(tokens)+8*len(mmHashes))
 	for _, t := range tokens {
 		buf = binary.LittleEndian.AppendUint32(buf, t)
@@ -79,17 +89,12 @@ func LocalHashMM(tokens []uint32, mmHashes []uint64, seed uint64) uint64 {
 	for _, h := range sorted {
 		buf = binary.LittleEndian.AppendUint64(buf, h)
 	}
-	return xxh3.HashSeed(buf, seed)
+	return k.hash(buf)
 }
 
 // ChainHash returns the sequence hash of a block from its parent's sequence
 // hash and its own local hash: XXH3-64(le64(parent) || le64(local), 1337).
-func ChainHash(parent, local uint64) uint64 {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], parent)
-	binary.LittleEndian.PutUint64(b[8:], local)
-	return xxh3.HashSeed(b[:], Seed)
-}
+func ChainHash(parent, local uint64) uint64 { return hash16(parent, local) }
 
 // Options describes how a request's tokens are cut and salted.
 type Options struct {
@@ -117,12 +122,20 @@ func NumBlocks(n, blockSize int) int {
 // tokens, appending them to local[:0] and seq[:0] (pass nil to allocate, or
 // reuse the slices of a previous call to allocate nothing). The partial last
 // block is not hashed.
+//
+// Both hashes are computed in one pass: the chain step of block i (which
+// waits for block i-1's) overlaps with the local hash of block i+1.
 func Hashes(tokens []uint32, o Options, local, seq []uint64) ([]uint64, []uint64, error) {
-	local, err := LocalHashes(tokens, o, local)
-	if err != nil {
-		return local, seq[:0], err
+	if o.BlockSize <= 0 {
+		return local[:0], seq[:0], ErrBlockSize
 	}
-	return local, SequenceHashes(local, seq), nil
+	n := NumBlocks(len(tokens), o.BlockSize)
+	local = slices.Grow(local[:0], n)[:n]
+	seq = slices.Grow(seq[:0], n)[:n]
+	var ks keys
+	k := keysFor(SaltedSeed(o.LoRAName, o.Namespace), &ks)
+	hashBlocks(tokens[:n*o.BlockSize], o.BlockSize, o.MM, k, local, seq)
+	return local, seq, nil
 }
 
 // LocalHashes computes the local hash of every full block of tokens,
@@ -133,31 +146,62 @@ func LocalHashes(tokens []uint32, o Options, local []uint64) ([]uint64, error) {
 	}
 	n := NumBlocks(len(tokens), o.BlockSize)
 	local = slices.Grow(local[:0], n)[:n]
-	seed := SaltedSeed(o.LoRAName, o.Namespace)
-	var buf []byte
-	for i := range n {
-		blk := tokens[i*o.BlockSize : (i+1)*o.BlockSize]
-		if i < len(o.MM) && len(o.MM[i]) > 0 {
-			local[i] = LocalHashMM(blk, o.MM[i], seed)
-			continue
-		}
-		var b []byte
-		b, buf = tokenBytes(blk, buf)
-		local[i] = xxh3.HashSeed(b, seed)
-	}
+	var ks keys
+	k := keysFor(SaltedSeed(o.LoRAName, o.Namespace), &ks)
+	hashBlocks(tokens[:n*o.BlockSize], o.BlockSize, o.MM, k, local, nil)
 	return local, nil
+}
+
+// hashBlocks writes the local hash of each of the len(local) blocks of bs
+// tokens to local and, when seq is not nil, the sequence hashes to seq.
+func hashBlocks(tokens []uint32, bs int, mm [][]uint64, k *keys, local, seq []uint64) {
+	if len(local) == 0 {
+		return
+	}
+	view, _ := tokenBytes(tokens, nil)
+	bb := 4 * bs
+	if len(mm) == 0 && bb == 64 && seq != nil {
+		// The common case (16-token blocks), without the dispatch.
+		seq = seq[:len(local)]
+		prev := k.hash64(view)
+		local[0], seq[0] = prev, prev
+		for i := 1; i < len(local); i++ {
+			l := k.hash64(view[64*i:])
+			local[i] = l
+			prev = hash16(prev, l)
+			seq[i] = prev
+		}
+		return
+	}
+	for i := range local {
+		if i < len(mm) && len(mm[i]) > 0 {
+			local[i] = localHashMM(tokens[i*bs:(i+1)*bs], mm[i], k)
+		} else {
+			local[i] = k.hash(view[i*bb : (i+1)*bb])
+		}
+	}
+	if seq != nil {
+		chain(local, seq[:len(local)])
+	}
+}
+
+// chain writes the sequence hashes of local to seq (same length).
+func chain(local, seq []uint64) {
+	if len(local) == 0 {
+		return
+	}
+	prev := local[0]
+	seq[0] = prev
+	for i := 1; i < len(local); i++ {
+		prev = hash16(prev, local[i])
+		seq[i] = prev
+	}
 }
 
 // SequenceHashes chains already computed local hashes into sequence hashes,
 // appending to seq[:0].
 func SequenceHashes(local []uint64, seq []uint64) []uint64 {
 	seq = slices.Grow(seq[:0], len(local))[:len(local)]
-	for i, l := range local {
-		if i == 0 {
-			seq[0] = l
-		} else {
-			seq[i] = ChainHash(seq[i-1], l)
-		}
-	}
+	chain(local, seq)
 	return seq
 }

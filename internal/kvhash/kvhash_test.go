@@ -3,6 +3,7 @@ package kvhash
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -174,3 +175,118 @@ func benchHashes(b *testing.B, bs int) {
 
 func BenchmarkHashes16k_BS16(b *testing.B) { benchHashes(b, 16) }
 func BenchmarkHashes16k_BS64(b *testing.B) { benchHashes(b, 64) }
+
+// TestXXH3MatchesLibrary checks the package's own XXH3-64 against
+// github.com/zeebo/xxh3 on random inputs of every length from 0 to 2,100
+// bytes (every size class of the specification: 0, 1..3, 4..8, 9..16,
+// 17..128, 129..240, and the long path with 0, 1 and 2 full 1,024-byte
+// blocks), at every start offset modulo 8, with the default seed, seed 0
+// and random seeds.
+func TestXXH3MatchesLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 2100+8)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	seeds := []uint64{Seed, 0, 1, rng.Uint64(), rng.Uint64()}
+	for _, seed := range seeds {
+		k := newKeys(seed)
+		for n := 0; n <= 2100; n++ {
+			b := buf[n%8 : n%8+n]
+			if got, want := k.hash(b), xxh3.HashSeed(b, seed); got != want {
+				t.Fatalf("seed %d, %d bytes: %#x, library %#x", seed, n, got, want)
+			}
+		}
+	}
+	for range 1000 {
+		var b [16]byte
+		lo, hi := rng.Uint64(), rng.Uint64()
+		binary.LittleEndian.PutUint64(b[:], lo)
+		binary.LittleEndian.PutUint64(b[8:], hi)
+		if got, want := ChainHash(lo, hi), xxh3.HashSeed(b[:], Seed); got != want {
+			t.Fatalf("ChainHash(%#x, %#x) = %#x, library %#x", lo, hi, got, want)
+		}
+	}
+}
+
+// TestLocalHashMatchesLibrary checks LocalHash and Hashes at the block sizes
+// routers use (and the neighbours of the size-class boundaries) against the
+// library on random tokens, salted and not.
+func TestLocalHashMatchesLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, bs := range []int{1, 2, 3, 4, 8, 15, 16, 17, 32, 59, 60, 61, 64, 128, 255, 256, 257, 512} {
+		tokens := make([]uint32, 5*bs)
+		for i := range tokens {
+			tokens[i] = rng.Uint32()
+		}
+		for _, seed := range []uint64{Seed, SaltedSeed("lora", "ns")} {
+			if got, want := LocalHash(tokens[:bs], seed), xxh3.HashSeed(leBytes(tokens[:bs]), seed); got != want {
+				t.Fatalf("bs %d seed %d: LocalHash %#x, library %#x", bs, seed, got, want)
+			}
+		}
+		local, seq, _ := Hashes(tokens, Options{BlockSize: bs, LoRAName: "lora", Namespace: "ns"}, nil, nil)
+		wl, ws := naive(tokens, bs, "lora", "ns", nil)
+		if !slices.Equal(local, wl) || !slices.Equal(seq, ws) {
+			t.Fatalf("bs %d salted: Hashes differs from the naive route", bs)
+		}
+		only, _ := LocalHashes(tokens, Options{BlockSize: bs, LoRAName: "lora", Namespace: "ns"}, nil)
+		if !slices.Equal(only, wl) {
+			t.Fatalf("bs %d salted: LocalHashes differs from the naive route", bs)
+		}
+	}
+}
+
+func leBytes(tokens []uint32) []byte {
+	var b []byte
+	for _, t := range tokens {
+		b = binary.LittleEndian.AppendUint32(b, t)
+	}
+	return b
+}
+
+// The hot functions alone, per block.
+
+func BenchmarkHash64Bytes(b *testing.B) {
+	buf := make([]byte, 64)
+	var h uint64
+	for b.Loop() {
+		h += defaultKeys.hash64(buf)
+	}
+	_ = h
+}
+
+func BenchmarkHash256Bytes(b *testing.B) {
+	buf := make([]byte, 256)
+	var h uint64
+	for b.Loop() {
+		h += defaultKeys.hash(buf)
+	}
+	_ = h
+}
+
+func BenchmarkChainHash(b *testing.B) {
+	var h uint64
+	for i := 0; b.Loop(); i++ {
+		h = ChainHash(h, uint64(i))
+	}
+	_ = h
+}
+
+// The library on the same inputs, for comparison on a noisy machine.
+func BenchmarkHash256BytesLibrary(b *testing.B) {
+	buf := make([]byte, 256)
+	var h uint64
+	for b.Loop() {
+		h += xxh3.HashSeed(buf, Seed)
+	}
+	_ = h
+}
+
+func BenchmarkHash64BytesLibrary(b *testing.B) {
+	buf := make([]byte, 64)
+	var h uint64
+	for b.Loop() {
+		h += xxh3.HashSeed(buf, Seed)
+	}
+	_ = h
+}
