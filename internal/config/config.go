@@ -231,6 +231,12 @@ type Frontend struct {
 	// headers (--worker-response-timeout); 0 waits as long as the client.
 	// Default 0.
 	ResponseHeaderTimeout time.Duration
+	// StreamIdleTimeout bounds each silence of a worker mid-response
+	// (--worker-stream-idle-timeout): headers to first byte, chunk to
+	// chunk, and a stream's headers. On expiry the client gets 504
+	// worker_timeout, or an SSE error event once streaming, and the
+	// booking is freed; 0 disables. Default 60 s.
+	StreamIdleTimeout time.Duration
 	// ReadHeaderTimeout bounds reading a client's request headers
 	// (--read-header-timeout). Default 10 s.
 	ReadHeaderTimeout time.Duration
@@ -304,6 +310,8 @@ func Default() Config {
 			MaxRetries:      fc.MaxRetries,
 			ShutdownTimeout: fc.ShutdownTimeout,
 			DialTimeout:     fc.DialTimeout,
+
+			StreamIdleTimeout: fc.StreamIdleTimeout,
 
 			ReadHeaderTimeout: fc.ReadHeaderTimeout,
 			BodyReadTimeout:   fc.BodyReadTimeout,
@@ -447,6 +455,7 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.ShutdownTimeout = c.Frontend.ShutdownTimeout
 	fc.DialTimeout = c.Frontend.DialTimeout
 	fc.ResponseHeaderTimeout = c.Frontend.ResponseHeaderTimeout
+	fc.StreamIdleTimeout = c.Frontend.StreamIdleTimeout
 	fc.ReadHeaderTimeout = c.Frontend.ReadHeaderTimeout
 	fc.BodyReadTimeout = c.Frontend.BodyReadTimeout
 	fc.WriteTimeout = c.Frontend.WriteTimeout

@@ -66,6 +66,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", f.TLSCertFile, "PEM certificate (chain) to serve HTTPS with (with --tls-key-file)")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", f.TLSKeyFile, "PEM private key of --tls-cert-file")
 	fs.DurationVar(&f.ResponseHeaderTimeout, "worker-response-timeout", f.ResponseHeaderTimeout, "bound on waiting for a worker's response headers (0: as long as the client)")
+	fs.DurationVar(&f.StreamIdleTimeout, "worker-stream-idle-timeout", f.StreamIdleTimeout, "bound on each silence of a worker mid-response, and on a stream's headers: then 504 or an SSE error event (0: none)")
 
 	p := &c.EventPlane
 	fs.StringVar(&p.Kind, "event-plane", p.Kind, "nats (RouterEvents, registry and replica sync over NATS), zmq (RouterEvents from the static workers' ZMQ endpoints, no NATS) or none (engines' own ZMQ streams only)")

@@ -36,6 +36,17 @@ type Config struct {
 	// headers; 0 waits as long as the client does (non-streaming
 	// responses arrive only when generation ends). Default 0.
 	ResponseHeaderTimeout time.Duration
+	// StreamIdleTimeout bounds each silence of a worker once the request
+	// is sent: from the response headers to the first body byte, between
+	// two body chunks and, for streaming requests ("stream": true), the
+	// wait for the headers too (a worker sends a stream's headers at
+	// once). On expiry the upstream request is cancelled and the booking
+	// freed; the client gets 504 worker_timeout when nothing was sent to
+	// it yet, else an SSE error event (streams) or an aborted connection
+	// (a body cut short). Not retried on another worker. The wait for a
+	// non-streaming response's headers (the whole generation) is
+	// ResponseHeaderTimeout's. 0 disables. Default 60 s.
+	StreamIdleTimeout time.Duration
 	// MaxIdleConnsPerWorker is the keep-alive pool size per worker.
 	// Default 256.
 	MaxIdleConnsPerWorker int
@@ -93,6 +104,7 @@ func DefaultConfig() Config {
 		MaxPromptTokens:       131072,
 		MaxRetries:            2,
 		DialTimeout:           2 * time.Second,
+		StreamIdleTimeout:     60 * time.Second,
 		MaxIdleConnsPerWorker: 256,
 		RetryAfter:            time.Second,
 		RecentDecisions:       50,
@@ -128,6 +140,8 @@ func (c Config) Validate() error {
 		return bad("dial timeout %v must be positive", c.DialTimeout)
 	case c.ResponseHeaderTimeout < 0:
 		return bad("response header timeout %v is negative", c.ResponseHeaderTimeout)
+	case c.StreamIdleTimeout < 0:
+		return bad("stream idle timeout %v is negative", c.StreamIdleTimeout)
 	case c.MaxIdleConnsPerWorker < 0:
 		return bad("max idle conns per worker %d is negative", c.MaxIdleConnsPerWorker)
 	case c.RetryAfter <= 0:

@@ -37,6 +37,7 @@ const (
 	codeOverloaded    = "all_workers_overloaded"
 	codeNoWorker      = "no_worker_available"
 	codeWorkerFailed  = "worker_failed"
+	codeWorkerTimeout = "worker_timeout"
 )
 
 // writeError writes an OpenAI-style error body with status code.

@@ -39,6 +39,9 @@ type Frontend struct {
 	client    *http.Client
 	blockSize int
 	handler   http.Handler
+	// handlers counts running HTTP handlers, so that a forced shutdown
+	// can wait for them to return.
+	handlers sync.WaitGroup
 
 	idPrefix string
 	ids      atomic.Uint64
@@ -265,15 +268,21 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // instrument counts requests by route and status and times them.
 func (f *Frontend) instrument(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		f.handlers.Add(1)
+		defer f.handlers.Done()
 		start := f.clock()
 		sw := &statusWriter{ResponseWriter: rw}
+		// Deferred: a handler aborting its response (http.ErrAbortHandler)
+		// is counted too.
+		defer func() {
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			f.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+			f.m.duration.WithLabelValues(route).Observe(f.clock().Sub(start).Seconds())
+		}()
 		next.ServeHTTP(sw, r)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		f.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-		f.m.duration.WithLabelValues(route).Observe(f.clock().Sub(start).Seconds())
 	})
 }
 

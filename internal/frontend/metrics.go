@@ -22,6 +22,7 @@ type metrics struct {
 	cachedActual   *prometheus.CounterVec   // worker
 	promptByWorker *prometheus.CounterVec   // worker
 	lifecycle      *prometheus.CounterVec   // op, result
+	streamTimeouts *prometheus.CounterVec   // worker, stage
 }
 
 func newMetrics(reg *prometheus.Registry, f *Frontend) *metrics {
@@ -61,10 +62,12 @@ func newMetrics(reg *prometheus.Registry, f *Frontend) *metrics {
 			Name: "usage_prompt_tokens_total", Help: "Prompt tokens of responses that reported cached tokens (the denominator of the hit ratio)."}, []string{"worker"}),
 		lifecycle: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "lifecycle_calls_total", Help: "Router lifecycle calls by operation and result (ok, unknown)."}, []string{"op", "result"}),
+		streamTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "worker_stream_timeouts_total", Help: "Requests ended because their worker sent nothing for the stream idle timeout, by worker and stage (headers, first_byte, mid_stream)."}, []string{"worker", "stage"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inflight, m.ttft, m.itl, m.decision, m.overlap,
 		m.promptTokens, m.retries, m.cachedError, m.cachedPred, m.cachedActual, m.promptByWorker,
-		m.lifecycle, &loadCollector{f: f})
+		m.lifecycle, m.streamTimeouts, &loadCollector{f: f})
 	return m
 }
 

@@ -87,7 +87,12 @@ type exchange struct {
 	body     []byte
 	tokens   []uint32
 	expected int
-	rec      record
+	stream   bool // the client asked for an SSE stream
+	// abort: the client's response was committed and cut short; its
+	// connection is aborted so that it cannot take a truncated body for
+	// a whole one.
+	abort bool
+	rec   record
 }
 
 func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat bool) {
@@ -130,11 +135,16 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	defer f.m.inflight.Dec()
 	f.m.promptTokens.Add(float64(len(p.tokens)))
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput()}
+		expected: fields.expectedOutput(), stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
 	f.forward(rw, r, ex)
 	ex.rec.Duration = f.clock().Sub(start)
 	f.finish(ex.rec)
+	if ex.abort {
+		// net/http's own way to end a response in error: the connection
+		// is reset instead of the body being closed as if complete.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // withTokenIDs replaces the body's "prompt" with token ids.
@@ -313,6 +323,8 @@ func copyHeader(dst, src http.Header) {
 func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange, id string, d router.Decision, entry WorkerEntry) *failure {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	idle := newIdleTimer(f.cfg.StreamIdleTimeout, cancel)
+	defer idle.disarm()
 	freed := false
 	free := func() {
 		if !freed {
@@ -337,13 +349,23 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	if entry.SendDPRank {
 		up.Header.Set("X-Data-Parallel-Rank", strconv.FormatUint(uint64(d.Worker.Rank), 10))
 	}
+	if ex.stream {
+		idle.arm() // a worker sends a stream's headers at once
+	}
 	resp, err := f.client.Do(up)
+	idle.disarm()
 	if err != nil {
+		if idle.expired() {
+			f.stalledBeforeCommit(rw, ex, id, d, "headers")
+			return nil
+		}
 		return fail("connect", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 500 {
+		idle.arm()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		idle.disarm()
 		fl := fail("status_5xx", fmt.Errorf("status %d", resp.StatusCode))
 		fl.status, fl.header, fl.body = resp.StatusCode, resp.Header.Clone(), b
 		return fl
@@ -351,8 +373,14 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	idle.arm()
 	n, rerr := readSome(resp.Body, buf)
+	idle.disarm()
 	if n == 0 && rerr != nil && !errors.Is(rerr, io.EOF) {
+		if idle.expired() {
+			f.stalledBeforeCommit(rw, ex, id, d, "first_byte")
+			return nil
+		}
 		return fail("read", rerr)
 	}
 
@@ -409,7 +437,9 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 		if rerr != nil {
 			break
 		}
+		idle.arm()
 		n, rerr = readSome(resp.Body, buf)
+		idle.disarm()
 	}
 	switch {
 	case errors.Is(rerr, io.EOF):
@@ -417,6 +447,17 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 		if !ok2xx {
 			ex.rec.Outcome = "worker answered " + strconv.Itoa(resp.StatusCode)
 		}
+	case idle.expired():
+		msg := f.streamTimedOut(ex, id, d, "mid_stream")
+		ex.rec.Outcome, ex.rec.Status = msg, http.StatusGatewayTimeout
+		if !sse {
+			ex.abort = true
+			break
+		}
+		code := codeWorkerTimeout
+		b, _ := json.Marshal(apiError{Error: apiErrorInfo{Message: msg, Type: typeUpstream, Code: &code}})
+		_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
+		_ = rc.Flush()
 	case r.Context().Err() != nil:
 		ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
 		return nil
@@ -436,6 +477,31 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	f.accuracy(ex, tr)
 	return nil
+}
+
+// stalledBeforeCommit answers 504 worker_timeout for a worker that went
+// silent before the client was sent anything (not retried: the worker may
+// be running the request, and the client has waited the timeout already).
+func (f *Frontend) stalledBeforeCommit(rw http.ResponseWriter, ex *exchange, id string, d router.Decision, stage string) {
+	msg := f.streamTimedOut(ex, id, d, stage)
+	rw.Header().Set(HeaderWorker, ex.rec.Worker)
+	writeError(rw, http.StatusGatewayTimeout, typeUpstream, codeWorkerTimeout, "", msg)
+	ex.rec.Outcome, ex.rec.Status = msg, http.StatusGatewayTimeout
+}
+
+// streamTimedOut counts and logs a stream idle timeout and returns the
+// message the client is given.
+func (f *Frontend) streamTimedOut(ex *exchange, id string, d router.Decision, stage string) string {
+	what := map[string]string{"headers": "no response headers", "first_byte": "no first byte after its headers",
+		"mid_stream": "nothing more mid-response"}[stage]
+	msg := fmt.Sprintf("worker %s sent %s for %v (stream idle timeout)", ex.rec.Worker, what, f.cfg.StreamIdleTimeout)
+	f.m.streamTimeouts.WithLabelValues(ex.rec.Worker, stage).Inc()
+	f.log.Warn("worker stream idle timeout: request ended, booking freed", "worker", ex.rec.Worker, "request_id", id,
+		"stage", stage, "timeout", f.cfg.StreamIdleTimeout)
+	if fr, ok := f.dir.(FailureReporter); ok {
+		fr.WorkerFailed(d.Worker.ID, "stream_idle_timeout", errors.New(msg))
+	}
+	return msg
 }
 
 // readSome reads until it gets at least one byte or an error.

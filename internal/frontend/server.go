@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Server serves a Frontend on a listener with a graceful shutdown.
@@ -54,8 +55,9 @@ func (s *Server) ServeTLS(certFile, keyFile string) error {
 // Shutdown stops accepting connections, waits for in-flight requests —
 // streams included — to finish, for at most Config.ShutdownTimeout or
 // until ctx ends, then closes whatever is still open (those requests'
-// upstream calls are cancelled and their bookings freed). It returns
-// ctx's error or context.DeadlineExceeded when it had to force-close.
+// upstream calls are cancelled and their bookings freed) and waits, at
+// most handlerGrace more, for their handlers to return. It returns ctx's
+// error or context.DeadlineExceeded when it had to force-close.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
@@ -63,8 +65,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		defer cancel()
 		if err = s.srv.Shutdown(sctx); err != nil {
 			_ = s.srv.Close()
+			// Closing a connection cancels its request's context, which
+			// cancels the upstream call: handlers return promptly.
+			done := make(chan struct{})
+			go func() { s.f.handlers.Wait(); close(done) }()
+			t := time.NewTimer(handlerGrace)
+			select {
+			case <-done:
+			case <-t.C:
+				s.f.log.Warn("handlers still running after the forced shutdown", "waited", handlerGrace)
+			}
+			t.Stop()
 		}
 		s.f.CloseIdleConnections()
 	})
 	return err
 }
+
+// handlerGrace bounds the wait for handlers after a forced shutdown.
+const handlerGrace = 2 * time.Second
