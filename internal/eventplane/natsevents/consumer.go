@@ -117,22 +117,7 @@ func (c *Consumer) handle(m *nats.Msg) {
 // whose events do not come over NATS are otherwise ignored. Records with a
 // custom Events.Subject are followed on the consumer's one subject.
 func (c *Consumer) Notify(n discovery.Notification) {
-	rec := n.Worker.Record
-	switch n.Kind {
-	case discovery.Removed:
-		c.tracker.Remove(rec.ID)
-	case discovery.Added, discovery.Updated:
-		if rec.Events.Kind != discovery.EventsNATS {
-			if n.Kind == discovery.Updated {
-				c.tracker.Remove(rec.ID) // no longer on this plane
-			}
-			return
-		}
-		size := max(rec.DPSize, 1)
-		for r := rec.DPStart; r < rec.DPStart+size; r++ {
-			c.tracker.Add(kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(r)})
-		}
-	}
+	c.tracker.Follow(n, discovery.EventsNATS)
 }
 
 // Reconnected asks every worker rank for what it missed while the

@@ -52,7 +52,7 @@ func TestNATSServerRestart(t *testing.T) {
 }
 
 // A publisher (agent) restarts: a new process with a new publisher id and a
-// fresh local indexer whose ids count from 1 again. With the envelope the
+// fresh local indexer whose ids count from 0 again. With the envelope the
 // new publisher id reveals it; bare, ids starting over do. Either way the
 // router clears the rank and replays the new indexer's dump.
 func TestPublisherRestart(t *testing.T) {

@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -32,22 +33,29 @@ type Step struct {
 }
 
 // Stream is the router-side state of one worker rank's event stream: the
-// last applied event id, the outstanding recovery query and the live events
-// held while it runs. It is pure (no I/O, no clock, no goroutines); a driver
-// feeds it live events, replies and failures, and executes its Steps.
+// next expected event id, the outstanding recovery query and the live
+// events held while it runs. It is pure (no I/O, no clock, no goroutines); a
+// driver feeds it live events, replies and failures, and executes its Steps.
+//
+// Event ids count from 0: the first event a publisher numbers is id 0, a
+// real event (not "none yet").
 //
 // Rules:
-//   - an event whose id is at or below the last applied one is a duplicate
-//     and is dropped;
-//   - an event past last+1 is a gap: it is held and the range last+1..id-1
-//     is asked for;
+//   - an event whose id is below the next expected one is a duplicate and
+//     is dropped;
+//   - an event past the next expected id is a gap: it is held and the range
+//     next..id-1 is asked for;
 //   - while a query is outstanding, live events are held and applied (or
 //     dropped) once the reply is in;
-//   - a dump reply clears the rank, replays the dump and sets last to the
-//     dump's last event id; held events at or below it are dropped;
+//   - a dump reply clears the rank, replays the dump and expects the event
+//     after the dump's last event id (id 0 when the worker had none); held
+//     events below it are dropped;
 //   - TooNew means the publisher's ids went backwards (it restarted): ask
 //     for a dump; so does a publisher id change, or ids starting over at 0
 //     or 1 below the last applied id;
+//   - a publisher a newer one has been seen to replace (its recovery
+//     answers come from another id) is retired: its late events are
+//     dropped instead of being taken for yet another restart;
 //   - when queries fail (no responder, timeout), live events are applied
 //     as they come (gaps skipped) and the driver retries a dump later;
 //     the rank stays degraded until a recovery succeeds.
@@ -55,8 +63,10 @@ type Stream struct {
 	w         kvevent.Worker
 	maxHeld   int
 	synced    bool
-	last      uint64
+	next      uint64 // next expected event id (when synced)
 	publisher uint64
+	prev      uint64   // the publisher replaced at the last restart detected
+	retired   []uint64 // publishers replaced by a newer one, oldest first
 	pending   bool
 	req       Request
 	held      []held
@@ -64,6 +74,9 @@ type Stream struct {
 	failed    bool
 	reason    string
 }
+
+// maxRetired bounds the retired publisher ids a stream remembers.
+const maxRetired = 16
 
 // held is a live event held during a query, with its publisher id.
 type held struct {
@@ -77,6 +90,30 @@ func (s *Stream) stale(h held) bool {
 	return h.pub != 0 && s.publisher != 0 && h.pub != s.publisher
 }
 
+// isRetired reports whether publisher was replaced by a newer one.
+func (s *Stream) isRetired(publisher uint64) bool {
+	return publisher != 0 && slices.Contains(s.retired, publisher)
+}
+
+// follow makes current the followed publisher, as told by a recovery
+// answer (the process answering now is the live one): every other id seen
+// for this rank is retired.
+func (s *Stream) follow(current uint64) {
+	if current == 0 {
+		return
+	}
+	for _, old := range []uint64{s.publisher, s.prev} {
+		if old != 0 && old != current && !slices.Contains(s.retired, old) {
+			if len(s.retired) == maxRetired {
+				s.retired = s.retired[1:]
+			}
+			s.retired = append(s.retired, old)
+		}
+	}
+	s.retired = slices.DeleteFunc(s.retired, func(p uint64) bool { return p == current })
+	s.publisher, s.prev = current, 0
+}
+
 // NewStream returns the stream of worker rank w, not yet synced, holding at
 // most maxHeld live events during a query (DefaultMaxHeld when <= 0).
 func NewStream(w kvevent.Worker, maxHeld int) *Stream {
@@ -86,11 +123,30 @@ func NewStream(w kvevent.Worker, maxHeld int) *Stream {
 	return &Stream{w: w, maxHeld: maxHeld, reason: "initial recovery pending"}
 }
 
+// Resume makes a new stream continue after event last of publisher (0:
+// unknown), as restored from a snapshot; Start then asks for the events
+// after last instead of a dump. It does nothing once the stream has
+// started.
+func (s *Stream) Resume(last, publisher uint64) {
+	if s.synced || s.pending {
+		return
+	}
+	s.synced, s.next, s.publisher = true, last+1, publisher
+}
+
 // Worker returns the stream's worker rank.
 func (s *Stream) Worker() kvevent.Worker { return s.w }
 
 // Last returns the last applied event id and whether there is one.
-func (s *Stream) Last() (uint64, bool) { return s.last, s.synced }
+func (s *Stream) Last() (uint64, bool) {
+	if !s.synced || s.next == 0 {
+		return 0, false
+	}
+	return s.next - 1, true
+}
+
+// Publisher returns the publisher id followed (0: unknown).
+func (s *Stream) Publisher() uint64 { return s.publisher }
 
 // Exact reports whether the rank's indexed state is known to be complete:
 // synced, no query outstanding, no failed recovery. Reason says why not.
@@ -106,10 +162,15 @@ func (s *Stream) Exact() (bool, string) {
 func (s *Stream) Pending() bool { return s.pending }
 
 // Start asks for a full dump: the worker was just added (and its events
-// are already subscribed to), or the stream must start over.
+// are already subscribed to), or the stream must start over. A resumed
+// stream asks for the events after its last one instead.
 func (s *Stream) Start() Step {
 	if s.pending {
 		return Step{}
+	}
+	if s.synced {
+		return s.ask(Request{Worker: s.w, HasStart: true, Start: s.next},
+			fmt.Sprintf("resumed: asking for events from %d", s.next))
 	}
 	return s.ask(DumpRequest(s.w), "initial recovery: asking for a dump")
 }
@@ -123,7 +184,7 @@ func (s *Stream) Resync() Step {
 	case !s.synced || s.failed:
 		return s.ask(DumpRequest(s.w), "resync: asking for a dump")
 	}
-	return s.ask(Request{Worker: s.w, HasStart: true, Start: s.last + 1}, fmt.Sprintf("resync: asking for events after %d", s.last))
+	return s.ask(Request{Worker: s.w, HasStart: true, Start: s.next}, fmt.Sprintf("resync: asking for events from %d", s.next))
 }
 
 // Retry asks for a dump again after a failed recovery; it does nothing
@@ -149,11 +210,18 @@ func (s *Stream) Live(ev kvevent.Event, publisher uint64) Step {
 }
 
 func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) {
+	if s.isRetired(publisher) {
+		st.Dropped++ // a late event of a process a newer one replaced
+		return
+	}
 	restart := publisher != 0 && s.publisher != 0 && publisher != s.publisher
+	if restart {
+		s.prev = s.publisher
+	}
 	if publisher != 0 {
 		s.publisher = publisher
 	}
-	if fresh && s.synced && !restart && ev.ID < s.last && ev.ID <= 1 && !s.pending {
+	if fresh && s.synced && !restart && ev.ID <= 1 && ev.ID+1 < s.next && !s.pending {
 		restart = true
 	}
 	if restart {
@@ -175,17 +243,17 @@ func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) 
 	}
 	switch {
 	case !s.synced:
-		s.synced, s.last = true, ev.ID
+		s.synced, s.next = true, ev.ID+1
 		st.Apply = append(st.Apply, ev)
-	case ev.ID <= s.last:
+	case ev.ID < s.next:
 		st.Dropped++
-	case ev.ID == s.last+1 || s.failed:
-		s.last = ev.ID
+	case ev.ID == s.next || s.failed:
+		s.next = ev.ID + 1
 		st.Apply = append(st.Apply, ev)
 	default:
 		st.Gap = true
 		s.hold(ev, publisher)
-		q := s.ask(RangeRequest(s.w, s.last+1, ev.ID-1), fmt.Sprintf("gap: events %d..%d missing", s.last+1, ev.ID-1))
+		q := s.ask(RangeRequest(s.w, s.next, ev.ID-1), fmt.Sprintf("gap: events %d..%d missing", s.next, ev.ID-1))
 		st.Query, st.HasQuery = q.Query, true
 	}
 }
@@ -208,14 +276,14 @@ func (s *Stream) Reply(r Reply) Step {
 	if r.PublisherID != 0 && s.publisher != 0 && r.PublisherID != s.publisher && r.Kind != KindTreeDump {
 		// Another process answers than the one we followed: it restarted
 		// (and whatever we lost of it cannot be told by ids).
-		s.publisher = r.PublisherID
+		s.follow(r.PublisherID)
 		st.Restart = true
 		q := s.ask(DumpRequest(s.w), "publisher restarted (recovery answer from a new publisher): asking for a dump")
 		st.Query, st.HasQuery = q.Query, true
 		return st
 	}
-	if r.PublisherID != 0 && r.Kind == KindTreeDump {
-		s.publisher = r.PublisherID
+	if r.Kind == KindTreeDump {
+		s.follow(r.PublisherID)
 	}
 	switch r.Kind {
 	case KindTreeDump:
@@ -224,7 +292,10 @@ func (s *Stream) Reply(r Reply) Step {
 			ev.Worker = s.w
 			st.Apply = append(st.Apply, ev)
 		}
-		s.synced, s.last, s.failed = true, r.LastEventID, false
+		s.synced, s.next, s.failed = true, r.LastEventID+1, false
+		if r.NoEvents {
+			s.next = 0
+		}
 		// Held events continue the dump only where contiguous with it:
 		// a later event with a hole before it is either stale (from a
 		// publisher that restarted since) or will be revealed as a gap by
@@ -234,15 +305,15 @@ func (s *Stream) Reply(r Reply) Step {
 		s.held, s.overflow = nil, false
 		for i, h := range hs {
 			ev := h.ev
-			if s.stale(h) || ev.ID <= s.last {
+			if s.stale(h) || s.isRetired(h.pub) || ev.ID < s.next {
 				st.Dropped++
 				continue
 			}
-			if ev.ID != s.last+1 {
+			if ev.ID != s.next {
 				st.Dropped += len(hs) - i
 				break
 			}
-			s.last = ev.ID
+			s.next = ev.ID + 1
 			st.Apply = append(st.Apply, ev)
 		}
 		s.reason = ""
@@ -254,17 +325,17 @@ func (s *Stream) Reply(r Reply) Step {
 		}
 		for _, ev := range r.Events {
 			switch {
-			case ev.ID <= s.last:
+			case ev.ID < s.next:
 				st.Dropped++
-			case ev.ID == s.last+1:
+			case ev.ID == s.next:
 				ev.Worker = s.w
-				s.last = ev.ID
+				s.next = ev.ID + 1
 				st.Apply = append(st.Apply, ev)
 			default:
 				s.overflow = true // a hole in the answer: only a dump can fix it
 			}
 		}
-		if req.HasEnd && s.last < req.End {
+		if req.HasEnd && s.next <= req.End {
 			s.overflow = true
 		}
 	case KindTooNew:
@@ -296,7 +367,7 @@ func (s *Stream) drain(st *Step) {
 	hs := s.held
 	s.held = nil
 	for i, h := range hs {
-		if s.stale(h) {
+		if s.stale(h) || s.isRetired(h.pub) {
 			st.Dropped++
 			continue
 		}
@@ -328,7 +399,7 @@ func (s *Stream) fail(reason string) Step {
 	hs := s.held
 	s.held = nil
 	for _, h := range hs {
-		if s.stale(h) {
+		if s.stale(h) || s.isRetired(h.pub) {
 			st.Dropped++
 			continue
 		}

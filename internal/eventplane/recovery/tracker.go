@@ -89,12 +89,23 @@ type Tracker struct {
 	closed  bool
 	stateMu sync.Mutex
 	wg      sync.WaitGroup
+	// applyMu is read-held by a follower while it advances its Stream and
+	// applies the step; Frozen write-holds it, so that every stream's
+	// position matches what the index holds.
+	applyMu sync.RWMutex
+}
+
+// Position is where one worker rank's stream stands: the last event id
+// applied to the index and the publisher it came from (0: unknown).
+type Position struct {
+	Last, Publisher uint64
 }
 
 type input struct {
 	ev     kvevent.Event
 	pub    uint64
 	resync bool
+	mark   chan struct{} // closed once every earlier input is handled
 }
 
 type result struct {
@@ -164,8 +175,14 @@ func (t *Tracker) addLocked(w kvevent.Worker) *follower {
 	if f := t.ranks[w]; f != nil {
 		return f
 	}
+	return t.startLocked(NewStream(w, t.cfg.MaxHeld))
+}
+
+// startLocked starts following s's worker rank with s.
+func (t *Tracker) startLocked(s *Stream) *follower {
+	w := s.Worker()
 	ctx, cancel := context.WithCancel(t.ctx)
-	f := &follower{s: NewStream(w, t.cfg.MaxHeld), in: make(chan input, t.cfg.Inbox), cancel: cancel, done: make(chan struct{})}
+	f := &follower{s: s, in: make(chan input, t.cfg.Inbox), cancel: cancel, done: make(chan struct{})}
 	t.ranks[w] = f
 	t.wg.Add(1)
 	go func() {
@@ -192,7 +209,9 @@ func (t *Tracker) Remove(id kvevent.WorkerID) {
 	for _, f := range fs {
 		f.cancel()
 		<-f.done
+		t.applyMu.RLock()
 		t.apply(kvevent.Event{Worker: f.s.Worker(), Kind: kvevent.Cleared})
+		t.applyMu.RUnlock()
 	}
 	t.stateMu.Lock()
 	delete(t.states, id)
@@ -239,6 +258,93 @@ func (t *Tracker) Resync() {
 	}
 }
 
+// Resume starts following worker rank w after event last of publisher (0:
+// unknown), as restored from a snapshot whose blocks the index already
+// holds: instead of a dump, the rank is asked for the events after last
+// (a dump comes back if they left its buffer, a restart is noticed by the
+// answer). A rank already followed is left as it is.
+func (t *Tracker) Resume(w kvevent.Worker, last, publisher uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.ranks[w] != nil {
+		return
+	}
+	delete(t.removed, w.ID)
+	s := NewStream(w, t.cfg.MaxHeld)
+	s.Resume(last, publisher)
+	t.startLocked(s)
+}
+
+// Frozen waits until every live event fed before the call has been
+// handled by its rank, then runs f while no rank advances or applies
+// anything, with the position of every rank that applied an event: what
+// the index holds is exactly those positions (plus ranks synced without an
+// event yet, and blocks a rank's recovery cleared and replayed). The
+// durable consumer snapshots the index in f. It returns ctx's error if ctx
+// ends first (f is then not run).
+func (t *Tracker) Frozen(ctx context.Context, f func(map[kvevent.Worker]Position)) error {
+	t.mu.Lock()
+	fs := make([]*follower, 0, len(t.ranks))
+	for _, fl := range t.ranks {
+		fs = append(fs, fl)
+	}
+	t.mu.Unlock()
+	marks := make([]chan struct{}, len(fs))
+	for i, fl := range fs {
+		marks[i] = make(chan struct{})
+		select {
+		case fl.in <- input{mark: marks[i]}:
+		case <-fl.done:
+			close(marks[i])
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i, fl := range fs {
+		select {
+		case <-marks[i]:
+		case <-fl.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
+	t.mu.Lock()
+	pos := make(map[kvevent.Worker]Position, len(t.ranks))
+	for w, fl := range t.ranks {
+		if last, ok := fl.s.Last(); ok {
+			pos[w] = Position{Last: last, Publisher: fl.s.Publisher()}
+		}
+	}
+	t.mu.Unlock()
+	f(pos)
+	return nil
+}
+
+// Follow folds a directory notification in for workers whose events come
+// on plane: Added (or Updated) starts following every rank of the worker
+// (a dump each); Removed drops its blocks, as does an Updated record whose
+// events left the plane. Other workers are ignored.
+func (t *Tracker) Follow(n discovery.Notification, plane discovery.EventKind) {
+	rec := n.Worker.Record
+	switch n.Kind {
+	case discovery.Removed:
+		t.Remove(rec.ID)
+	case discovery.Added, discovery.Updated:
+		if rec.Events.Kind != plane {
+			if n.Kind == discovery.Updated {
+				t.Remove(rec.ID) // no longer on this plane
+			}
+			return
+		}
+		size := max(rec.DPSize, 1)
+		for r := rec.DPStart; r < rec.DPStart+size; r++ {
+			t.Add(kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(r)})
+		}
+	}
+}
+
 // Workers returns the followed worker ranks.
 func (t *Tracker) Workers() []kvevent.Worker {
 	t.mu.Lock()
@@ -271,8 +377,11 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			retry.Stop()
 		}
 	}()
-	exec := func(st Step) {
-		t.m.step(st)
+	// exec advances the stream with next and applies the step (both under
+	// applyMu, see Frozen), then logs, queries and reports.
+	exec := func(next func() Step) {
+		t.applyMu.RLock()
+		st := next()
 		if st.Clear {
 			t.apply(kvevent.Event{Worker: s.Worker(), Kind: kvevent.Cleared})
 		}
@@ -280,6 +389,8 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			ev.Worker = s.Worker()
 			t.apply(ev)
 		}
+		t.applyMu.RUnlock()
+		t.m.step(st)
 		if st.Gap {
 			t.log.Info("event plane: gap in event ids, recovering", "worker", s.Worker().String(), "query", st.Query.String())
 		}
@@ -309,7 +420,7 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			t.report(s.Worker(), exact, reason)
 		}
 	}
-	exec(s.Start())
+	exec(s.Start)
 	for {
 		select {
 		case <-ctx.Done():
@@ -318,11 +429,14 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			}
 			return
 		case in := <-f.in:
-			if in.resync {
-				exec(s.Resync())
-				continue
+			switch {
+			case in.mark != nil:
+				close(in.mark)
+			case in.resync:
+				exec(s.Resync)
+			default:
+				exec(func() Step { return s.Live(in.ev, in.pub) })
 			}
-			exec(s.Live(in.ev, in.pub))
 		case r := <-results:
 			if r.err != nil {
 				if ctx.Err() != nil {
@@ -330,7 +444,7 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 				}
 				t.m.recovery("failed", 0)
 				t.log.Warn("event plane: recovery query failed", "worker", s.Worker().String(), "err", r.err)
-				exec(s.Failed(r.err))
+				exec(func() Step { return s.Failed(r.err) })
 				continue
 			}
 			dumped := 0
@@ -339,14 +453,13 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 				t.log.Info("event plane: applying tree dump", "worker", s.Worker().String(), "blocks", dumped, "last_event_id", r.rep.LastEventID)
 			}
 			t.m.recovery(r.rep.Kind.String(), dumped)
-			st := s.Reply(r.rep)
+			exec(func() Step { return s.Reply(r.rep) })
 			if !s.Failing() {
 				wait = t.cfg.RetryWait
 			}
-			exec(st)
 		case <-retryC:
 			retryC = nil
-			exec(s.Retry())
+			exec(s.Retry)
 		}
 	}
 }

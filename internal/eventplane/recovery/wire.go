@@ -105,8 +105,13 @@ type Reply struct {
 	// events, parents before children (KindTreeDump).
 	Events []kvevent.Event
 	// LastEventID is the worker's newest real event id (KindTreeDump: the
-	// last event the dump reflects).
+	// last event the dump reflects). Ids count from 0, so 0 is a real id
+	// unless NoEvents says otherwise.
 	LastEventID uint64
+	// NoEvents says the worker has numbered no event yet (a dump of an
+	// empty local indexer): the next event it publishes is id 0. On the
+	// wire, last_event_id is nil.
+	NoEvents bool
 	// NewestAvailable is the worker's newest event id (KindTooNew).
 	NewestAvailable uint64
 	// Start and End echo the requested range (KindTooNew,
@@ -259,7 +264,7 @@ func encodePart(r Reply, idx, count int, evs [][]byte) []byte {
 		_ = e.EncodeBytes(b)
 	}
 	_ = e.EncodeString("last_event_id")
-	_ = e.EncodeUint(r.LastEventID)
+	encodeOptUint(e, !r.NoEvents, r.LastEventID)
 	_ = e.EncodeString("newest_available")
 	_ = e.EncodeUint(r.NewestAvailable)
 	_ = e.EncodeString("start_event_id")
@@ -321,14 +326,18 @@ func DecodePart(b []byte) (Part, error) {
 			if p.Events, err = dynamo.DecodeEventArray(d); err != nil {
 				return bad(key, err)
 			}
-		case "last_event_id", "newest_available", "start_event_id", "end_event_id", "publisher_id":
+		case "last_event_id":
+			has, v, err := decodeOptUint(d)
+			if err != nil {
+				return bad(key, err)
+			}
+			p.LastEventID, p.NoEvents = v, !has
+		case "newest_available", "start_event_id", "end_event_id", "publisher_id":
 			v, err := d.DecodeUint64()
 			if err != nil {
 				return bad(key, err)
 			}
 			switch key {
-			case "last_event_id":
-				p.LastEventID = v
 			case "newest_available":
 				p.NewestAvailable = v
 			case "start_event_id":

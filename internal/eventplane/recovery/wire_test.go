@@ -40,7 +40,7 @@ func chain(n int) *localindex.Index {
 
 func TestReplySplitsAndReassembles(t *testing.T) {
 	r := Answer(testWorker, chain(500), DumpRequest(testWorker))
-	if r.Kind != KindTreeDump || len(r.Events) != 500 || r.LastEventID != 500 {
+	if r.Kind != KindTreeDump || len(r.Events) != 500 || r.LastEventID != 499 || r.NoEvents {
 		t.Fatalf("dump: %v %d %d", r.Kind, len(r.Events), r.LastEventID)
 	}
 	parts, err := EncodeReply(r, 1000)
@@ -71,8 +71,8 @@ func TestReplySplitsAndReassembles(t *testing.T) {
 
 func TestAnswerKinds(t *testing.T) {
 	x := localindex.New(testWorker, 3)
-	if r := Answer(testWorker, x, RangeRequest(testWorker, 1, 5)); r.Kind != KindTreeDump {
-		t.Fatalf("empty buffer: %v", r.Kind)
+	if r := Answer(testWorker, x, RangeRequest(testWorker, 0, 5)); r.Kind != KindTreeDump || !r.NoEvents {
+		t.Fatalf("empty buffer: %v, no events %v", r.Kind, r.NoEvents)
 	}
 	for range 5 {
 		x.Apply([]kvevent.Event{{Kind: kvevent.Cleared}})
@@ -83,12 +83,13 @@ func TestAnswerKinds(t *testing.T) {
 		n    int
 	}{
 		{DumpRequest(testWorker), KindTreeDump, 0},
-		{RangeRequest(testWorker, 3, 4), KindEvents, 2},
-		{RangeRequest(testWorker, 4, 99), KindEvents, 2},
-		{Request{Worker: testWorker, HasStart: true, Start: 5}, KindEvents, 1},
-		{Request{Worker: testWorker, HasStart: true, Start: 6}, KindEvents, 0},
-		{RangeRequest(testWorker, 1, 4), KindTreeDump, 0},
-		{RangeRequest(testWorker, 6, 9), KindTooNew, 0},
+		{RangeRequest(testWorker, 2, 3), KindEvents, 2},
+		{RangeRequest(testWorker, 3, 99), KindEvents, 2},
+		{Request{Worker: testWorker, HasStart: true, Start: 4}, KindEvents, 1},
+		{Request{Worker: testWorker, HasStart: true, Start: 5}, KindEvents, 0},
+		{RangeRequest(testWorker, 1, 3), KindTreeDump, 0},
+		{RangeRequest(testWorker, 0, 3), KindTreeDump, 0},
+		{RangeRequest(testWorker, 5, 9), KindTooNew, 0},
 		{RangeRequest(testWorker, 4, 3), KindInvalidRange, 0},
 		{RangeRequest(kvevent.Worker{ID: 1}, 4, 4), KindError, 0},
 	}
@@ -97,7 +98,7 @@ func TestAnswerKinds(t *testing.T) {
 		if r.Kind != c.kind || len(r.Events) != c.n {
 			t.Errorf("%v: %v with %d events, want %v with %d", c.req, r.Kind, len(r.Events), c.kind, c.n)
 		}
-		if r.Kind == KindTooNew && r.NewestAvailable != 5 {
+		if r.Kind == KindTooNew && r.NewestAvailable != 4 {
 			t.Errorf("too new: newest %d", r.NewestAvailable)
 		}
 	}

@@ -17,7 +17,7 @@ var (
 	// ErrTooNew means the range starts after the last event id: the asker
 	// is ahead of this worker (it restarted, or the ids were reset).
 	ErrTooNew = errors.New("localindex: range starts after the last event")
-	// ErrInvalidRange means from is 0 or greater than to.
+	// ErrInvalidRange means from is greater than to.
 	ErrInvalidRange = errors.New("localindex: invalid event range")
 	// ErrGone means part of the range has left the ring buffer; ask for a
 	// dump instead.
@@ -28,14 +28,16 @@ var (
 // event id, a range of buffered events, or a dump that rebuilds the worker's
 // cache. Index implements it.
 type Recovery interface {
-	// LastEventID returns the id of the newest applied event (0: none).
-	LastEventID() uint64
+	// LastEventID returns the id of the newest applied event and whether
+	// there is one (ids count from 0, so 0 is a real event id).
+	LastEventID() (id uint64, ok bool)
 	// EventsRange returns the events with ids from..to inclusive, in order,
 	// or ErrInvalidRange, ErrTooNew, or ErrGone. A to beyond the last id is
 	// cut to it.
 	EventsRange(from, to uint64) ([]kvevent.Event, error)
 	// Dump returns stored events (parents before children) that rebuild the
-	// cached blocks, and the id of the last event they include.
+	// cached blocks, and the id of the last event they include (0 and no
+	// events when none was applied yet; LastEventID tells the two apart).
 	Dump() (lastID uint64, events []kvevent.Event)
 }
 
@@ -53,8 +55,8 @@ type Index struct {
 	worker kvevent.Worker
 	blocks [kvevent.NumTiers]map[uint64]block
 	ring   []kvevent.Event
-	start  int // ring index of the oldest event
-	last   uint64
+	start  int    // ring index of the oldest event
+	next   uint64 // id of the next event; the last is next-1 when next > 0
 	cap    int
 }
 
@@ -80,9 +82,9 @@ func (x *Index) Apply(evs []kvevent.Event) []kvevent.Event {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for i := range evs {
-		x.last++
 		evs[i].Worker = x.worker
-		evs[i].ID = x.last
+		evs[i].ID = x.next
+		x.next++
 		x.apply(evs[i])
 		x.push(cloneEvent(evs[i]))
 	}
@@ -121,28 +123,32 @@ func (x *Index) push(ev kvevent.Event) {
 	x.start = (x.start + 1) % x.cap
 }
 
-// LastEventID returns the id of the newest applied event.
-func (x *Index) LastEventID() uint64 {
+// LastEventID returns the id of the newest applied event and whether one
+// was applied (the first event's id is 0).
+func (x *Index) LastEventID() (uint64, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.last
+	return x.last(), x.next > 0
 }
+
+// last is the newest event's id (0 when there is none: see next).
+func (x *Index) last() uint64 { return max(x.next, 1) - 1 }
 
 // EventsRange returns buffered events from..to (see Recovery).
 func (x *Index) EventsRange(from, to uint64) ([]kvevent.Event, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if from == 0 || from > to {
+	if from > to {
 		return nil, fmt.Errorf("%w: [%d, %d]", ErrInvalidRange, from, to)
 	}
-	if from > x.last {
-		return nil, fmt.Errorf("%w: from %d, last %d", ErrTooNew, from, x.last)
+	if from >= x.next {
+		return nil, fmt.Errorf("%w: from %d, next %d", ErrTooNew, from, x.next)
 	}
-	oldest := x.last - uint64(len(x.ring)) + 1
+	oldest := x.next - uint64(len(x.ring))
 	if from < oldest {
 		return nil, fmt.Errorf("%w: from %d, oldest buffered %d", ErrGone, from, oldest)
 	}
-	to = min(to, x.last)
+	to = min(to, x.next-1)
 	out := make([]kvevent.Event, 0, to-from+1)
 	for id := from; id <= to; id++ {
 		out = append(out, cloneEvent(x.ring[(x.start+int(id-oldest))%len(x.ring)]))
@@ -155,6 +161,7 @@ func (x *Index) Dump() (uint64, []kvevent.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []kvevent.Event
+	last := x.last()
 	for tier, m := range x.blocks {
 		done := make(map[uint64]bool, len(m))
 		keys := make([]uint64, 0, len(m))
@@ -171,7 +178,7 @@ func (x *Index) Dump() (uint64, []kvevent.Event) {
 					emit(b.parent)
 				}
 			}
-			out = append(out, kvevent.Event{Worker: x.worker, Tier: kvevent.Tier(tier), ID: x.last,
+			out = append(out, kvevent.Event{Worker: x.worker, Tier: kvevent.Tier(tier), ID: last,
 				Kind: kvevent.Stored, HasParent: b.hasParent, Parent: b.parent,
 				Blocks: []kvevent.Block{{EngineHash: h, LocalHash: b.local}}})
 		}
@@ -181,7 +188,7 @@ func (x *Index) Dump() (uint64, []kvevent.Event) {
 			}
 		}
 	}
-	return x.last, out
+	return last, out
 }
 
 // Len returns the number of blocks held on a tier.
@@ -194,7 +201,7 @@ func (x *Index) Len(t kvevent.Tier) int {
 	return len(x.blocks[t])
 }
 
-// Reset forgets everything and restarts event ids at 1 (a restarted
+// Reset forgets everything and restarts event ids at 0 (a restarted
 // worker).
 func (x *Index) Reset() {
 	x.mu.Lock()
@@ -202,7 +209,7 @@ func (x *Index) Reset() {
 	for _, t := range x.blocks {
 		clear(t)
 	}
-	x.ring, x.start, x.last = x.ring[:0], 0, 0
+	x.ring, x.start, x.next = x.ring[:0], 0, 0
 }
 
 func cloneEvent(ev kvevent.Event) kvevent.Event {

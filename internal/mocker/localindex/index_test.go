@@ -23,32 +23,67 @@ func stored(parent uint64, hasParent bool, hs ...uint64) kvevent.Event {
 func TestRangeAndErrors(t *testing.T) {
 	x := New(w, 4)
 	evs := x.Apply([]kvevent.Event{stored(0, false, 1, 2), stored(2, true, 3), {Kind: kvevent.Removed, Removed: []uint64{3}}})
-	if evs[0].ID != 1 || evs[2].ID != 3 || evs[1].Worker != w {
+	if evs[0].ID != 0 || evs[2].ID != 2 || evs[1].Worker != w {
 		t.Fatalf("stamping: %+v", evs)
 	}
-	got, err := x.EventsRange(2, 99)
-	if err != nil || len(got) != 2 || got[0].ID != 2 || got[1].ID != 3 {
-		t.Fatalf("range 2..: %+v %v", got, err)
+	got, err := x.EventsRange(1, 99)
+	if err != nil || len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 {
+		t.Fatalf("range 1..: %+v %v", got, err)
+	}
+	if got, err := x.EventsRange(0, 0); err != nil || len(got) != 1 || got[0].ID != 0 || got[0].Blocks[1].EngineHash != 2 {
+		t.Fatalf("range 0..0 (id 0 is the first event): %+v %v", got, err)
 	}
 	for _, c := range []struct {
 		from, to uint64
 		want     error
-	}{{0, 1, ErrInvalidRange}, {3, 2, ErrInvalidRange}, {4, 9, ErrTooNew}} {
+	}{{1, 0, ErrInvalidRange}, {3, 2, ErrInvalidRange}, {3, 9, ErrTooNew}} {
 		if _, err := x.EventsRange(c.from, c.to); !errors.Is(err, c.want) {
 			t.Errorf("range %d..%d: %v, want %v", c.from, c.to, err, c.want)
 		}
 	}
 	// Wrap the ring: 6 events, capacity 4 → ids 3..6 kept.
 	x.Apply([]kvevent.Event{stored(0, false, 9), stored(9, true, 10), stored(10, true, 11)})
-	if _, err := x.EventsRange(2, 6); !errors.Is(err, ErrGone) {
+	if _, err := x.EventsRange(1, 5); !errors.Is(err, ErrGone) {
 		t.Fatalf("old range: %v", err)
 	}
-	got, err = x.EventsRange(3, 6)
-	if err != nil || len(got) != 4 || got[0].ID != 3 || got[3].ID != 6 || got[3].Blocks[0].EngineHash != 11 {
+	got, err = x.EventsRange(2, 5)
+	if err != nil || len(got) != 4 || got[0].ID != 2 || got[3].ID != 5 || got[3].Blocks[0].EngineHash != 11 {
 		t.Fatalf("wrapped range: %+v %v", got, err)
 	}
-	if x.LastEventID() != 6 {
-		t.Fatal("last id")
+	if last, ok := x.LastEventID(); last != 5 || !ok {
+		t.Fatalf("last id %d %v, want 5", last, ok)
+	}
+}
+
+// Ids count from 0: an empty index has no last event, the first event is
+// id 0 and is a real, buffered event; Reset starts over at 0.
+func TestIDsCountFromZero(t *testing.T) {
+	x := New(w, 4)
+	if last, ok := x.LastEventID(); ok || last != 0 {
+		t.Fatalf("empty index: last %d %v", last, ok)
+	}
+	if _, err := x.EventsRange(0, 0); !errors.Is(err, ErrTooNew) {
+		t.Fatalf("range of an empty index: %v", err)
+	}
+	if last, evs := x.Dump(); last != 0 || len(evs) != 0 {
+		t.Fatalf("empty dump: %d %v", last, evs)
+	}
+	evs := x.Apply([]kvevent.Event{stored(0, false, 5)})
+	if evs[0].ID != 0 {
+		t.Fatalf("first id %d, want 0", evs[0].ID)
+	}
+	if last, ok := x.LastEventID(); !ok || last != 0 {
+		t.Fatalf("after one event: last %d %v", last, ok)
+	}
+	if last, dump := x.Dump(); last != 0 || len(dump) != 1 || dump[0].ID != 0 {
+		t.Fatalf("dump after one event: %d %+v", last, dump)
+	}
+	x.Reset()
+	if _, ok := x.LastEventID(); ok {
+		t.Fatal("reset index still has a last event")
+	}
+	if evs := x.Apply([]kvevent.Event{stored(0, false, 6)}); evs[0].ID != 0 {
+		t.Fatalf("first id after reset %d, want 0", evs[0].ID)
 	}
 }
 
@@ -85,7 +120,7 @@ func TestDumpRebuildsEngineCache(t *testing.T) {
 			}
 		}
 		last, dump := x.Dump()
-		if last != x.LastEventID() {
+		if l, _ := x.LastEventID(); last != l {
 			t.Fatal("dump id")
 		}
 		y := New(w, 0)

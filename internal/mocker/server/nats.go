@@ -25,7 +25,7 @@ type RouterEventPublisher interface {
 // and answers recovery queries from the worker's local indexers: the agent
 // logic, in process.
 //
-// Event ids are the local indexers' (from 1, one per event): every batch
+// Event ids are the local indexers' (from 0, one per event): every batch
 // reaches Publish exactly once, in step order per rank, also when the fault
 // injector drops it live, so counting here matches the index. A dropped
 // batch is numbered and recoverable, a duplicated one is sent twice.
@@ -33,7 +33,7 @@ type NATSSink struct {
 	pub    RouterEventPublisher
 	worker kvevent.WorkerID
 	mu     sync.Mutex
-	last   []uint64
+	next   []uint64 // next event id per rank
 }
 
 var _ EventSink = (*NATSSink)(nil)
@@ -51,13 +51,13 @@ func NewNATSSink(conn *nats.Conn, cfg natsevents.PublisherConfig, id uint64, ran
 // NewRouterEventSink returns a sink for worker id with ranks data-parallel
 // ranks publishing through p.
 func NewRouterEventSink(p RouterEventPublisher, id uint64, ranks int) *NATSSink {
-	return &NATSSink{pub: p, worker: kvevent.WorkerID(id), last: make([]uint64, ranks)}
+	return &NATSSink{pub: p, worker: kvevent.WorkerID(id), next: make([]uint64, ranks)}
 }
 
 // Serve answers recovery queries of every rank of w (the worker built
 // with this sink) from its local indexers.
 func (s *NATSSink) Serve(w *Worker) error {
-	for r := range s.last {
+	for r := range s.next {
 		x := w.LocalIndex(r)
 		if x == nil {
 			return fmt.Errorf("worker has no rank %d", r)
@@ -72,16 +72,16 @@ func (s *NATSSink) Serve(w *Worker) error {
 // Publish stamps the batch's events with the worker rank and event ids and
 // publishes them (or not, or twice, as d says).
 func (s *NATSSink) Publish(b Batch, d Delivery) error {
-	if b.Rank < 0 || b.Rank >= len(s.last) {
+	if b.Rank < 0 || b.Rank >= len(s.next) {
 		return fmt.Errorf("no rank %d", b.Rank)
 	}
 	wk := kvevent.Worker{ID: s.worker, Rank: kvevent.DPRank(b.Rank)}
 	evs := make([]kvevent.Event, len(b.Events))
 	s.mu.Lock()
 	for i, e := range b.Events {
-		s.last[b.Rank]++
 		evs[i] = e.KVEvent(wk)
-		evs[i].ID = s.last[b.Rank]
+		evs[i].ID = s.next[b.Rank]
+		s.next[b.Rank]++
 	}
 	s.mu.Unlock()
 	switch d {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// The NATS sink numbers events as the local indexer does (from 1, one per
+// The NATS sink numbers events as the local indexer does (from 0, one per
 // event, dropped batches included), skips dropped batches and sends
 // duplicated ones twice.
 func TestNATSSinkNumbersLikeTheLocalIndexer(t *testing.T) {
@@ -53,7 +53,7 @@ func TestNATSSinkNumbersLikeTheLocalIndexer(t *testing.T) {
 		rank kvevent.DPRank
 		id   uint64
 		hash uint64
-	}{{1, 1, 1}, {1, 2, 2}, {1, 4, 4}, {1, 4, 4}, {0, 1, 5}}
+	}{{1, 0, 1}, {1, 1, 2}, {1, 3, 4}, {1, 3, 4}, {0, 0, 5}}
 	for i, w := range want {
 		m, err := sub.NextMsg(5 * time.Second)
 		if err != nil {
