@@ -36,8 +36,9 @@ const (
 )
 
 // AppendEvent appends the msgpack encoding of ev (named fields, see
-// docs/events.md "Replica sync") to dst.
-func AppendEvent(dst []byte, ev router.LifecycleEvent) ([]byte, error) {
+// docs/events.md "Replica sync"; "epoch" and "seq" are written only for
+// a sequenced event) to dst.
+func AppendEvent(dst []byte, ev Event) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Write(dst)
 	e := msgpack.NewEncoder(&buf)
@@ -47,7 +48,7 @@ func AppendEvent(dst []byte, ev router.LifecycleEvent) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func encodeEvent(e *msgpack.Encoder, ev router.LifecycleEvent) error {
+func encodeEvent(e *msgpack.Encoder, ev Event) error {
 	var tag string
 	switch ev.Kind {
 	case router.AddRequest:
@@ -66,7 +67,17 @@ func encodeEvent(e *msgpack.Encoder, ev router.LifecycleEvent) error {
 			err = e
 		}
 	}
-	keep(e.EncodeMapLen(4))
+	fields := 4
+	if ev.Seq != 0 {
+		fields = 6
+	}
+	keep(e.EncodeMapLen(fields))
+	if ev.Seq != 0 {
+		keep(e.EncodeString("epoch"))
+		keep(e.EncodeUint(ev.Epoch))
+		keep(e.EncodeString("seq"))
+		keep(e.EncodeUint(ev.Seq))
+	}
 	keep(e.EncodeString("request_id"))
 	keep(e.EncodeString(ev.RequestID))
 	keep(e.EncodeString("worker"))
@@ -104,19 +115,19 @@ func encodeEvent(e *msgpack.Encoder, ev router.LifecycleEvent) error {
 }
 
 // DecodeEvent decodes one lifecycle event. Unknown fields are skipped,
-// optional ones may be missing; request_id, router_id and data are
-// required. Errors wrap ErrMalformed.
-func DecodeEvent(b []byte) (router.LifecycleEvent, error) {
+// optional ones (epoch and seq included) may be missing; request_id,
+// router_id and data are required. Errors wrap ErrMalformed.
+func DecodeEvent(b []byte) (Event, error) {
 	d := mpack.NewDecoder(b)
 	ev, err := decodeEvent(d)
 	if err != nil {
-		return router.LifecycleEvent{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return ev, nil
 }
 
-func decodeEvent(d *mpack.Decoder) (router.LifecycleEvent, error) {
-	var ev router.LifecycleEvent
+func decodeEvent(d *mpack.Decoder) (Event, error) {
+	var ev Event
 	n, err := d.MapLen()
 	if err != nil {
 		return ev, fmt.Errorf("event: %w", err)
@@ -136,10 +147,14 @@ func decodeEvent(d *mpack.Decoder) (router.LifecycleEvent, error) {
 		case "router_id":
 			ev.RouterID, err = d.DecodeUint64()
 			haveRouter = err == nil
+		case "epoch":
+			ev.Epoch, err = decodePosition(d)
+		case "seq":
+			ev.Seq, err = decodePosition(d)
 		case "worker":
 			ev.Worker, err = decodeWorker(d)
 		case "data":
-			err = decodeData(d, &ev)
+			err = decodeData(d, &ev.LifecycleEvent)
 		default:
 			err = d.Skip()
 		}
@@ -154,6 +169,8 @@ func decodeEvent(d *mpack.Decoder) (router.LifecycleEvent, error) {
 		return ev, errors.New("event without router_id")
 	case ev.Kind == 0:
 		return ev, errors.New("event without data")
+	case ev.Seq == 0:
+		ev.Epoch = 0 // an epoch means nothing without a sequence number
 	}
 	return ev, nil
 }
@@ -286,6 +303,24 @@ func decodeHashes(d *mpack.Decoder) ([]uint64, error) {
 	return out, nil
 }
 
+// decodePosition reads an epoch or sequence number: an unsigned integer
+// (a signed encoding of a non-negative one is accepted; a negative one
+// would wrap to a huge position and make every later event look stale).
+func decodePosition(d *mpack.Decoder) (uint64, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if msgpcode.IsFixedNum(c) && int8(c) < 0 || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64 {
+		v, err := d.DecodeInt64()
+		if err == nil && v < 0 {
+			err = fmt.Errorf("negative position %d", v)
+		}
+		return uint64(v), err
+	}
+	return d.DecodeUint64()
+}
+
 // decodeCount reads an optional non-negative count (nil is 0).
 func decodeCount(d *mpack.Decoder) (int, error) {
 	if null, err := d.IsNil(); err != nil || null {
@@ -303,13 +338,20 @@ func decodeCount(d *mpack.Decoder) (int, error) {
 
 // Chunk is one message of a snapshot reply: part of a router's own
 // bookings, as lifecycle events that rebuild them (AddRequest, then
-// MarkPrefillCompleted for requests past their prefill).
+// MarkPrefillCompleted for requests past their prefill). A snapshot
+// request is a Chunk too, without events: the requester's id and stream
+// position.
 type Chunk struct {
-	// RouterID is the router whose bookings these are.
+	// RouterID is the router whose bookings (or request) these are.
 	RouterID uint64
+	// Epoch and Seq are the sender's stream position: in a reply, the
+	// bookings reflect every event of that incarnation up to Seq
+	// included; in a request, the requester's latest event. Both 0 when
+	// the sender does not number its events.
+	Epoch, Seq uint64
 	// Last is true on the final chunk of the reply.
 	Last bool
-	// Events are the bookings.
+	// Events are the bookings (their Epoch and Seq are not sent).
 	Events []router.LifecycleEvent
 }
 
@@ -324,15 +366,19 @@ func AppendChunk(dst []byte, c Chunk) ([]byte, error) {
 			err = e
 		}
 	}
-	keep(e.EncodeMapLen(3))
+	keep(e.EncodeMapLen(5))
 	keep(e.EncodeString("router_id"))
 	keep(e.EncodeUint(c.RouterID))
+	keep(e.EncodeString("epoch"))
+	keep(e.EncodeUint(c.Epoch))
+	keep(e.EncodeString("seq"))
+	keep(e.EncodeUint(c.Seq))
 	keep(e.EncodeString("last"))
 	keep(e.EncodeBool(c.Last))
 	keep(e.EncodeString("events"))
 	keep(e.EncodeArrayLen(len(c.Events)))
 	for _, ev := range c.Events {
-		keep(encodeEvent(e, ev))
+		keep(encodeEvent(e, Event{LifecycleEvent: ev}))
 	}
 	if err != nil {
 		return dst, fmt.Errorf("encoding snapshot chunk: %w", err)
@@ -366,15 +412,19 @@ func decodeChunk(d *mpack.Decoder) (Chunk, error) {
 		case "router_id":
 			c.RouterID, err = d.DecodeUint64()
 			haveRouter = err == nil
+		case "epoch":
+			c.Epoch, err = decodePosition(d)
+		case "seq":
+			c.Seq, err = decodePosition(d)
 		case "last":
 			c.Last, err = d.DecodeBool()
 		case "events":
 			var m int
 			m, err = d.ArrayLen(MaxChunkEvents)
 			for i := 0; err == nil && i < m; i++ {
-				var ev router.LifecycleEvent
+				var ev Event
 				if ev, err = decodeEvent(d); err == nil {
-					c.Events = append(c.Events, ev)
+					c.Events = append(c.Events, ev.LifecycleEvent)
 				}
 			}
 		default:

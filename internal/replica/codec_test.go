@@ -34,9 +34,22 @@ func genEvent() *rapid.Generator[router.LifecycleEvent] {
 	})
 }
 
+// genStamped draws a sequenced event or (one time in three) an
+// unsequenced one.
+func genStamped() *rapid.Generator[Event] {
+	return rapid.Custom(func(t *rapid.T) Event {
+		ev := Event{LifecycleEvent: genEvent().Draw(t, "ev")}
+		if rapid.IntRange(0, 2).Draw(t, "sequenced") > 0 {
+			ev.Epoch = rapid.Uint64().Draw(t, "epoch")
+			ev.Seq = rapid.Uint64Range(1, 1<<63).Draw(t, "seq")
+		}
+		return ev
+	})
+}
+
 func TestEventRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		ev := genEvent().Draw(t, "ev")
+		ev := genStamped().Draw(t, "ev")
 		b, err := AppendEvent(nil, ev)
 		if err != nil {
 			t.Fatal(err)
@@ -54,6 +67,7 @@ func TestEventRoundTrip(t *testing.T) {
 func TestChunkRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := Chunk{RouterID: rapid.Uint64().Draw(t, "r"), Last: rapid.Bool().Draw(t, "last"),
+			Epoch: rapid.Uint64().Draw(t, "epoch"), Seq: rapid.Uint64().Draw(t, "seq"),
 			Events: rapid.SliceOfN(genEvent(), 0, 5).Draw(t, "evs")}
 		if len(c.Events) == 0 {
 			c.Events = nil
@@ -88,22 +102,27 @@ func TestDecodeEventVariants(t *testing.T) {
 	cases := []struct {
 		name string
 		in   any
-		want router.LifecycleEvent
+		want Event
 		err  bool
 	}{
 		{"free as map", map[string]any{"request_id": "a", "router_id": 5, "data": map[string]any{"Free": nil}},
-			router.LifecycleEvent{Kind: router.Free, RouterID: 5, RequestID: "a"}, false},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.Free, RouterID: 5, RequestID: "a"}}, false},
 		{"add, signed hash, extras", map[string]any{"request_id": "b", "router_id": 6, "lora_name": "x",
 			"worker": map[string]any{"worker_id": 3, "dp_rank": 1, "extra": []any{1, 2}},
 			"data":   map[string]any{"AddRequest": map[string]any{"token_sequence": []any{int64(-1), uint64(7)}, "isl": 99}}},
-			router.LifecycleEvent{Kind: router.AddRequest, RouterID: 6, RequestID: "b", Worker: kvevent.Worker{ID: 3, Rank: 1}, BlockHashes: []uint64{^uint64(0), 7}}, false},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 6, RequestID: "b", Worker: kvevent.Worker{ID: 3, Rank: 1}, BlockHashes: []uint64{^uint64(0), 7}}}, false},
 		{"mark", map[string]any{"request_id": "c", "router_id": 1, "data": "MarkPrefillCompleted"},
-			router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: 1, RequestID: "c"}, false},
-		{"no router id", map[string]any{"request_id": "c", "data": "Free"}, router.LifecycleEvent{}, true},
-		{"no data", map[string]any{"request_id": "c", "router_id": 1}, router.LifecycleEvent{}, true},
-		{"unknown variant", map[string]any{"request_id": "c", "router_id": 1, "data": "Explode"}, router.LifecycleEvent{}, true},
-		{"negative prefill", map[string]any{"request_id": "c", "router_id": 1, "data": map[string]any{"AddRequest": map[string]any{"prefill_tokens": -3}}}, router.LifecycleEvent{}, true},
-		{"not a map", []any{1, 2, 3}, router.LifecycleEvent{}, true},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: 1, RequestID: "c"}}, false},
+		{"no router id", map[string]any{"request_id": "c", "data": "Free"}, Event{}, true},
+		{"no data", map[string]any{"request_id": "c", "router_id": 1}, Event{}, true},
+		{"unknown variant", map[string]any{"request_id": "c", "router_id": 1, "data": "Explode"}, Event{}, true},
+		{"negative prefill", map[string]any{"request_id": "c", "router_id": 1, "data": map[string]any{"AddRequest": map[string]any{"prefill_tokens": -3}}}, Event{}, true},
+		{"not a map", []any{1, 2, 3}, Event{}, true},
+		{"sequenced", map[string]any{"request_id": "d", "router_id": 2, "epoch": 9, "seq": 4, "data": "Free"},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.Free, RouterID: 2, RequestID: "d"}, Epoch: 9, Seq: 4}, false},
+		{"epoch without seq means nothing", map[string]any{"request_id": "d", "router_id": 2, "epoch": 9, "data": "Free"},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.Free, RouterID: 2, RequestID: "d"}}, false},
+		{"negative seq", map[string]any{"request_id": "d", "router_id": 2, "seq": -1, "data": "Free"}, Event{}, true},
 	}
 	for _, c := range cases {
 		got, err := DecodeEvent(enc(c.in))
@@ -138,9 +157,11 @@ func FuzzDecodeEvent(f *testing.F) {
 		{Kind: router.Free, RouterID: 1, RequestID: "a"},
 		{Kind: router.MarkPrefillCompleted, RouterID: 3, RequestID: "b"},
 	} {
-		b, _ := AppendEvent(nil, ev)
+		b, _ := AppendEvent(nil, Event{LifecycleEvent: ev})
 		f.Add(b)
-		c, _ := AppendChunk(nil, Chunk{RouterID: 4, Last: true, Events: []router.LifecycleEvent{ev}})
+		b, _ = AppendEvent(nil, Event{LifecycleEvent: ev, Epoch: 1 << 60, Seq: 77})
+		f.Add(b)
+		c, _ := AppendChunk(nil, Chunk{RouterID: 4, Epoch: 5, Seq: 6, Last: true, Events: []router.LifecycleEvent{ev}})
 		f.Add(c)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

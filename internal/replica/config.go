@@ -26,9 +26,16 @@ type Config struct {
 	// full, new events are dropped (and counted) so routing never blocks.
 	// Default 100000.
 	QueueSize int
-	// SnapshotTimeout bounds the wait for one peer's snapshot at start.
-	// Default 2 s.
+	// SnapshotTimeout bounds the wait for one peer's snapshot (at start
+	// and on every resync). Default 2 s.
 	SnapshotTimeout time.Duration
+	// ResyncInterval is how often every live peer's snapshot is fetched
+	// again and reconciled with what this router holds for it, a
+	// backstop for lifecycle events lost without a trace (snapshots are
+	// also fetched on reconnect, on a hole in a peer's event stream and
+	// when a peer says it is ahead). 0 turns the periodic fetch off.
+	// Default 30 s.
+	ResyncInterval time.Duration
 	// ChunkEvents is the number of bookings per snapshot reply message.
 	// Default 256.
 	ChunkEvents int
@@ -51,6 +58,7 @@ func DefaultConfig() Config {
 		TTL:             10 * time.Second,
 		QueueSize:       100000,
 		SnapshotTimeout: 2 * time.Second,
+		ResyncInterval:  30 * time.Second,
 		ChunkEvents:     256,
 		Shadows:         true,
 		ShadowTTL:       10 * time.Millisecond,
@@ -77,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("snapshot timeout %v not positive", c.SnapshotTimeout))
+	}
+	if c.ResyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("resync interval %v negative", c.ResyncInterval))
 	}
 	if c.ChunkEvents < 1 || c.ChunkEvents > MaxChunkEvents {
 		errs = append(errs, fmt.Errorf("chunk events %d outside 1..%d", c.ChunkEvents, MaxChunkEvents))

@@ -24,6 +24,10 @@ type CoreConfig struct {
 	Shadows bool
 	// ShadowTTL is a shadow booking's lifetime. Default 10 ms.
 	ShadowTTL time.Duration
+	// Epoch identifies this incarnation of the router in its event stream
+	// and must grow across restarts of a router that keeps its id (Sync
+	// uses the start time in Unix nanoseconds). 0 means 1.
+	Epoch uint64
 }
 
 // CoreStats counts what the core did.
@@ -39,8 +43,18 @@ type CoreStats struct {
 	FromDeparted uint64
 	// PeerFreed counts bookings freed because their replica went away.
 	PeerFreed uint64
-	// SnapshotApplied counts bookings taken from peers' snapshots.
+	// SnapshotApplied counts bookings taken from peers' snapshots (at
+	// start and when reconciling).
 	SnapshotApplied uint64
+	// ResyncFreed counts bookings freed because a peer's snapshot no
+	// longer had them (their Free was lost).
+	ResyncFreed uint64
+	// Stale counts sequenced events already covered (a duplicate, or an
+	// event older than a snapshot applied since) and not applied.
+	Stale uint64
+	// Gaps counts holes detected in peers' event streams (each asks for
+	// a resync).
+	Gaps uint64
 	// ShadowsBooked, ShadowsReplaced and ShadowsExpired count shadow
 	// bookings made, replaced by a real booking of their peer, and ended by
 	// their TTL or their request's end.
@@ -50,6 +64,23 @@ type CoreStats struct {
 type booking struct {
 	add  router.LifecycleEvent
 	done bool // prefill completed
+}
+
+// stream is what the core knows of one peer's event stream.
+type stream struct {
+	epoch, last uint64 // position of the latest event applied or covered
+	// log holds the peer's events received while a snapshot of it is in
+	// flight (nil when none is).
+	log []Event
+	// claimEpoch, claim: the position the peer said it had reached (in
+	// its snapshot requests), when ahead of ours; claimAt is when first
+	// seen (zero when no claim is outstanding).
+	claimEpoch, claim uint64
+	claimAt           time.Time
+}
+
+func (st *stream) behind(epoch, seq uint64) bool {
+	return epoch > st.epoch || epoch == st.epoch && seq > st.last
 }
 
 type shadow struct {
@@ -67,7 +98,7 @@ type Core struct {
 	r       *router.Router
 	self    uint64
 	cfg     CoreConfig
-	emit    func(router.LifecycleEvent)
+	emit    func(Event)
 	observe router.Observer
 
 	// apply serialises everything that writes peers' state into the
@@ -75,14 +106,16 @@ type Core struct {
 	apply    sync.Mutex
 	peers    map[uint64]struct{}
 	dead     map[uint64]time.Time
-	remote   map[uint64]map[string]struct{}
+	remote   map[uint64]map[string]bool // peer → request → prefill done
+	streams  map[uint64]*stream
 	shadows  map[string]shadow
 	fifo     map[uint64][]string // shadow ids per peer, oldest first
 	byOrigin map[string][]string // shadow ids per local request
-	tomb     map[string]struct{} // ids freed while a snapshot is applied
 	next     uint64
 
 	mu     sync.Mutex // the observer's state
+	epoch  uint64
+	seq    uint64 // last event stamped
 	local  map[string]*booking
 	ended  []string // local requests freed since the last drain
 	stats  CoreStats
@@ -90,17 +123,19 @@ type Core struct {
 }
 
 // NewCore attaches a core to r (as its observer). emit receives the
-// router's own lifecycle events, on the routing goroutine and under the
-// router's lock: it must not block or call the router.
-func NewCore(r *router.Router, cfg CoreConfig, emit func(router.LifecycleEvent)) *Core {
+// router's own lifecycle events, numbered, on the routing goroutine and
+// under the router's lock: it must not block or call the router.
+func NewCore(r *router.Router, cfg CoreConfig, emit func(Event)) *Core {
 	c := &Core{
+		epoch:    max(cfg.Epoch, 1),
 		r:        r,
 		self:     r.Config().RouterID,
 		cfg:      cfg,
 		emit:     emit,
 		peers:    map[uint64]struct{}{},
 		dead:     map[uint64]time.Time{},
-		remote:   map[uint64]map[string]struct{}{},
+		remote:   map[uint64]map[string]bool{},
+		streams:  map[uint64]*stream{},
 		shadows:  map[string]shadow{},
 		fifo:     map[uint64][]string{},
 		byOrigin: map[string][]string{},
@@ -132,10 +167,20 @@ func (c *Core) onLocal(ev router.LifecycleEvent) {
 			c.ended = append(c.ended, ev.RequestID)
 		}
 	}
+	c.seq++
+	out := Event{LifecycleEvent: ev, Epoch: c.epoch, Seq: c.seq}
 	c.mu.Unlock()
 	if c.emit != nil {
-		c.emit(ev)
+		c.emit(out)
 	}
+}
+
+// Position returns this router's stream position: its epoch and the
+// number of its latest event.
+func (c *Core) Position() (epoch, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch, c.seq
 }
 
 // Route routes req on the local router and, when shadows are on and peers
@@ -254,42 +299,90 @@ func (c *Core) endShadow(id string, replaced bool) {
 // Receive applies a peer's lifecycle event. Events carrying this router's
 // id, or the id of a replica declared gone, are ignored. A peer's real
 // booking replaces the oldest shadow booked on its behalf.
-func (c *Core) Receive(ev router.LifecycleEvent) {
+//
+// Sequenced events are checked against the peer's stream: one already
+// covered (duplicate, or older than a snapshot applied since) is dropped;
+// one after a hole is applied and Receive returns true: events were lost,
+// and the caller should fetch the peer's snapshot (BeginResync,
+// ApplySnapshot, EndResync). It also returns true for the first event
+// of a peer incarnation it has not seen start, unless a snapshot of that
+// peer is in flight (the snapshot will tell).
+func (c *Core) Receive(ev Event) (resync bool) {
 	c.apply.Lock()
 	defer c.apply.Unlock()
-	c.receive(ev, false)
-}
-
-func (c *Core) receive(ev router.LifecycleEvent, fromSnapshot bool) {
 	rid := ev.RouterID
 	switch {
 	case rid == c.self:
 		c.count(func(s *CoreStats) { s.Own++ })
-		return
+		return false
 	case strings.HasPrefix(ev.RequestID, shadowPrefix):
 		c.count(func(s *CoreStats) { s.Unapplied++ })
-		return
+		return false
 	}
 	if _, gone := c.dead[rid]; gone {
 		c.count(func(s *CoreStats) { s.FromDeparted++ })
-		return
+		return false
 	}
-	if c.tomb != nil && ev.Kind == router.Free {
-		c.tomb[ev.RequestID] = struct{}{}
+	st := c.stream(rid)
+	if ev.Seq != 0 {
+		switch {
+		case !st.behind(ev.Epoch, ev.Seq):
+			c.count(func(s *CoreStats) { s.Stale++ })
+			return false
+		case ev.Epoch > st.epoch:
+			// A peer incarnation seen for the first time: unless this is
+			// its very first event and nothing is held for the peer, we
+			// may have missed events (or hold a predecessor's bookings).
+			resync = !(st.epoch == 0 && ev.Seq == 1 && len(c.remote[rid]) == 0)
+		case ev.Seq > st.last+1:
+			c.count(func(s *CoreStats) { s.Gaps++ })
+			resync = true
+		}
+		st.epoch, st.last = ev.Epoch, ev.Seq
+		if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
+			st.claimAt = time.Time{}
+		}
 	}
+	if st.log != nil {
+		st.log = append(st.log, ev)
+		resync = false // the snapshot in flight is checked against the log
+	}
+	c.applyEvent(ev.LifecycleEvent, false)
+	return resync
+}
+
+func (c *Core) stream(peer uint64) *stream {
+	st := c.streams[peer]
+	if st == nil {
+		st = &stream{}
+		c.streams[peer] = st
+	}
+	return st
+}
+
+// applyEvent applies a peer's event to the router and the per-peer
+// bookings (apply held).
+func (c *Core) applyEvent(ev router.LifecycleEvent, fromSnapshot bool) {
+	rid := ev.RouterID
 	ok := c.r.ApplyRemote(ev)
 	switch ev.Kind {
 	case router.AddRequest:
 		if ok {
 			m := c.remote[rid]
 			if m == nil {
-				m = map[string]struct{}{}
+				m = map[string]bool{}
 				c.remote[rid] = m
 			}
-			m[ev.RequestID] = struct{}{}
+			m[ev.RequestID] = false
 		}
 		if !fromSnapshot {
 			c.replaceShadow(rid)
+		}
+	case router.MarkPrefillCompleted:
+		if m := c.remote[rid]; m != nil {
+			if _, held := m[ev.RequestID]; held {
+				m[ev.RequestID] = true
+			}
 		}
 	case router.Free:
 		if m := c.remote[rid]; m != nil {
@@ -399,6 +492,7 @@ func (c *Core) PeerDown(id uint64, now time.Time) int {
 		}
 	}
 	delete(c.remote, id)
+	delete(c.streams, id)
 	for _, sid := range c.fifo[id] {
 		c.endShadow(sid, false)
 	}
@@ -414,11 +508,12 @@ func (c *Core) Peers() []uint64 {
 	return c.sortedPeers()
 }
 
-// Snapshot returns the local router's own bookings as lifecycle events
-// that rebuild them: AddRequest for each, then MarkPrefillCompleted for
-// those past their prefill. Sorted by request id.
-func (c *Core) Snapshot() []router.LifecycleEvent {
+// Snapshot returns the local router's own bookings and the stream
+// position they reflect: AddRequest for each, then MarkPrefillCompleted
+// for those past their prefill, sorted by request id.
+func (c *Core) Snapshot() Snapshot {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.local))
 	for id := range c.local {
 		ids = append(ids, id)
@@ -433,36 +528,128 @@ func (c *Core) Snapshot() []router.LifecycleEvent {
 			marks = append(marks, router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: c.self, RequestID: id, Worker: b.add.Worker})
 		}
 	}
-	c.mu.Unlock()
-	return append(out, marks...)
+	return Snapshot{RouterID: c.self, Epoch: c.epoch, Seq: c.seq, Events: append(out, marks...)}
 }
 
-// BeginSnapshot starts remembering the requests peers free, so that a
-// snapshot applied afterwards does not resurrect them. Pair it with
-// EndSnapshot.
-func (c *Core) BeginSnapshot() {
+// BeginResync starts recording peer's events, so that a snapshot of the
+// peer requested afterwards can be reconciled with what arrives while it
+// is in flight. Call it before sending the request; pair it with
+// EndResync. One resync per peer at a time.
+func (c *Core) BeginResync(peer uint64) {
 	c.apply.Lock()
-	c.tomb = map[string]struct{}{}
+	c.stream(peer).log = []Event{}
 	c.apply.Unlock()
 }
 
-// ApplySnapshot applies peer from's snapshot events (events not stamped
-// with from, and requests freed since BeginSnapshot, are skipped). It
-// returns the number of bookings applied.
-func (c *Core) ApplySnapshot(from uint64, evs []router.LifecycleEvent) int {
+// EndResync stops recording peer's events.
+func (c *Core) EndResync(peer uint64) {
+	c.apply.Lock()
+	if st := c.streams[peer]; st != nil {
+		st.log = nil
+	}
+	c.apply.Unlock()
+}
+
+// ApplySnapshot reconciles what this router holds for snap's router with
+// the snapshot (taken after BeginResync): the peer's bookings become
+// exactly the snapshot's plus the peer's events received since
+// BeginResync that the snapshot does not cover. Bookings held but absent
+// are freed (their Free was lost), missing ones added, prefill marks
+// completed. It returns the number of bookings added and freed, and
+// again = true when the result may still be incomplete (a hole among the
+// events after the snapshot, or the snapshot is of an older incarnation
+// than events already seen): fetch another snapshot. Snapshots of this
+// router or of a replica declared gone are ignored.
+func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	c.apply.Lock()
 	defer c.apply.Unlock()
-	before := c.snapshotApplied()
-	for _, ev := range evs {
-		if ev.RouterID != from {
-			continue
-		}
-		if _, freed := c.tomb[ev.RequestID]; freed {
-			continue
-		}
-		c.receive(ev, true)
+	peer := snap.RouterID
+	if peer == c.self {
+		return 0, 0, false
 	}
-	return int(c.snapshotApplied() - before)
+	if _, gone := c.dead[peer]; gone {
+		return 0, 0, false
+	}
+	st := c.stream(peer)
+	sequenced := snap.Seq != 0 || snap.Epoch != 0
+	if sequenced && snap.Epoch < st.epoch {
+		return 0, 0, true
+	}
+	want := map[string]*booking{}
+	var order []string
+	put := func(ev router.LifecycleEvent) {
+		switch ev.Kind {
+		case router.AddRequest:
+			if _, ok := want[ev.RequestID]; !ok {
+				order = append(order, ev.RequestID)
+			}
+			want[ev.RequestID] = &booking{add: ev}
+		case router.MarkPrefillCompleted:
+			if b := want[ev.RequestID]; b != nil {
+				b.done = true
+			}
+		case router.Free:
+			delete(want, ev.RequestID)
+		}
+	}
+	for _, ev := range snap.Events {
+		if ev.RouterID == peer {
+			put(ev)
+		}
+	}
+	next := snap.Seq + 1
+	for _, ev := range st.log {
+		if sequenced && ev.Seq != 0 {
+			if ev.Epoch != snap.Epoch || ev.Seq < next {
+				continue // an older incarnation's, or covered by the snapshot
+			}
+			if ev.Seq > next {
+				again = true
+			}
+			next = ev.Seq + 1
+		}
+		put(ev.LifecycleEvent)
+	}
+	held := c.remote[peer]
+	ids := make([]string, 0, len(held))
+	for id := range held {
+		if _, ok := want[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if c.r.ApplyRemote(router.LifecycleEvent{Kind: router.Free, RouterID: peer, RequestID: id}) {
+			freed++
+		}
+		delete(held, id)
+	}
+	if len(held) == 0 {
+		delete(c.remote, peer)
+	}
+	before := c.snapshotApplied()
+	for _, id := range order {
+		b := want[id]
+		if b == nil {
+			continue
+		}
+		done, ok := c.remote[peer][id]
+		if !ok {
+			c.applyEvent(b.add, true)
+		}
+		if b.done && !done {
+			c.applyEvent(router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: peer, RequestID: id, Worker: b.add.Worker}, true)
+		}
+	}
+	added = int(c.snapshotApplied() - before)
+	if sequenced && st.behind(snap.Epoch, snap.Seq) {
+		st.epoch, st.last = snap.Epoch, snap.Seq
+	}
+	if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
+		st.claimAt = time.Time{}
+	}
+	c.count(func(s *CoreStats) { s.ResyncFreed += uint64(freed) })
+	return added, freed, again
 }
 
 func (c *Core) snapshotApplied() uint64 {
@@ -471,11 +658,50 @@ func (c *Core) snapshotApplied() uint64 {
 	return c.stats.SnapshotApplied
 }
 
-// EndSnapshot stops remembering freed requests.
-func (c *Core) EndSnapshot() {
+// Claim records that peer says it has reached stream position (epoch,
+// seq) at now (snapshot requests carry the requester's position). A peer
+// whose latest events were all lost reveals no hole to Receive; its claim
+// does. See Lagging.
+func (c *Core) Claim(peer, epoch, seq uint64, now time.Time) {
+	if peer == c.self || seq == 0 {
+		return
+	}
 	c.apply.Lock()
-	c.tomb = nil
-	c.apply.Unlock()
+	defer c.apply.Unlock()
+	if _, gone := c.dead[peer]; gone {
+		return
+	}
+	st := c.stream(peer)
+	if !st.behind(epoch, seq) {
+		return
+	}
+	if st.claimAt == (time.Time{}) {
+		st.claimAt = now
+	}
+	if epoch > st.claimEpoch || epoch == st.claimEpoch && seq > st.claim {
+		st.claimEpoch, st.claim = epoch, seq
+	}
+}
+
+// Lagging returns, sorted, the peers whose claimed position has been
+// ahead of what this router received for at least grace (events in
+// flight when the claim was made have arrived by then), and forgets
+// those claims: their snapshots should be fetched.
+func (c *Core) Lagging(now time.Time, grace time.Duration) []uint64 {
+	c.apply.Lock()
+	defer c.apply.Unlock()
+	var out []uint64
+	for p, st := range c.streams {
+		if st.claimAt == (time.Time{}) || st.log != nil || now.Sub(st.claimAt) < grace {
+			continue
+		}
+		st.claimAt = time.Time{}
+		if st.behind(st.claimEpoch, st.claim) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Stats returns the core's counters.

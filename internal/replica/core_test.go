@@ -193,7 +193,7 @@ func TestPeerDownFreesItsBookings(t *testing.T) {
 		}
 	}
 	// A late event from the departed replica is dropped.
-	late := router.LifecycleEvent{Kind: router.AddRequest, RouterID: dead.RouterID(), RequestID: "late", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}
+	late := Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: dead.RouterID(), RequestID: "late", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}}
 	f.cores[0].Receive(late)
 	for i, r := range f.routers[:2] {
 		if reqs, pre := loadSum(r); reqs != 0 || pre != 0 {
@@ -206,8 +206,8 @@ func TestPeerDownFreesItsBookings(t *testing.T) {
 }
 
 // TestSnapshotRebuildsBookings: a late joiner applying its peers'
-// snapshots sees the same load as they do, and a request freed while it
-// was listening is not resurrected.
+// snapshots sees the same load as they do, and a request freed while a
+// snapshot was in flight is not resurrected (whichever arrives first).
 func TestSnapshotRebuildsBookings(t *testing.T) {
 	f := newFleet(t, 2, 3, false)
 	for i := range 10 {
@@ -221,21 +221,34 @@ func TestSnapshotRebuildsBookings(t *testing.T) {
 	}
 	f.hub.flush()
 	late := NewCore(newTestRouter(t, 999, 3, f.clk.Now), CoreConfig{}, nil)
-	snaps := [][]router.LifecycleEvent{f.cores[0].Snapshot(), f.cores[1].Snapshot()}
-	late.BeginSnapshot()
-	// s1 (router 1's) ends while the snapshot is in flight.
-	f.routers[1].Free("s1")
-	f.hub.pending = f.hub.pending[:0]
-	late.Receive(router.LifecycleEvent{Kind: router.Free, RouterID: 101, RequestID: "s1"})
 	f.hub.cores = append(f.hub.cores, late)
-	n := late.ApplySnapshot(100, snaps[0]) + late.ApplySnapshot(101, snaps[1])
-	late.EndSnapshot()
-	if n != 9 {
-		t.Fatalf("applied %d bookings, want 9", n)
+	late.BeginResync(100)
+	late.BeginResync(101)
+	snap0 := f.cores[0].Snapshot()
+	// s1 (router 1's) ends after router 0's snapshot was taken and
+	// before router 1's: its Free arrives before router 1's snapshot.
+	f.routers[1].Free("s1")
+	snap1 := f.cores[1].Snapshot()
+	// s3 (router 1's) ends after both snapshots: its Free arrives after
+	// router 1's snapshot was applied.
+	f.routers[1].Free("s3")
+	free3 := f.hub.pending[1:]
+	f.hub.pending = f.hub.pending[:1]
+	f.hub.flush()
+	a0, _, again0 := late.ApplySnapshot(snap0)
+	a1, _, again1 := late.ApplySnapshot(snap1)
+	late.EndResync(100)
+	late.EndResync(101)
+	if a0+a1 != 9 || again0 || again1 {
+		t.Fatalf("applied %d+%d bookings (again %v %v), want 9", a0, a1, again0, again1)
 	}
-	f.cores[0].Receive(router.LifecycleEvent{Kind: router.Free, RouterID: 101, RequestID: "s1"})
+	f.hub.pending = free3
+	f.hub.flush()
 	if diff := cmp.Diff(f.routers[0].Loads(), late.r.Loads()); diff != "" {
 		t.Fatalf("late joiner's load differs (-peer +late):\n%s", diff)
+	}
+	if reqs, _ := loadSum(late.r); reqs != 8 {
+		t.Fatalf("late joiner holds %d requests, want 8", reqs)
 	}
 }
 
@@ -305,7 +318,7 @@ func TestPruneAndReturn(t *testing.T) {
 	}
 	c := NewCore(r, CoreConfig{}, nil)
 	c.PeerUp(2)
-	c.Receive(router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: "old", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 5})
+	c.Receive(Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: "old", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 5}})
 	if n := c.Prune(); n != 0 {
 		t.Fatalf("pruned %d live requests", n)
 	}

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,9 +21,13 @@ type hub struct {
 	mu      sync.Mutex
 	pending [][]byte
 	cores   []*Core
+	// drop, when set, loses the events it returns true for (an outage).
+	drop func(ev Event) bool
+	// resyncs lists, per delivery that asked for one, "receiver<-sender".
+	resyncs []string
 }
 
-func (h *hub) emit(ev router.LifecycleEvent) {
+func (h *hub) emit(ev Event) {
 	b, err := AppendEvent(nil, ev)
 	if err != nil {
 		h.t.Errorf("encoding %+v: %v", ev, err)
@@ -43,8 +48,13 @@ func (h *hub) flush() {
 		if err != nil {
 			h.t.Fatalf("decoding: %v", err)
 		}
+		if h.drop != nil && h.drop(ev) {
+			continue
+		}
 		for _, c := range h.cores {
-			c.Receive(ev)
+			if c.Receive(ev) {
+				h.resyncs = append(h.resyncs, fmt.Sprintf("%d<-%d", c.RouterID(), ev.RouterID))
+			}
 		}
 	}
 }

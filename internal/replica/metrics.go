@@ -26,12 +26,19 @@ func (s *Sync) register(reg *prometheus.Registry) error {
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "departed"}, st(func(c CoreStats) uint64 { return c.FromDeparted })),
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "malformed"}, s.badMsgs.Load),
 		counter("peer_bookings_freed_total", "Bookings freed because the replica that made them went away.", nil, st(func(c CoreStats) uint64 { return c.PeerFreed })),
-		counter("snapshot_bookings_total", "Bookings learnt from peers' snapshots at start.", nil, st(func(c CoreStats) uint64 { return c.SnapshotApplied })),
+		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "stale"}, st(func(c CoreStats) uint64 { return c.Stale })),
+		counter("stream_gaps_total", "Holes detected in peers' event streams (lost lifecycle events).", nil, st(func(c CoreStats) uint64 { return c.Gaps })),
+		counter("snapshot_bookings_total", "Bookings learnt from peers' snapshots (at start and when reconciling).", nil, st(func(c CoreStats) uint64 { return c.SnapshotApplied })),
+		counter("resync_freed_total", "Peers' bookings freed because the peer's snapshot no longer had them (lost Free).", nil, st(func(c CoreStats) uint64 { return c.ResyncFreed })),
+		counter("resync_failures_total", "Peer snapshot fetches after start that failed.", nil, s.resyncFails.Load),
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "booked"}, st(func(c CoreStats) uint64 { return c.ShadowsBooked })),
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "replaced"}, st(func(c CoreStats) uint64 { return c.ShadowsReplaced })),
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "expired"}, st(func(c CoreStats) uint64 { return c.ShadowsExpired })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvrouter_replica_peers", Help: "Live peer replicas."},
 			func() float64 { return float64(len(s.core.Peers())) }),
+	}
+	for _, why := range resyncReasons {
+		cs = append(cs, counter("resyncs_total", "Peer snapshots fetched after start to reconcile bookings, by reason.", prometheus.Labels{"reason": why}, s.resyncs[why].Load))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -37,8 +37,18 @@ type Sync struct {
 	log  *slog.Logger
 	core *Core
 
-	q                                    chan router.LifecycleEvent
+	q                                    chan Event
 	published, dropped, pubErrs, badMsgs atomic.Uint64
+	resyncs                              map[string]*atomic.Uint64 // by reason
+	resyncFails                          atomic.Uint64
+
+	ctx    context.Context // cancelled by teardown: ends snapshot fetches
+	cancel context.CancelFunc
+
+	pmu     sync.Mutex
+	pending map[uint64]resyncReq // peers whose snapshot is to be fetched
+	kick    chan struct{}
+	unhook  func() // removes the reconnect hook
 
 	mu       sync.Mutex
 	started  bool
@@ -68,11 +78,17 @@ func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registr
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Sync{cfg: cfg, bus: bus, r: r, log: log.With("router_id", r.Config().RouterID),
-		q: make(chan router.LifecycleEvent, cfg.QueueSize), stop: make(chan struct{})}
-	s.core = NewCore(r, CoreConfig{Shadows: cfg.Shadows, ShadowTTL: cfg.ShadowTTL}, s.enqueue)
+		q: make(chan Event, cfg.QueueSize), stop: make(chan struct{}),
+		resyncs: map[string]*atomic.Uint64{}, pending: map[uint64]resyncReq{}, kick: make(chan struct{}, 1)}
+	for _, why := range resyncReasons {
+		s.resyncs[why] = new(atomic.Uint64)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.core = NewCore(r, CoreConfig{Shadows: cfg.Shadows, ShadowTTL: cfg.ShadowTTL, Epoch: uint64(time.Now().UnixNano())}, s.enqueue)
 	if reg != nil {
 		if err := s.register(reg); err != nil {
 			s.core.Detach()
+			s.cancel()
 			return nil, err
 		}
 	}
@@ -83,7 +99,7 @@ func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registr
 func (s *Sync) Core() *Core { return s.core }
 
 // enqueue is the router observer's sink: never blocks.
-func (s *Sync) enqueue(ev router.LifecycleEvent) {
+func (s *Sync) enqueue(ev Event) {
 	select {
 	case s.q <- ev:
 	default:
@@ -176,58 +192,73 @@ func (s *Sync) Start(ctx context.Context) error {
 	s.lease.RefreshOnReconnect(s.bus.OnReconnect)
 
 	begin := time.Now()
-	s.core.BeginSnapshot()
 	var fetches sync.WaitGroup
 	for _, p := range peers {
 		fetches.Go(func() {
-			evs, err := s.fetchSnapshot(ctx, p)
+			s.core.BeginResync(p)
+			defer s.core.EndResync(p)
+			snap, err := s.fetchSnapshot(ctx, p)
 			if err != nil {
-				s.log.Warn("replica snapshot failed; relying on live events and expiry", "peer", p, "err", err)
+				s.log.Warn("replica snapshot failed; will retry", "peer", p, "err", err)
+				s.flag(p, reasonRetry)
 				return
 			}
-			n := s.core.ApplySnapshot(p, evs)
+			n, _, again := s.core.ApplySnapshot(snap)
+			if again {
+				s.flag(p, reasonRetry)
+			}
 			s.log.Info("replica snapshot applied", "peer", p, "bookings", n)
 		})
 	}
 	fetches.Wait()
-	s.core.EndSnapshot()
 	s.snapshot = time.Since(begin)
+	s.unhook = s.bus.OnReconnect(func() { s.flagAll(reasonReconnect) })
 
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.follow()
 	go s.publish()
+	go s.resyncLoop()
 	return nil
 }
 
-// fetchSnapshot asks peer for its bookings and collects the reply chunks.
-func (s *Sync) fetchSnapshot(ctx context.Context, peer uint64) ([]router.LifecycleEvent, error) {
+// fetchSnapshot asks peer for its bookings (the request carries this
+// router's stream position, see Core.Claim) and collects the reply chunks.
+func (s *Sync) fetchSnapshot(ctx context.Context, peer uint64) (Snapshot, error) {
+	snap := Snapshot{RouterID: peer}
 	nc := s.bus.Conn()
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, err
+		return snap, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	req, _ := AppendChunk(nil, Chunk{RouterID: s.core.RouterID(), Last: true})
+	epoch, seq := s.core.Position()
+	req, _ := AppendChunk(nil, Chunk{RouterID: s.core.RouterID(), Epoch: epoch, Seq: seq, Last: true})
 	if err := nc.PublishRequest(SnapshotSubject(s.cfg.Namespace, s.cfg.Component, peer), inbox, req); err != nil {
-		return nil, err
+		return snap, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SnapshotTimeout)
 	defer cancel()
-	var out []router.LifecycleEvent
-	for {
+	for first := true; ; first = false {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("waiting for snapshot of %d: %w", peer, err)
+			return snap, fmt.Errorf("waiting for snapshot of %d: %w", peer, err)
 		}
 		c, err := DecodeChunk(m.Data)
+		if err == nil && c.RouterID != peer {
+			err = fmt.Errorf("%w: snapshot of %d answered by %d", ErrMalformed, peer, c.RouterID)
+		}
+		if err == nil && !first && (c.Epoch != snap.Epoch || c.Seq != snap.Seq) {
+			err = fmt.Errorf("%w: snapshot chunks of %d at different positions", ErrMalformed, peer)
+		}
 		if err != nil {
 			s.badMsgs.Add(1)
-			return nil, err
+			return snap, err
 		}
-		out = append(out, c.Events...)
+		snap.Epoch, snap.Seq = c.Epoch, c.Seq
+		snap.Events = append(snap.Events, c.Events...)
 		if c.Last {
-			return out, nil
+			return snap, nil
 		}
 	}
 }
@@ -239,19 +270,24 @@ func (s *Sync) onEvent(m *nats.Msg) {
 		s.log.Debug("dropping malformed lifecycle event", "err", err)
 		return
 	}
-	s.core.Receive(ev)
+	if s.core.Receive(ev) {
+		s.flag(ev.RouterID, reasonGap)
+	}
 }
 
 func (s *Sync) onSnapshotRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	evs := s.core.Snapshot()
-	self := s.core.RouterID()
+	if req, err := DecodeChunk(m.Data); err == nil {
+		s.core.Claim(req.RouterID, req.Epoch, req.Seq, time.Now())
+	}
+	snap := s.core.Snapshot()
+	evs, self := snap.Events, snap.RouterID
 	nc := s.bus.Conn()
 	for i := 0; ; i += s.cfg.ChunkEvents {
 		j := min(i+s.cfg.ChunkEvents, len(evs))
-		data, err := AppendChunk(nil, Chunk{RouterID: self, Last: j == len(evs), Events: evs[i:j]})
+		data, err := AppendChunk(nil, Chunk{RouterID: self, Epoch: snap.Epoch, Seq: snap.Seq, Last: j == len(evs), Events: evs[i:j]})
 		if err == nil {
 			err = nc.Publish(m.Reply, data)
 		}
@@ -277,29 +313,13 @@ func (s *Sync) follow() {
 		switch c.Kind {
 		case discovery.Put:
 			if s.core.PeerUp(id) {
-				s.refetch(id)
+				s.flag(id, reasonReturned)
 			}
 		case discovery.Deleted, discovery.Expired:
 			n := s.core.PeerDown(id, time.Now())
 			s.log.Info("replica left; freed its bookings", "peer", id, "how", c.Kind, "bookings", n)
 		}
 	}
-}
-
-// refetch reloads the bookings of a replica that came back after being
-// declared gone (e.g. its heartbeats were cut off for longer than the TTL).
-func (s *Sync) refetch(peer uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SnapshotTimeout)
-	defer cancel()
-	s.core.BeginSnapshot()
-	defer s.core.EndSnapshot()
-	evs, err := s.fetchSnapshot(ctx, peer)
-	if err != nil {
-		s.log.Warn("returning replica's snapshot failed", "peer", peer, "err", err)
-		return
-	}
-	n := s.core.ApplySnapshot(peer, evs)
-	s.log.Info("replica returned; snapshot applied", "peer", peer, "bookings", n)
 }
 
 // publish sends queued events and ticks the shadows until stop, then
@@ -317,7 +337,7 @@ func (s *Sync) publish() {
 	prune := time.NewTicker(s.cfg.TTL)
 	defer prune.Stop()
 	var buf []byte
-	send := func(ev router.LifecycleEvent) {
+	send := func(ev Event) {
 		var err error
 		if buf, err = AppendEvent(buf[:0], ev); err == nil {
 			// Publish copies the payload into the connection's buffer.
@@ -372,6 +392,10 @@ func (s *Sync) teardownLocked(ctx context.Context, deregister bool) error {
 	}
 	s.closed = true
 	s.core.Detach()
+	if s.unhook != nil {
+		s.unhook()
+	}
+	s.cancel()
 	close(s.stop)
 	if s.watcher != nil {
 		s.watcher.Stop()

@@ -1,0 +1,139 @@
+package replica
+
+import (
+	"slices"
+	"time"
+)
+
+// Why a peer's snapshot is fetched again after start (the reason label of
+// kvrouter_replica_resyncs_total).
+const (
+	reasonReconnect = "reconnect" // this router's NATS connection came back
+	reasonPeriodic  = "periodic"  // every Config.ResyncInterval
+	reasonGap       = "gap"       // a hole in the peer's event stream
+	reasonClaim     = "claim"     // the peer says it is ahead of what arrived
+	reasonReturned  = "returned"  // the peer was declared gone and came back
+	reasonRetry     = "retry"     // an earlier fetch failed or was incomplete
+)
+
+var resyncReasons = []string{reasonReconnect, reasonPeriodic, reasonGap, reasonClaim, reasonReturned, reasonRetry}
+
+// claimGrace is how long a peer's claimed stream position may stay ahead
+// of what arrived before its snapshot is fetched: events published just
+// before its request are still on their way when the request lands.
+const claimGrace = time.Second
+
+// maxRetries bounds the immediate retries of a failed fetch; the next
+// trigger (periodic, gap, reconnect) starts over.
+const maxRetries = 3
+
+type resyncReq struct {
+	reason string
+	tries  int
+}
+
+// flag asks the resync loop to fetch peer's snapshot (once, however many
+// times it is flagged before the loop gets to it).
+func (s *Sync) flag(peer uint64, reason string) {
+	s.pmu.Lock()
+	if _, ok := s.pending[peer]; !ok {
+		s.pending[peer] = resyncReq{reason: reason}
+	}
+	s.pmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flagAll flags every live peer.
+func (s *Sync) flagAll(reason string) {
+	for _, p := range s.core.Peers() {
+		s.flag(p, reason)
+	}
+}
+
+// take removes and returns the lowest flagged peer.
+func (s *Sync) take() (uint64, resyncReq, bool) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if len(s.pending) == 0 {
+		return 0, resyncReq{}, false
+	}
+	ps := make([]uint64, 0, len(s.pending))
+	for p := range s.pending {
+		ps = append(ps, p)
+	}
+	p := slices.Min(ps)
+	r := s.pending[p]
+	delete(s.pending, p)
+	return p, r, true
+}
+
+// resyncLoop fetches and reconciles flagged peers' snapshots, one at a
+// time, until stop; it flags every live peer each ResyncInterval and the
+// peers whose claims stay ahead (Core.Lagging).
+func (s *Sync) resyncLoop() {
+	defer s.wg.Done()
+	var periodic <-chan time.Time
+	if s.cfg.ResyncInterval > 0 {
+		t := time.NewTicker(s.cfg.ResyncInterval)
+		defer t.Stop()
+		periodic = t.C
+	}
+	claims := time.NewTicker(claimGrace)
+	defer claims.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-periodic:
+			s.flagAll(reasonPeriodic)
+		case now := <-claims.C:
+			for _, p := range s.core.Lagging(now, claimGrace) {
+				s.flag(p, reasonClaim)
+			}
+		}
+		for {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			p, r, ok := s.take()
+			if !ok {
+				break
+			}
+			s.resync(p, r)
+		}
+	}
+}
+
+// resync fetches peer's snapshot and reconciles this router's view of
+// its bookings with it; a failed or incomplete one is retried (up to
+// maxRetries).
+func (s *Sync) resync(peer uint64, r resyncReq) {
+	s.resyncs[r.reason].Add(1)
+	s.core.BeginResync(peer)
+	defer s.core.EndResync(peer)
+	snap, err := s.fetchSnapshot(s.ctx, peer)
+	again := err != nil
+	if err != nil {
+		s.resyncFails.Add(1)
+		s.log.Debug("replica resync failed", "peer", peer, "reason", r.reason, "err", err)
+	} else {
+		var added, freed int
+		added, freed, again = s.core.ApplySnapshot(snap)
+		if added+freed > 0 {
+			s.log.Info("replica resync corrected bookings", "peer", peer, "reason", r.reason, "added", added, "freed", freed)
+		}
+	}
+	if again && r.tries < maxRetries && s.ctx.Err() == nil {
+		s.pmu.Lock()
+		if _, ok := s.pending[peer]; !ok {
+			s.pending[peer] = resyncReq{reason: reasonRetry, tries: r.tries + 1}
+		}
+		s.pmu.Unlock()
+	}
+}
