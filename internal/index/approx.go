@@ -127,8 +127,9 @@ func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now ti
 	for _, lh := range local {
 		nid := x.kids.find(x.ns, parent, lh)
 		if nid == 0 {
-			nid = x.ns.alloc(parent, lh)
-			x.kids.link(x.ns, nid)
+			var n *node
+			nid, n = x.ns.alloc(parent, lh)
+			x.kids.link(x.ns, nid, n)
 			x.growUsed(nid)
 		}
 		n := x.ns.at(nid)

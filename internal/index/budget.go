@@ -42,12 +42,9 @@ func (x *Index) enforceBudget() {
 	}
 	target := x.cfg.MaxBytes * 9 / 10
 	var cand []uint32
-	for p := range x.ns.pages {
-		for i := range x.ns.pages[p] {
-			id := uint32(p<<pageBits | i)
-			if id != 0 && x.ns.pages[p][i].n > 0 {
-				cand = append(cand, id)
-			}
+	for id := uint32(1); int(id) < x.ns.allocated(); id++ {
+		if x.ns.at(id).n > 0 {
+			cand = append(cand, id)
 		}
 	}
 	slices.SortFunc(cand, func(a, b uint32) int {

@@ -47,11 +47,10 @@ func (t *childTable) find(ns *nodes, parent uint32, local uint64) uint32 {
 	}
 }
 
-// link registers a freshly allocated child (already linked as its
+// link registers a freshly allocated child n, id (already linked as its
 // parent's first child): when it has siblings, it and the previous first
 // child must be findable through the table.
-func (t *childTable) link(ns *nodes, id uint32) {
-	n := ns.at(id)
+func (t *childTable) link(ns *nodes, id uint32, n *node) {
 	if n.next == 0 {
 		return // sole child
 	}

@@ -55,15 +55,17 @@ const (
 	opRecord
 	opPredict
 	opExpire
+	opReserve
 	opBarrier
 )
 
 type op struct {
-	kind  opKind
-	ev    kvevent.Event
-	local []uint64
-	now   time.Time
-	done  chan struct{}
+	kind   opKind
+	ev     kvevent.Event
+	local  []uint64
+	now    time.Time
+	blocks int // opReserve
+	done   chan struct{}
 }
 
 // writer is one writer goroutine's queue.
@@ -196,6 +198,8 @@ func (c *Concurrent) do(o *op) error {
 		return c.x.Predict(o.ev.Worker, o.local, o.now)
 	case opExpire:
 		c.x.Expire(o.now)
+	case opReserve:
+		return c.x.Reserve(o.ev.Worker, o.blocks)
 	}
 	return nil
 }
@@ -226,6 +230,16 @@ func (c *Concurrent) Apply(ev kvevent.Event) error {
 // RemoveWorker enqueues the removal of every rank of worker id.
 func (c *Concurrent) RemoveWorker(id kvevent.WorkerID) error {
 	return c.send(c.writerOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.Worker{ID: id}}})
+}
+
+// Reserve enqueues a reservation of worker rank w's engine table for
+// blocks entries (see Index.Reserve), in order with the worker's other
+// operations. An out-of-range blocks is refused here with ErrInvalid.
+func (c *Concurrent) Reserve(w kvevent.Worker, blocks int) error {
+	if blocks < 0 || blocks > MaxReserveBlocks {
+		return fmt.Errorf("%w: reserving %d blocks for worker %v (max %d)", ErrInvalid, blocks, w, MaxReserveBlocks)
+	}
+	return c.send(c.writerOf(w.ID), op{kind: opReserve, ev: kvevent.Event{Worker: w}, blocks: blocks})
 }
 
 // Record enqueues an approximate-mode recording (see Index.Record). The

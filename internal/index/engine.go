@@ -11,6 +11,7 @@ import "github.com/kvrouter/kvrouter/internal/kvevent"
 type engineTable struct {
 	slots []engineSlot
 	n     int
+	floor int               // slots the table never shrinks below (Reserve); 0 = none
 	multi map[uint64]uint32 // refcount - 1 for hashes stored more than once
 }
 
@@ -193,14 +194,29 @@ func (t *engineTable) deleteAt(i int) {
 	}
 	t.slots[i] = engineSlot{}
 	t.n--
-	if len(t.slots) > minShrink && t.n*8 < len(t.slots) {
+	if len(t.slots) > max(minShrink, t.floor) && t.n*8 < len(t.slots) {
 		t.resize(len(t.slots) / 2)
+	}
+}
+
+// setFloor makes the table at least slots big (a power of two, or 0) and
+// keeps it from shrinking below that.
+func (t *engineTable) setFloor(slots int) {
+	t.floor = slots
+	if len(t.slots) < slots {
+		t.resize(slots)
 	}
 }
 
 func (t *engineTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]engineSlot, size)
+	// Write one slot of every 4 KB page first: a fresh page's first access
+	// is then a write (one page fault) rather than the read of a probe
+	// (which maps the zero page) followed by a write (a second fault).
+	for i := 0; i < size; i += 4096 / 12 {
+		t.slots[i] = engineSlot{}
+	}
 	for _, s := range old {
 		if s.node != 0 {
 			j, _ := t.slot(s.key())

@@ -69,6 +69,7 @@ type Index struct {
 	byKey    map[holderKey]uint32
 	freeIDs  []uint32
 	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
+	reserved map[kvevent.Worker]int        // worker rank -> device engine table floor (slots), see Reserve
 	approx   approxState
 	used     []uint32 // last-matched tick per node (only with MaxBytes)
 	tick     uint32
@@ -221,11 +222,12 @@ func (x *Index) Apply(ev *kvevent.Event) error {
 }
 
 // RemoveWorker drops every rank of worker id (exact, approximate and
-// predicted entries alike).
+// predicted entries alike) and forgets their reservations (Reserve).
 func (x *Index) RemoveWorker(id kvevent.WorkerID) {
 	for _, hid := range slices.Clone(x.byWorker[id]) {
 		x.dropHolder(hid)
 	}
+	x.dropReservations(id)
 }
 
 func (x *Index) store(ev *kvevent.Event) error {
@@ -263,7 +265,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 	h := &x.holders[id]
 	m := h.engine[ev.Tier]
 	if m == nil {
-		m = &engineTable{}
+		m = x.newEngineTable(ev.Worker, ev.Tier)
 		h.engine[ev.Tier] = m
 	}
 	bit := uint8(1) << ev.Tier
@@ -286,9 +288,22 @@ func (x *Index) store(ev *kvevent.Event) error {
 		}
 		nid := x.kids.find(x.ns, parent, b.LocalHash)
 		if nid == 0 {
-			nid = x.ns.alloc(parent, b.LocalHash)
-			x.kids.link(x.ns, nid)
+			// A new node (the usual case: a chain growing): no holder yet.
+			var n *node
+			nid, n = x.ns.alloc(parent, b.LocalHash)
+			x.kids.link(x.ns, nid, n)
 			x.growUsed(nid)
+			n.h, n.n = entry(id, bit), 1
+			if bit != deviceMask {
+				n.lower++
+			}
+			h.blocks++
+			m.fill(slot, b.EngineHash, nid)
+			h.entries++
+			x.touch(nid)
+			x.stats.blockOps++
+			parent = nid
+			continue
 		}
 		n := x.ns.at(nid)
 		_, e, held := x.ns.find(n, id)

@@ -41,8 +41,9 @@ const inKids = 1 << 15
 func (n *node) lowerCount() uint16 { return n.lower &^ inKids }
 
 type nodes struct {
-	pages [][]node
-	free  uint32 // head of the free list (0 = empty)
+	pages []*[pageSize]node // fixed arrays: at() is one bounds check and two loads
+	top   int               // ids used in the last page
+	free  uint32            // head of the free list (0 = empty)
 	live  int
 	extra [][]uint32 // sorted holder lists of nodes with >= 2 holders
 	xfree []uint32   // free indices into extra
@@ -51,40 +52,41 @@ type nodes struct {
 
 func newNodes() *nodes {
 	ns := &nodes{}
-	ns.pages = [][]node{make([]node, 1, pageSize)} // id 0: the root
-	ns.extra = [][]uint32{nil}                     // index 0 unused
+	ns.pages = []*[pageSize]node{new([pageSize]node)}
+	ns.top = 1                 // id 0: the root
+	ns.extra = [][]uint32{nil} // index 0 unused
 	return ns
 }
 
 func (ns *nodes) at(id uint32) *node { return &ns.pages[id>>pageBits][id&(pageSize-1)] }
 
-func (ns *nodes) alloc(parent uint32, local uint64) uint32 {
+// allocated reports the number of node ids handed out so far (live, free
+// or the root): ids are below it.
+func (ns *nodes) allocated() int { return (len(ns.pages)-1)<<pageBits + ns.top }
+
+func (ns *nodes) alloc(parent uint32, local uint64) (uint32, *node) {
 	var id uint32
 	if ns.free != 0 {
 		id = ns.free
 		ns.free = ns.at(id).next
 	} else {
-		last := len(ns.pages) - 1
-		p := ns.pages[last]
-		if len(p) == pageSize {
-			ns.pages = append(ns.pages, make([]node, 0, pageSize))
-			last++
-			p = ns.pages[last]
+		if ns.top == pageSize {
+			ns.pages = append(ns.pages, new([pageSize]node))
+			ns.top = 0
 		}
-		id = uint32(last<<pageBits | len(p))
-		ns.pages[last] = p[:len(p)+1]
+		id = uint32((len(ns.pages)-1)<<pageBits | ns.top)
+		ns.top++
 	}
-	*ns.at(id) = node{local: local, parent: parent}
-	ns.live++
-	// Link as the first child of parent.
-	pn := ns.at(parent)
 	n := ns.at(id)
-	n.next = pn.first
+	pn := ns.at(parent)
+	// Linked as the first child of parent.
+	*n = node{local: local, parent: parent, next: pn.first}
+	ns.live++
 	if pn.first != 0 {
 		ns.at(pn.first).prev = id
 	}
 	pn.first = id
-	return id
+	return id, n
 }
 
 // release unlinks a holder-less, childless node and puts it on the free list.

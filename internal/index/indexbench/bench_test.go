@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/trace"
@@ -53,23 +54,61 @@ func BenchmarkReplayApply(b *testing.B) { benchApply(b, replayStream(b)) }
 // (the `kvrouter bench index` workload) to a fresh index on one writer.
 func BenchmarkReplayApplyFull(b *testing.B) { benchApply(b, fullStream(b)) }
 
-func benchApply(b *testing.B, s *Stream) {
+// BenchmarkReplayApplyFullNoReserve is BenchmarkReplayApplyFull without
+// index.Reserve: the engine tables grow by doubling as blocks arrive.
+func BenchmarkReplayApplyFullNoReserve(b *testing.B) {
+	benchApplyFrom(b, fullStream(b), 0, false)
+}
+
+// BenchmarkReplayApplyFullSecondHalf times only the second half of the
+// whole trace's events, applied after the first half (untimed) on a fresh
+// reserved index: the steady-state rate, tables grown and caches full.
+func BenchmarkReplayApplyFullSecondHalf(b *testing.B) {
+	s := fullStream(b)
+	benchApplyFrom(b, s, len(s.Events)/2, true)
+}
+
+func benchApply(b *testing.B, s *Stream) { benchApplyFrom(b, s, 0, true) }
+
+// benchApplyFrom applies s to a fresh index per iteration, reserved when
+// asked, and times the events from from on.
+func benchApplyFrom(b *testing.B, s *Stream, from int, reserved bool) {
+	ops := 0
+	for _, ev := range s.Events[from:] {
+		ops += len(ev.Blocks) + len(ev.Removed)
+	}
 	b.ReportAllocs()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cpu0, ok0 := threadCPU()
+	var cpu time.Duration
+	cpuOK := true
 	for b.Loop() {
+		b.StopTimer()
 		x, err := index.New(index.DefaultConfig())
 		if err != nil {
 			b.Fatal(err)
 		}
-		for i := range s.Events {
+		if from > 0 {
+			reserve(x, s)
+			for i := range s.Events[:from] {
+				_ = x.Apply(&s.Events[i])
+			}
+		}
+		b.StartTimer()
+		c0, ok0 := threadCPU()
+		if reserved && from == 0 {
+			reserve(x, s)
+		}
+		for i := from; i < len(s.Events); i++ {
 			_ = x.Apply(&s.Events[i])
 		}
+		c1, ok1 := threadCPU()
+		cpu += c1 - c0
+		cpuOK = cpuOK && ok0 && ok1
 	}
-	b.ReportMetric(float64(s.BlockOps*b.N)/b.Elapsed().Seconds(), "block-ops/s")
-	if cpu1, ok := threadCPU(); ok && ok0 && cpu1 > cpu0 {
-		b.ReportMetric(float64(s.BlockOps*b.N)/(cpu1-cpu0).Seconds(), "block-ops/cpu-s")
+	b.ReportMetric(float64(ops*b.N)/b.Elapsed().Seconds(), "block-ops/s")
+	if cpuOK && cpu > 0 {
+		b.ReportMetric(float64(ops*b.N)/cpu.Seconds(), "block-ops/cpu-s")
 	}
 }
 

@@ -55,6 +55,11 @@ type Stream struct {
 	BlockOps int
 	// Workers is the number of workers that received requests.
 	Workers int
+	// Ranks are those workers, in order of their first request.
+	Ranks []kvevent.Worker
+	// WorkerBlocks is each worker's KV cache capacity in blocks (what a
+	// router passes to index.Reserve when the worker joins).
+	WorkerBlocks int
 }
 
 // ErrEmpty is returned when the trace yields no full block.
@@ -70,7 +75,7 @@ func Build(reqs []trace.Request, cfg Config) (*Stream, error) {
 	if cfg.MaxRequests > 0 && len(reqs) > cfg.MaxRequests {
 		reqs = reqs[:cfg.MaxRequests]
 	}
-	s := &Stream{}
+	s := &Stream{WorkerBlocks: cfg.WorkerBlocks}
 	ws := make([]*lru, cfg.Workers)
 	var tokens []uint32
 	var local, seq []uint64
@@ -89,6 +94,7 @@ func Build(reqs []trace.Request, cfg Config) (*Stream, error) {
 		used[w] = true
 		if ws[w] == nil {
 			ws[w] = newLRU(kvevent.Worker{ID: kvevent.WorkerID(w + 1)}, cfg.WorkerBlocks)
+			s.Ranks = append(s.Ranks, ws[w].w)
 		}
 		s.Steps = append(s.Steps, -len(s.Queries)-1)
 		s.Queries = append(s.Queries, append([]uint64(nil), local...))
