@@ -13,6 +13,30 @@ import (
 // 256 blocks are a system prompt shared with running requests, on a
 // tracker with 64 workers each running 4 requests.
 func BenchmarkBookAndFree(b *testing.B) {
+	tr, reqs := benchTracker(b)
+	var loads []Load
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		h := reqs[i%len(reqs)]
+		loads = tr.Potential(h, ReuseDefault, loads)
+		w := loads[i%len(loads)].Worker
+		_ = tr.AddRequest(Request{ID: "x", Worker: w, BlockHashes: h, PrefillTokens: 10}, t0)
+		tr.Free("x")
+	}
+}
+
+// BenchmarkPotential measures Potential alone on the tracker of
+// BenchmarkBookAndFree.
+func BenchmarkPotential(b *testing.B) {
+	tr, reqs := benchTracker(b)
+	var loads []Load
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		loads = tr.Potential(reqs[i%len(reqs)], ReuseDefault, loads)
+	}
+}
+
+func benchTracker(b *testing.B) (*Tracker, [][]uint64) {
 	tr, _ := New(DefaultConfig())
 	prompt := func(fam, id int) []uint64 {
 		locals := make([]uint64, 1024)
@@ -37,13 +61,5 @@ func BenchmarkBookAndFree(b *testing.B) {
 	for i := range reqs {
 		reqs[i] = prompt(i%8, 10_000+i)
 	}
-	var loads []Load
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		h := reqs[i%len(reqs)]
-		loads = tr.Potential(h, ReuseDefault, loads)
-		w := loads[i%len(loads)].Worker
-		_ = tr.AddRequest(Request{ID: "x", Worker: w, BlockHashes: h, PrefillTokens: 10}, t0)
-		tr.Free("x")
-	}
+	return tr, reqs
 }

@@ -40,18 +40,25 @@ func (t *Tracker) Load(w kvevent.Worker) (Load, bool) {
 }
 
 func (t *Tracker) load(slot int) Load {
-	w := t.slots[slot]
-	return Load{
-		Worker:              w.id,
-		ActiveRequests:      w.requests,
-		ActivePrefillTokens: w.prefill,
-		ActiveBlocks:        t.activeBlocks(w),
+	if !t.fresh[slot] {
+		w := t.slots[slot]
+		t.cache[slot] = Load{
+			Worker:              w.id,
+			ActiveRequests:      w.requests,
+			ActivePrefillTokens: w.prefill,
+			ActiveBlocks:        t.activeBlocks(w),
+		}
+		t.fresh[slot] = true
 	}
+	return t.cache[slot]
 }
 
 func (t *Tracker) activeBlocks(w *worker) float64 {
 	stride := t.cfg.ActiveSequenceStride
 	n := float64(stride*w.active.blocks + w.private)
+	if len(w.fracReqs) == 0 {
+		return n
+	}
 	for r := range w.fracReqs {
 		single := r.private + r.output
 		if r.end != nil {
@@ -64,8 +71,10 @@ func (t *Tracker) activeBlocks(w *worker) float64 {
 
 // Potential appends to dst[:0] the load of every known worker rank (in
 // Workers order) with NewBlocks set for a candidate request with the given
-// prompt block sequence hashes and reuse override: each worker's first
-// missing block is found by one walk down its trie of running requests.
+// prompt block sequence hashes and reuse override. Only the workers whose
+// running requests start with the candidate's first block can hold any of
+// it; each of them finds its first missing block by one walk down its trie
+// of running requests.
 func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 	dst = dst[:0]
 	stride := t.cfg.ActiveSequenceStride
@@ -76,19 +85,15 @@ func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 	if !t.cfg.TrackActiveBlocks || n == 0 {
 		return dst
 	}
+	for i := range dst {
+		dst[i].NewBlocks = n * stride
+	}
 	if !t.reuse(reuse) {
-		for i := range dst {
-			dst[i].NewBlocks = n * stride
-		}
 		return dst
 	}
-	cand := t.cand[:0]
-	for i := range n {
-		cand = append(cand, hashes[(i+1)*stride-1])
-	}
-	t.cand = cand
-	for i, s := range t.order {
-		dst[i].NewBlocks = (n - t.slots[s].active.held(cand)) * stride
+	cand := t.tracking(hashes, n)
+	for _, s := range t.roots[cand[0]] {
+		dst[t.pos[s]].NewBlocks = (n - t.slots[s].active.held(cand)) * stride
 	}
 	return dst
 }

@@ -61,10 +61,9 @@ type Stats struct {
 type request struct {
 	id          string
 	slot        int
-	tracked     []uint64 // shared tracking hashes (nil when private)
-	end         *tnode   // where tracked ends in the worker's trie
-	private     int      // private prompt blocks (reuse off)
-	output      int      // output blocks (TrackOutputBlocks)
+	end         *tnode // where the tracked hashes end in the worker's trie (nil when private)
+	private     int    // private prompt blocks (reuse off)
+	output      int    // output blocks (TrackOutputBlocks)
 	prefill     int
 	prefillDone bool
 	expected    int
@@ -84,15 +83,42 @@ type worker struct {
 // Tracker holds the running requests of every worker rank. The zero value
 // is not usable; call New.
 type Tracker struct {
-	cfg       Config
-	slots     []*worker // index = slot; nil = free
-	bySlot    map[kvevent.Worker]int
-	order     []int // live slots, sorted by worker
+	cfg    Config
+	slots  []*worker // index = slot; nil = free
+	bySlot map[kvevent.Worker]int
+	order  []int // live slots, sorted by worker
+	pos    []int // slot -> its index in order (-1 for a free slot)
+	// roots maps the first tracking hash of each worker trie's top edges
+	// to the slots holding such an edge: the only workers that can hold
+	// any leading block of a candidate are those listed under its first
+	// hash, so Potential walks their tries alone.
+	roots map[uint64][]int
+	// cache holds each slot's load (without NewBlocks), recomputed when
+	// fresh is false: Potential copies the loads from one dense slice
+	// instead of chasing a pointer per worker.
+	cache     []Load
+	fresh     []bool
 	reqs      map[string]*request
 	nextSweep time.Time
 	stats     Stats
 
-	cand []uint64 // scratch for Potential: the candidate's tracked hashes
+	cand []uint64 // scratch: the tracking hashes when the stride is over 1
+}
+
+// tracking returns the n tracking hashes of a prompt's block hashes: the
+// hashes themselves with stride 1 (no copy), else every stride-th one in a
+// scratch slice that is valid until the next call.
+func (t *Tracker) tracking(hashes []uint64, n int) []uint64 {
+	stride := t.cfg.ActiveSequenceStride
+	if stride == 1 {
+		return hashes[:n]
+	}
+	cand := t.cand[:0]
+	for i := range n {
+		cand = append(cand, hashes[(i+1)*stride-1])
+	}
+	t.cand = cand
+	return cand
 }
 
 // New returns an empty tracker.
@@ -103,6 +129,7 @@ func New(cfg Config) (*Tracker, error) {
 	return &Tracker{
 		cfg:    cfg,
 		bySlot: make(map[kvevent.Worker]int),
+		roots:  make(map[uint64][]int),
 		reqs:   make(map[string]*request),
 	}, nil
 }
@@ -122,11 +149,26 @@ func (t *Tracker) AddWorker(w kvevent.Worker) {
 	if slot < 0 {
 		slot = len(t.slots)
 		t.slots = append(t.slots, nil)
+		t.cache = append(t.cache, Load{})
+		t.fresh = append(t.fresh, false)
 	}
+	t.fresh[slot] = false
 	t.slots[slot] = &worker{id: w}
 	t.bySlot[w] = slot
 	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.Worker) int { return compareWorker(t.slots[s].id, w) })
 	t.order = slices.Insert(t.order, i, slot)
+	t.reindex()
+}
+
+// reindex rebuilds pos from order.
+func (t *Tracker) reindex() {
+	t.pos = slices.Grow(t.pos[:0], len(t.slots))[:len(t.slots)]
+	for s := range t.pos {
+		t.pos[s] = -1
+	}
+	for i, s := range t.order {
+		t.pos[s] = i
+	}
 }
 
 // RemoveWorker frees every request of the worker rank and forgets it. It
@@ -149,6 +191,7 @@ func (t *Tracker) RemoveWorker(w kvevent.Worker) []string {
 	t.slots[slot] = nil
 	delete(t.bySlot, w)
 	t.order = slices.DeleteFunc(t.order, func(s int) bool { return s == slot })
+	t.reindex()
 	return ids
 }
 
@@ -207,11 +250,11 @@ func (t *Tracker) AddRequest(req Request, now time.Time) error {
 		stride := t.cfg.ActiveSequenceStride
 		n := len(req.BlockHashes) / stride
 		if t.reuse(req.Reuse) {
-			r.tracked = make([]uint64, n)
-			for i := range n {
-				r.tracked[i] = req.BlockHashes[(i+1)*stride-1]
+			h := t.tracking(req.BlockHashes, n)
+			if n > 0 && w.active.root.child(h[0]) == nil {
+				t.roots[h[0]] = append(t.roots[h[0]], slot)
 			}
-			r.end = w.active.add(r.tracked)
+			r.end = w.active.add(h)
 		} else {
 			r.private = n * stride
 			w.private += r.private
@@ -219,6 +262,7 @@ func (t *Tracker) AddRequest(req Request, now time.Time) error {
 	}
 	w.requests++
 	w.prefill += r.prefill
+	t.fresh[slot] = false
 	t.reqs[req.ID] = r
 	return nil
 }
@@ -242,6 +286,7 @@ func (t *Tracker) completePrefill(r *request) {
 	}
 	r.prefillDone = true
 	t.slots[r.slot].prefill -= r.prefill
+	t.fresh[r.slot] = false
 }
 
 // Free ends a request: its prefill (if still pending) and its blocks leave
@@ -261,13 +306,32 @@ func (t *Tracker) free(r *request) {
 	t.completePrefill(r)
 	w := t.slots[r.slot]
 	if r.end != nil {
+		top := w.active.top(r.end)
 		w.active.remove(r.end)
+		if top != nil && top.parent == nil {
+			t.unroot(top.hashes[0], r.slot)
+		}
 		r.end = nil
 	}
 	w.private -= r.private + r.output
 	w.requests--
+	t.fresh[r.slot] = false
 	delete(w.fracReqs, r)
 	delete(t.reqs, r.id)
+}
+
+// unroot removes slot from the workers listed under first hash h.
+func (t *Tracker) unroot(h uint64, slot int) {
+	slots := t.roots[h]
+	if i := slices.Index(slots, slot); i >= 0 {
+		slots[i] = slots[len(slots)-1]
+		slots = slots[:len(slots)-1]
+	}
+	if len(slots) == 0 {
+		delete(t.roots, h)
+	} else {
+		t.roots[h] = slots
+	}
 }
 
 // SetGenerated reports that the request has generated tokens output tokens
@@ -289,6 +353,7 @@ func (t *Tracker) SetGenerated(id string, tokens int) bool {
 	w := t.slots[r.slot]
 	out := tokens / t.cfg.BlockSize
 	w.private += out - r.output
+	t.fresh[r.slot] = false
 	r.output = out
 	if r.expected > 0 {
 		r.frac = max(0, 1-float64(tokens)/float64(r.expected))

@@ -1,8 +1,11 @@
 package sequences
 
+import "slices"
+
 // trie holds the prompt blocks of one worker rank's running requests as a
-// radix tree: each edge is a run of tracking hashes (a slice of the first
-// request that brought it, never copied), each node counts the running
+// radix tree: each edge is a run of tracking hashes (copied from the first
+// request that brought it when it creates the edge; later splits share that
+// copy), each node counts the running
 // requests whose path covers its edge. The number of distinct active blocks
 // is the sum of the live edges' lengths, kept in blocks.
 //
@@ -94,6 +97,32 @@ func lcp(a, b []uint64) int {
 	return n
 }
 
+// seqLCP is lcp for runs of sequence hashes, which identify their whole
+// prefix: once two runs differ at a position they differ at every later
+// one, so the common prefix is found by checking the last position and
+// otherwise binary-searching the first difference, O(log n) instead of
+// O(n). On runs without that property it still returns a valid length,
+// only not necessarily the exact common prefix.
+func seqLCP(a, b []uint64) int {
+	n := min(len(a), len(b))
+	if n == 0 || a[0] != b[0] {
+		return 0
+	}
+	if a[n-1] == b[n-1] {
+		return n
+	}
+	lo, hi := 1, n-1 // a[lo-1] == b[lo-1], a[hi] != b[hi]
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if a[m] == b[m] {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // split cuts k's edge after m hashes (0 < m < len), inserting a node above
 // k that keeps k's count, and returns it. k keeps its identity, so request
 // end pointers to k stay valid.
@@ -106,13 +135,14 @@ func (t *trie) split(k *tnode, m int) *tnode {
 }
 
 // add books a path of tracking hashes and returns the node where it ends
-// (the root for an empty path).
+// (the root for an empty path). It copies the part of h it keeps (the
+// suffix no running request shares), so h may be reused afterwards.
 func (t *trie) add(h []uint64) *tnode {
 	n := &t.root
 	for i := 0; i < len(h); {
 		c := n.child(h[i])
 		if c == nil {
-			c = &tnode{hashes: h[i:len(h):len(h)], count: 1}
+			c = &tnode{hashes: slices.Clone(h[i:]), count: 1}
 			n.addKid(c)
 			t.blocks += len(h) - i
 			return c
@@ -142,7 +172,9 @@ func (t *trie) remove(end *tnode) {
 	}
 }
 
-// held returns how many leading hashes of h the trie holds.
+// held returns how many leading hashes of h the trie holds. h must be
+// sequence hashes (see seqLCP): each edge costs one comparison when the
+// request covers it whole.
 func (t *trie) held(h []uint64) int {
 	n, i := &t.root, 0
 	for i < len(h) {
@@ -150,7 +182,7 @@ func (t *trie) held(h []uint64) int {
 		if c == nil {
 			return i
 		}
-		m := lcp(c.hashes, h[i:])
+		m := seqLCP(c.hashes, h[i:])
 		i += m
 		if m < len(c.hashes) {
 			return i
@@ -158,6 +190,19 @@ func (t *trie) held(h []uint64) int {
 		n = c
 	}
 	return i
+}
+
+// top returns the top edge (the root's kid) of the path ending at end, or
+// nil for the root.
+func (t *trie) top(end *tnode) *tnode {
+	if end == &t.root {
+		return nil
+	}
+	n := end
+	for n.parent != &t.root {
+		n = n.parent
+	}
+	return n
 }
 
 // singles returns how many blocks on the path ending at end are covered by
