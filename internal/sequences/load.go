@@ -1,6 +1,10 @@
 package sequences
 
-import "github.com/kvrouter/kvrouter/internal/kvevent"
+import (
+	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
 
 // Load is a worker rank's current load and, from Potential, what a
 // candidate request would add to it.
@@ -40,17 +44,23 @@ func (t *Tracker) Load(w kvevent.Worker) (Load, bool) {
 }
 
 func (t *Tracker) load(slot int) Load {
-	if !t.fresh[slot] {
-		w := t.slots[slot]
-		t.cache[slot] = Load{
-			Worker:              w.id,
-			ActiveRequests:      w.requests,
-			ActivePrefillTokens: w.prefill,
-			ActiveBlocks:        t.activeBlocks(w),
-		}
-		t.fresh[slot] = true
-	}
+	t.refresh(slot)
 	return t.cache[slot]
+}
+
+// refresh recomputes the slot's cached load if it changed.
+func (t *Tracker) refresh(slot int) {
+	if t.fresh[slot] {
+		return
+	}
+	w := t.slots[slot]
+	t.cache[slot] = Load{
+		Worker:              w.id,
+		ActiveRequests:      w.requests,
+		ActivePrefillTokens: w.prefill,
+		ActiveBlocks:        t.activeBlocks(w),
+	}
+	t.fresh[slot] = true
 }
 
 func (t *Tracker) activeBlocks(w *worker) float64 {
@@ -76,11 +86,14 @@ func (t *Tracker) activeBlocks(w *worker) float64 {
 // it; each of them finds its first missing block by one walk down its trie
 // of running requests.
 func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
-	dst = dst[:0]
 	stride := t.cfg.ActiveSequenceStride
 	n := len(hashes) / stride
-	for _, s := range t.order {
-		dst = append(dst, t.load(s))
+	dst = slices.Grow(dst[:0], len(t.order))[:len(t.order)]
+	for i, s := range t.order {
+		// Copied memory to memory: a Load returned in registers and
+		// stored again costs a store-forwarding stall per worker.
+		t.refresh(s)
+		dst[i] = t.cache[s]
 	}
 	if !t.cfg.TrackActiveBlocks || n == 0 {
 		return dst
