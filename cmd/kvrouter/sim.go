@@ -33,6 +33,7 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	fs.Float64Var(&cfg.Router.Scheduler.Temperature, "router-temperature", cfg.Router.Scheduler.Temperature, "kv policy softmax temperature (0: argmin)")
 	fs.Float64Var(&cfg.Router.Scheduler.OverlapScoreCredit, "kv-overlap-score-credit", cfg.Router.Scheduler.OverlapScoreCredit, "credit per cached block")
 	fs.Float64Var(&cfg.Router.Scheduler.PrefillLoadScale, "router-prefill-load-scale", cfg.Router.Scheduler.PrefillLoadScale, "weight of prefill load")
+	fs.BoolVar(&cfg.Router.Scheduler.PrefillClamp, "router-prefill-clamp", cfg.Router.Scheduler.PrefillClamp, "floor the adjusted prefill at 0 (DESIGN §1); false lets a longer cached prefix keep lowering the cost at high credit")
 	fs.BoolVar(&cfg.Router.Sequences.TrackActiveBlocks, "router-track-active-blocks", cfg.Router.Sequences.TrackActiveBlocks, "count running requests' KV blocks in the kv cost (the decode load term)")
 	fs.BoolVar(&cfg.Approximate, "no-router-kv-events", cfg.Approximate, "workers publish no KV events (approximate index)")
 	fs.Uint64Var(&cfg.Router.Seed, "seed", cfg.Router.Seed, "router seed (tie-breaks, random policy)")

@@ -76,6 +76,16 @@ type Router struct {
 	// PrefillLoadScale weighs prefill blocks against decode blocks
 	// (--router-prefill-load-scale). Default 1.0.
 	PrefillLoadScale float64
+	// PrefillClamp floors the adjusted prefill blocks at zero, as DESIGN §1
+	// has it (--router-prefill-clamp). False lets them go negative, so a
+	// longer cached prefix keeps lowering the cost where the credit already
+	// covers the prompt (useful with a high --kv-overlap-score-credit).
+	// Default true.
+	PrefillClamp bool
+	// TrackActiveBlocks counts the KV blocks of running requests in the
+	// decode term of the cost (--router-track-active-blocks); false drops
+	// that term. Default true.
+	TrackActiveBlocks bool
 	// HostCacheHitWeight is the credit per host-memory block beyond the
 	// device prefix (--router-host-cache-hit-weight). Default 0.75.
 	HostCacheHitWeight float64
@@ -279,6 +289,8 @@ func Default() Config {
 			Mode:               rc.Policy,
 			OverlapScoreCredit: sc.OverlapScoreCredit,
 			PrefillLoadScale:   sc.PrefillLoadScale,
+			PrefillClamp:       sc.PrefillClamp,
+			TrackActiveBlocks:  rc.Sequences.TrackActiveBlocks,
 			HostCacheHitWeight: sc.HostCacheHitWeight,
 			DiskCacheHitWeight: sc.DiskCacheHitWeight,
 			EventThreads:       index.DefaultConcurrentConfig().Writers,
@@ -424,11 +436,13 @@ func (c Config) RouterConfig() router.Config {
 	s.Temperature = c.Router.Temperature
 	s.OverlapScoreCredit = c.Router.OverlapScoreCredit
 	s.PrefillLoadScale = c.Router.PrefillLoadScale
+	s.PrefillClamp = c.Router.PrefillClamp
 	s.HostCacheHitWeight = c.Router.HostCacheHitWeight
 	s.DiskCacheHitWeight = c.Router.DiskCacheHitWeight
 	s.ActiveDecodeBlocksThreshold = c.Router.ActiveDecodeBlocksThreshold
 	s.ActivePrefillTokensThreshold = c.Router.ActivePrefillTokensThreshold
 	rc.Sequences.BlockSize = c.BlockSize
+	rc.Sequences.TrackActiveBlocks = c.Router.TrackActiveBlocks
 	return rc
 }
 

@@ -26,6 +26,8 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&r.Temperature, "router-temperature", r.Temperature, "softmax temperature over normalised costs (0: cheapest worker)")
 	fs.Float64Var(&r.OverlapScoreCredit, "kv-overlap-score-credit", r.OverlapScoreCredit, "cost credit in blocks per cached device block")
 	fs.Float64Var(&r.PrefillLoadScale, "router-prefill-load-scale", r.PrefillLoadScale, "weight of prefill blocks against decode blocks")
+	fs.BoolVar(&r.PrefillClamp, "router-prefill-clamp", r.PrefillClamp, "floor the adjusted prefill at 0 (DESIGN §1); false lets a longer cached prefix keep lowering the cost at high credit")
+	fs.BoolVar(&r.TrackActiveBlocks, "router-track-active-blocks", r.TrackActiveBlocks, "count running requests' KV blocks in the cost (the decode term)")
 	fs.Float64Var(&r.HostCacheHitWeight, "router-host-cache-hit-weight", r.HostCacheHitWeight, "credit per host-memory block beyond the device prefix")
 	fs.Float64Var(&r.DiskCacheHitWeight, "router-disk-cache-hit-weight", r.DiskCacheHitWeight, "credit per disk block beyond the device prefix")
 	fs.IntVar(&r.EventThreads, "router-event-threads", r.EventThreads, "index writer goroutines")

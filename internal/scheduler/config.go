@@ -36,6 +36,13 @@ type Config struct {
 	// TrackPrefillTokens includes prompt load in the cost; off makes raw
 	// prefill blocks 0. Default true.
 	TrackPrefillTokens bool
+	// PrefillClamp floors the adjusted prefill at zero, as DESIGN §1 has it:
+	// max(raw − credit, 0). Off, the adjusted prefill may go negative, so a
+	// longer cached prefix keeps lowering the cost even where the credit
+	// already covers the prompt and its queue (with a high
+	// OverlapScoreCredit the clamp makes a full hit and a partial one tie at
+	// zero). Default true.
+	PrefillClamp bool
 	// ActiveDecodeBlocksThreshold removes candidates whose active blocks
 	// exceed this fraction of their KV capacity; 0 is off. Default 0.
 	ActiveDecodeBlocksThreshold float64
@@ -56,6 +63,7 @@ func DefaultConfig() Config {
 		HostCacheHitWeight: 0.75,
 		DiskCacheHitWeight: 0.25,
 		TrackPrefillTokens: true,
+		PrefillClamp:       true,
 	}
 }
 

@@ -14,13 +14,24 @@
 //	overlap_credit     = overlap_score_credit · decay · device_blocks
 //	                   + host_cache_hit_weight · host_blocks + disk_cache_hit_weight · disk_blocks
 //	                   + shared_cache_multiplier · shared_blocks
-//	adjusted_prefill   = max(raw_prefill_blocks − overlap_credit, 0)
+//	adjusted_prefill   = max(raw_prefill_blocks − overlap_credit, 0)     (raw − credit, may be negative, with prefill_clamp off)
 //	cost               = prefill_load_scale · adjusted_prefill + decode_blocks + decode_active_request_weight · active_requests
 //
-// Host, disk and shared blocks are those held beyond the device prefix. At
-// temperature 0 the lowest cost wins, exact ties broken uniformly at random;
-// at T > 0 candidate i is drawn with p_i ∝ exp(−(c_i − min)/((max − min)·T)),
-// uniform when all costs are equal.
+// Host, disk and shared blocks are those held beyond the device prefix.
+//
+// The clamp at zero is the documented default. It has a cost at high
+// credit: once overlap_score_credit · device_blocks covers a worker's raw
+// prefill, more cached blocks no longer lower its cost, so every worker
+// holding at least 1/credit of the prompt ties with the one holding all of
+// it and the decode term decides. Config.PrefillClamp = false (opt-in) lets
+// the adjusted prefill go negative so the longer prefix keeps winning; in
+// the simulator that, with a credit of 8–16 and a large prefill load scale,
+// is what brings a conversation trace to within a few percent of the
+// shared-pool bound.
+//
+// At temperature 0 the lowest cost wins, exact ties broken uniformly at
+// random; at T > 0 candidate i is drawn with
+// p_i ∝ exp(−(c_i − min)/((max − min)·T)), uniform when all costs are equal.
 //
 // Selection runs in three steps: eligibility (allow-list, pinned worker, dp
 // rank range, DOWN), opt-in busy thresholds (decode blocks as a fraction of KV

@@ -23,6 +23,7 @@ func TestKVCostMatchesFormula(t *testing.T) {
 			SharedCacheMultiplier:     knob("shared", 1),
 			DecodeActiveRequestWeight: knob("reqw", 2),
 			TrackPrefillTokens:        rapid.Bool().Draw(rt, "trackPrefill"),
+			PrefillClamp:              rapid.Bool().Draw(rt, "clamp"),
 		}
 		s, err := New(cfg, KV{})
 		if err != nil {
@@ -60,14 +61,69 @@ func TestKVCostMatchesFormula(t *testing.T) {
 			}
 			credit := cfg.OverlapScoreCredit*decay*float64(c.Overlap.Device) + cfg.HostCacheHitWeight*float64(c.Overlap.Host) +
 				cfg.DiskCacheHitWeight*float64(c.Overlap.Disk) + cfg.SharedCacheMultiplier*float64(c.Overlap.Shared)
-			want := cfg.PrefillLoadScale*math.Max(raw-credit, 0) + c.DecodeBlocks + cfg.DecodeActiveRequestWeight*float64(c.ActiveRequests)
-			if got := d.Candidates[i].Cost; math.Abs(got-want) > 1e-9*math.Max(1, want) {
+			adjusted := raw - credit
+			if cfg.PrefillClamp {
+				adjusted = math.Max(adjusted, 0)
+			}
+			want := cfg.PrefillLoadScale*adjusted + c.DecodeBlocks + cfg.DecodeActiveRequestWeight*float64(c.ActiveRequests)
+			if got := d.Candidates[i].AdjustedPrefillBlocks; math.Abs(got-adjusted) > 1e-9*math.Max(1, math.Abs(adjusted)) {
+				rt.Fatalf("row %d adjusted prefill %v, formula %v", i, got, adjusted)
+			}
+			if got := d.Candidates[i].Cost; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
 				rt.Fatalf("row %d cost %v, formula %v", i, got, want)
 			}
 			best = math.Min(best, d.Candidates[i].Cost)
 		}
 		if d.ChosenRow().Cost != best {
 			rt.Fatalf("chose cost %v, cheapest is %v", d.ChosenRow().Cost, best)
+		}
+	})
+}
+
+// TestLongerPrefixNeverCostsMore checks, for both clamp settings, that
+// between two candidates with the same load a longer device prefix never
+// costs more, and that without the clamp it always costs strictly less
+// (positive credit and scale, prefill tracked, no decay), however far the
+// credit exceeds the prompt; with the clamp, two prefixes whose credit both
+// cover the raw prefill cost the same.
+func TestLongerPrefixNeverCostsMore(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.PrefillClamp = rapid.Bool().Draw(rt, "clamp")
+		cfg.OverlapScoreCredit = rapid.Float64Range(0.01, 64).Draw(rt, "credit")
+		cfg.PrefillLoadScale = rapid.Float64Range(0.01, 64).Draw(rt, "scale")
+		s, err := New(cfg, KV{})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		bs := rapid.SampledFrom([]int{1, 16, 64}).Draw(rt, "bs")
+		isl := rapid.IntRange(1, 20000).Draw(rt, "isl")
+		reqBlocks := (isl + bs - 1) / bs
+		short := rapid.IntRange(0, reqBlocks-1).Draw(rt, "short")
+		long := rapid.IntRange(short+1, reqBlocks).Draw(rt, "long")
+		load := Candidate{
+			ActivePrefillTokens: rapid.IntRange(0, 50000).Draw(rt, "apt"),
+			DecodeBlocks:        float64(rapid.IntRange(0, 5000).Draw(rt, "dec")),
+			ActiveRequests:      rapid.IntRange(0, 64).Draw(rt, "req"),
+		}
+		a, b := load, load
+		a.Worker, a.Overlap.Device = w(1), short
+		b.Worker, b.Overlap.Device = w(2), long
+		d, err := s.Select(Request{InputTokens: isl, BlockSize: bs}, []Candidate{a, b}, seeded(1))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		ca, cb := d.Candidates[0].Cost, d.Candidates[1].Cost
+		raw := d.Candidates[0].RawPrefillBlocks
+		switch {
+		case cb > ca:
+			rt.Fatalf("longer prefix costs more: %v > %v", cb, ca)
+		case !cfg.PrefillClamp && !(cb < ca):
+			rt.Fatalf("clamp off: longer prefix costs %v, shorter %v; want strictly less", cb, ca)
+		case cfg.PrefillClamp && cfg.OverlapScoreCredit*float64(short) >= raw && cb != ca:
+			rt.Fatalf("clamp on, both credits cover raw %v: costs %v and %v, want a tie", raw, ca, cb)
+		case !cfg.PrefillClamp && d.Chosen != 1:
+			rt.Fatalf("clamp off: chose row %d, want the longer prefix", d.Chosen)
 		}
 	})
 }

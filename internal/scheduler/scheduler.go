@@ -177,6 +177,9 @@ func (s *Scheduler) cost(req Request, row *Explanation, minPrefill int) {
 		s.cfg.HostCacheHitWeight*float64(o.Host) +
 		s.cfg.DiskCacheHitWeight*float64(o.Disk) +
 		s.cfg.SharedCacheMultiplier*float64(o.Shared)
-	row.AdjustedPrefillBlocks = max(row.RawPrefillBlocks-row.CreditBlocks, 0)
+	row.AdjustedPrefillBlocks = row.RawPrefillBlocks - row.CreditBlocks
+	if s.cfg.PrefillClamp {
+		row.AdjustedPrefillBlocks = max(row.AdjustedPrefillBlocks, 0)
+	}
 	row.Cost = scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
 }

@@ -59,6 +59,85 @@ func TestSeedWorkedExample(t *testing.T) {
 	}
 }
 
+// TestWorkedExampleClampOff is the worked example with the clamp off: no
+// credit there exceeds the raw prefill, so nothing changes.
+func TestWorkedExampleClampOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PrefillClamp = false
+	s := newSched(t, cfg, KV{})
+	cands := []Candidate{
+		{Worker: w(1), Overlap: Overlap{Device: 2}, DecodeBlocks: 10},
+		{Worker: w(2), Overlap: Overlap{Device: 5}, DecodeBlocks: 5},
+		{Worker: w(3), Overlap: Overlap{Device: 8}, DecodeBlocks: 9},
+	}
+	d, err := s.Select(Request{InputTokens: 160, BlockSize: 16}, cands, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := costs(d); got[0] != 18 || got[1] != 10 || got[2] != 11 || d.Chosen != 1 {
+		t.Fatalf("costs = %v, chosen %d, want [18 10 11] and index 1", got, d.Chosen)
+	}
+}
+
+// TestPrefillClampOff is a hand-computed example where the clamp ties a
+// partial and a full hit: block 16, 160 input tokens (10 blocks), credit 4,
+// prefill load scale 2, no pending prefill.
+//
+//	A: device overlap 3  -> raw 10, credit 12, adjusted max(-2, 0) = 0 | -2,   decode 6 -> cost 6 | 2·(-2)+6 = 2
+//	B: device overlap 10 -> raw 10, credit 40, adjusted max(-30, 0) = 0 | -30, decode 6 -> cost 6 | 2·(-30)+6 = -54
+//	C: no overlap, 32 pending prefill tokens -> raw 12, credit 0, adjusted 12, decode 0 -> cost 24 either way
+//
+// With the clamp (the default) A and B tie at 6 and either may win; without
+// it B, the longer prefix, wins and the rows show the negative adjusted
+// prefill.
+func TestPrefillClampOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.OverlapScoreCredit, cfg.PrefillLoadScale = 4, 2
+	cands := []Candidate{
+		{Worker: w(1), Overlap: Overlap{Device: 3}, DecodeBlocks: 6},
+		{Worker: w(2), Overlap: Overlap{Device: 10}, DecodeBlocks: 6},
+		{Worker: w(3), ActivePrefillTokens: 32},
+	}
+	req := Request{InputTokens: 160, BlockSize: 16}
+
+	clamped := newSched(t, cfg, KV{})
+	chosen := map[int]int{}
+	for seed := range uint64(64) {
+		d, err := clamped.Select(req, cands, seeded(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := costs(d); got[0] != 6 || got[1] != 6 || got[2] != 24 {
+			t.Fatalf("clamp on: costs %v, want [6 6 24]", got)
+		}
+		if d.Candidates[0].AdjustedPrefillBlocks != 0 || d.Candidates[1].AdjustedPrefillBlocks != 0 {
+			t.Fatalf("clamp on: adjusted prefill %v, %v, want 0", d.Candidates[0].AdjustedPrefillBlocks, d.Candidates[1].AdjustedPrefillBlocks)
+		}
+		chosen[d.Chosen]++
+	}
+	if chosen[0] == 0 || chosen[1] == 0 || chosen[2] != 0 {
+		t.Fatalf("clamp on: choices %v, want the tie between rows 0 and 1 broken both ways", chosen)
+	}
+
+	cfg.PrefillClamp = false
+	open := newSched(t, cfg, KV{})
+	for seed := range uint64(16) {
+		d, err := open.Select(req, cands, seeded(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct{ raw, credit, adjusted, cost float64 }{{10, 12, -2, 2}, {10, 40, -30, -54}, {12, 0, 12, 24}}
+		for i, r := range d.Candidates {
+			if r.RawPrefillBlocks != want[i].raw || r.CreditBlocks != want[i].credit || r.AdjustedPrefillBlocks != want[i].adjusted || r.Cost != want[i].cost {
+				t.Fatalf("clamp off: row %d = %+v, want %+v", i, r, want[i])
+			}
+		}
+		if d.Chosen != 1 || d.Worker != w(2) {
+			t.Fatalf("clamp off: chose row %d, want 1 (the full prefix)", d.Chosen)
+		}
+	}
+}
+
 func TestCostEveryKnob(t *testing.T) {
 	cfg := Config{
 		OverlapScoreCredit:        0.5,
@@ -69,6 +148,7 @@ func TestCostEveryKnob(t *testing.T) {
 		SharedCacheMultiplier:     0.5,
 		DecodeActiveRequestWeight: 4,
 		TrackPrefillTokens:        true,
+		PrefillClamp:              true,
 	}
 	s := newSched(t, cfg, KV{})
 	// Block 10, 100 input tokens -> 10 request blocks.

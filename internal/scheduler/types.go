@@ -110,7 +110,9 @@ type Explanation struct {
 	RawPrefillBlocks float64
 	// CreditBlocks is the overlap credit subtracted from RawPrefillBlocks.
 	CreditBlocks float64
-	// AdjustedPrefillBlocks is max(RawPrefillBlocks − CreditBlocks, 0).
+	// AdjustedPrefillBlocks is RawPrefillBlocks − CreditBlocks, floored at
+	// 0 when Config.PrefillClamp is on (the default); negative otherwise
+	// when the credit exceeds the raw prefill.
 	AdjustedPrefillBlocks float64
 	// DecodeBlocks is the potential decode blocks.
 	DecodeBlocks float64
