@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,12 +56,17 @@ type Config struct {
 	MaxAge time.Duration
 	// FetchBatch is how many messages one pull asks for. Default 256.
 	FetchBatch int
+	// Recovery tunes the repair of gaps, duplicates and publisher restarts
+	// through the workers' local indexers (queries over NATS, as in the
+	// non-durable mode). Default recovery.DefaultConfig().
+	Recovery recovery.Config
 }
 
 // DefaultConfig returns the defaults documented on the fields.
 func DefaultConfig() Config {
 	return Config{Namespace: dynamo.DefaultNamespace, Component: dynamo.DefaultComponent, SnapshotThreshold: 10000,
-		SnapshotInterval: time.Second, Bucket: "kvrouter-radix-state", MaxAge: time.Hour, FetchBatch: 256}
+		SnapshotInterval: time.Second, Bucket: "kvrouter-radix-state", MaxAge: time.Hour, FetchBatch: 256,
+		Recovery: recovery.DefaultConfig()}
 }
 
 // Validate checks the configuration.
@@ -71,6 +78,9 @@ func (c Config) Validate() error {
 		return errors.New("durable: router id is required")
 	case c.SnapshotInterval <= 0 || c.MaxAge <= 0 || c.FetchBatch <= 0:
 		return errors.New("durable: snapshot interval, max age and fetch batch must be positive")
+	}
+	if err := c.Recovery.Validate(); err != nil {
+		return fmt.Errorf("durable: %w", err)
 	}
 	return nil
 }
@@ -86,26 +96,50 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, compon
 	return s, nil
 }
 
-// Consumer is one router's durable reader of the stream.
+// Consumer is one router's durable reader of the stream. Events read from
+// the stream go through a recovery.Tracker, one recovery.Stream per worker
+// rank, exactly as on the non-durable NATS plane: duplicates are dropped,
+// a gap in a rank's event ids (an event the worker failed to publish, or
+// lost before it reached the stream) is repaired from the worker's local
+// indexer (a range, or a dump that clears the rank and replays), and a
+// restarted publisher (a new publisher id, ids starting over, a TooNew
+// answer) has its rank cleared and re-synced with a dump. Publishers
+// without a local indexer (no responder) have their events applied as
+// they come, gaps skipped.
+//
+// Wiring (in the service): New, Start, then feed every directory
+// notification to Notify; Close at shutdown.
 type Consumer struct {
-	cfg    Config
-	js     jetstream.JetStream
-	idx    Index
-	log    *slog.Logger
-	m      *metrics
-	stream jetstream.Stream
-	cons   jetstream.Consumer
-	store  jetstream.ObjectStore
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg     Config
+	js      jetstream.JetStream
+	idx     Index
+	log     *slog.Logger
+	m       *metrics
+	tracker *recovery.Tracker
+	stream  jetstream.Stream
+	cons    jetstream.Consumer
+	store   jetstream.ObjectStore
+	cancel  context.CancelFunc
+	done    chan struct{}
 
-	mu   sync.Mutex
-	seq  uint64
-	last map[kvevent.Worker]uint64
+	// mu orders handle (an event fed to the tracker, then its stream
+	// sequence recorded) against snapshots.
+	mu  sync.Mutex
+	seq uint64
 }
 
-// New returns a consumer applying to idx. reg nil: metrics not exported;
-// log may be nil.
+// indexApplier is the tracker's Applier: the index, counted.
+type indexApplier struct{ c *Consumer }
+
+var _ recovery.Applier = indexApplier{}
+
+func (a indexApplier) ApplyEvent(ev kvevent.Event) error {
+	a.c.m.applied.Inc()
+	return a.c.idx.Apply(ev)
+}
+
+// New returns a consumer applying to idx; recovery queries go over
+// js.Conn(). reg nil: metrics not exported; log may be nil.
 func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -117,12 +151,23 @@ func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, js: js, idx: idx, log: log, m: m, last: map[kvevent.Worker]uint64{}}, nil
+	rm, err := recovery.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("event plane metrics: %w", err)
+	}
+	c := &Consumer{cfg: cfg, js: js, idx: idx, log: log, m: m}
+	q := natsevents.NewQuerier(js.Conn(), cfg.Namespace, cfg.Component)
+	if c.tracker, err = recovery.NewTracker(cfg.Recovery, q, indexApplier{c}, nil, rm, log); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Start resets or restores the state, (re)creates the durable consumer
 // after the restored point and starts consuming. It returns once the
-// snapshot is applied.
+// snapshot is applied; each restored worker rank is then asked for the
+// events after its snapshot position (what it published that never reached
+// the stream, or a dump if it restarted meanwhile).
 func (c *Consumer) Start(ctx context.Context) error {
 	var err error
 	if c.stream, err = EnsureStream(ctx, c.js, c.cfg.Namespace, c.cfg.Component, c.cfg.MaxAge); err != nil {
@@ -186,9 +231,12 @@ func (c *Consumer) restore(ctx context.Context) error {
 			c.log.Debug("durable events: snapshot event refused", "err", err)
 		}
 	}
-	c.seq, c.last = s.StreamSeq, s.Last
+	c.seq = s.StreamSeq
+	for w, last := range s.Last {
+		c.tracker.Resume(w, last, s.Publishers[w])
+	}
 	c.m.restores.Inc()
-	c.log.Info("durable events: restored snapshot", "stream_seq", s.StreamSeq, "events", len(s.Events), "bytes", len(b))
+	c.log.Info("durable events: restored snapshot", "stream_seq", s.StreamSeq, "events", len(s.Events), "ranks", len(s.Last), "bytes", len(b))
 	return nil
 }
 
@@ -201,7 +249,11 @@ func (c *Consumer) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 			continue
 		}
 		var lastMsg jetstream.Msg
@@ -227,41 +279,34 @@ func (c *Consumer) handle(m jetstream.Msg) {
 		return
 	}
 	c.m.received.Inc()
-	ev, _, err := dynamo.Decode(m.Data())
+	var pub uint64
+	ev, env, err := dynamo.Decode(m.Data())
 	if err != nil {
 		if ev, err = dynamo.DecodeEventJSON(m.Data()); err != nil {
 			c.m.malformed.Inc()
 			c.log.Warn("durable events: malformed event", "seq", meta.Sequence.Stream, "err", err)
 		}
+	} else if env != nil {
+		pub = env.PublisherID
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil {
+		c.tracker.Live(ev, pub)
+	}
 	c.seq = meta.Sequence.Stream
-	if err != nil {
-		return
-	}
-	c.last[ev.Worker] = ev.ID
-	if err := c.idx.Apply(ev); err != nil {
-		c.log.Debug("durable events: index refused event", "worker", ev.Worker.String(), "err", err)
-	}
-	c.m.applied.Inc()
 }
 
-// Notify drops a removed worker's blocks (other notifications need
-// nothing: events arrive through the stream).
+// Notify folds a directory notification in: Added (or Updated with new
+// ranks) starts following the worker's ranks with a dump (stream events
+// the dump already reflects are then dropped as duplicates); Removed drops
+// its blocks, as does an Updated record whose events left NATS.
 func (c *Consumer) Notify(n discovery.Notification) {
-	if n.Kind != discovery.Removed {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for w := range c.last {
-		if w.ID == n.Worker.Record.ID {
-			_ = c.idx.Apply(kvevent.Event{Worker: w, Kind: kvevent.Cleared})
-			delete(c.last, w)
-		}
-	}
+	c.tracker.Follow(n, discovery.EventsNATS)
 }
+
+// Workers returns the worker ranks followed.
+func (c *Consumer) Workers() []kvevent.Worker { return c.tracker.Workers() }
 
 // Snapshot writes a snapshot now and purges acknowledged messages.
 func (c *Consumer) Snapshot(ctx context.Context) error { return c.maybeSnapshot(ctx, true) }
@@ -274,15 +319,25 @@ func (c *Consumer) maybeSnapshot(ctx context.Context, force bool) error {
 	if !force && info.State.Msgs <= c.cfg.SnapshotThreshold {
 		return nil
 	}
+	var s Snapshot
 	c.mu.Lock()
-	if f, ok := c.idx.(flusher); ok {
-		_ = f.Flush()
-	}
-	s := Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.Worker]uint64, len(c.last)), Events: c.idx.Dump()}
-	for w, id := range c.last {
-		s.Last[w] = id
-	}
+	err = c.tracker.Frozen(ctx, func(pos map[kvevent.Worker]recovery.Position) {
+		if f, ok := c.idx.(flusher); ok {
+			_ = f.Flush()
+		}
+		s = Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.Worker]uint64, len(pos)),
+			Publishers: make(map[kvevent.Worker]uint64, len(pos)), Events: c.idx.Dump()}
+		for w, p := range pos {
+			s.Last[w] = p.Last
+			if p.Publisher != 0 {
+				s.Publishers[w] = p.Publisher
+			}
+		}
+	})
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if s.StreamSeq == 0 {
 		return nil
 	}
@@ -321,12 +376,14 @@ func (c *Consumer) maybeSnapshot(ctx context.Context, force bool) error {
 	return nil
 }
 
-// Close stops consuming (the durable consumer stays for the next start).
+// Close stops consuming and every recovery (the durable consumer stays for
+// the next start).
 func (c *Consumer) Close() {
 	if c.cancel != nil {
 		c.cancel()
 		<-c.done
 	}
+	c.tracker.Close()
 }
 
 type metrics struct {
@@ -339,7 +396,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	}
 	m := &metrics{
 		received:  mk("events_received_total", "KV events read from the JetStream stream."),
-		applied:   mk("events_applied_total", "KV events from the stream applied to the index."),
+		applied:   mk("events_applied_total", "KV events applied to the index (from the stream or a recovery answer)."),
 		malformed: mk("malformed_total", "Stream messages that could not be decoded."),
 		snapshots: mk("snapshots_total", "Index snapshots written to the object store."),
 		purges:    mk("purges_total", "Stream purges after a snapshot."),

@@ -11,10 +11,25 @@
 // do not change: a core publish on namespace.{ns}.component.{comp}.kv-events
 // is stored once the stream exists (EnsureStream).
 //
+// Completeness: the stream keeps what reached the broker, not what a worker
+// failed to publish (its connection was down) or what was lost on the way.
+// So the events read from the stream go through the same recovery.Tracker
+// as the non-durable plane: per worker rank, duplicates (ids below the next
+// expected one; ids count from 0) are dropped, a gap is repaired from the
+// worker's local indexer over NATS request/reply (a range, or a dump that
+// clears the rank and replays it), and a restarted worker (a new publisher
+// id in the envelope, ids starting over, a TooNew answer) is cleared and
+// re-synced with a dump. The stream's order is the order events reach the
+// tracker; a worker added by discovery gets a dump, after which its older
+// stream events are duplicates.
+//
 // Consistency: a snapshot holds the index dump, the stream sequence it
-// covers, and each worker rank's last event id. A starting router deletes
-// its old consumer, restores the snapshot and consumes from the sequence
-// after it, so nothing is applied twice (the stream's order is the order of
-// application). A snapshot never replaces a newer one, and purges never go
-// past the slowest consumer's ack floor, so a lagging router loses nothing.
+// covers, and each worker rank's last applied event id and publisher id,
+// taken while the tracker is frozen (every event read so far handled, no
+// rank applying), so the three agree. A starting router deletes its old
+// consumer, restores the snapshot, resumes each rank at its position (the
+// rank is asked for what came after it: events lost at the tail, or a dump
+// if it restarted meanwhile) and consumes from the sequence after the
+// snapshot. A snapshot never replaces a newer one, and purges never go past
+// the slowest consumer's ack floor, so a lagging router loses nothing.
 package durable

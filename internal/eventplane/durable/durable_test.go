@@ -162,7 +162,8 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	s := durable.Snapshot{StreamSeq: 42, Last: map[kvevent.Worker]uint64{{ID: 1, Rank: 2}: 7},
+	s := durable.Snapshot{StreamSeq: 42, Last: map[kvevent.Worker]uint64{{ID: 1, Rank: 2}: 7, {ID: 3}: 0},
+		Publishers: map[kvevent.Worker]uint64{{ID: 1, Rank: 2}: 99},
 		Events: []kvevent.Event{{Worker: kvevent.Worker{ID: 1, Rank: 2}, ID: 7, Kind: kvevent.Stored,
 			Blocks: []kvevent.Block{{EngineHash: 5, LocalHash: 6}}}}}
 	b, err := s.Encode()
