@@ -18,8 +18,26 @@
 // replica made, so a dead router leaves no phantom load; bookings whose
 // Free was lost also expire in the tracker (sequences). A replica that
 // starts late asks each live peer for a snapshot of its own bookings over
-// NATS request/reply (chunked replies) and applies them, ignoring requests
-// freed while it was listening.
+// NATS request/reply (chunked replies) and applies them.
+//
+// Reconciliation: core NATS loses what is published while a connection
+// is down, so a lost Free would leave a phantom booking on the peers until
+// the tracker's expiry (300 s). Each router therefore numbers its events
+// (epoch = its start time, seq from 1 without holes) and a snapshot says
+// which position it reflects. A receiver that sees a hole, or the first
+// event of an incarnation it did not see start, fetches that peer's
+// snapshot at once; so does every router for every live peer after its
+// own reconnect, and every ResyncInterval (default 30 s) as a backstop.
+// A snapshot request carries the requester's own position, so a peer
+// whose latest events were all lost (no later event shows the hole) is
+// caught too once its claim has stayed ahead for a second. Applying a
+// snapshot replaces everything held for that peer: bookings absent from
+// it are freed, missing ones added, prefill marks completed. Events
+// received while the snapshot was in flight are recorded: those the
+// snapshot covers are ignored (and dropped as stale if they come later),
+// those after it are replayed on top, and a hole among them asks for
+// another snapshot. Peers that do not number their events (Dynamo's) are
+// applied as before, without gap detection.
 //
 // Anti-herding ("shadow bookings"): sync happens after selection, so
 // replicas deciding in the same instant cannot see each other's picks and
