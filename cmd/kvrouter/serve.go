@@ -45,7 +45,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		fmt.Fprintf(stderr, "kvrouter serve: %v\n", err)
 		return 1
 	}
+	// Run serves at once; an external NATS server that is down or
+	// restarting is retried (see /ready), and only a misconfiguration
+	// (credentials refused, TLS) ends it early.
 	if err := svc.Run(ctx, ln); err != nil {
+		if errors.Is(err, service.ErrStartup) {
+			fmt.Fprintf(stderr, "kvrouter serve: %v\n(check --nats-url and the --nats-token/--nats-user/--nats-creds/--nats-nkey/--nats-tls-* options)\n", err)
+			return 1
+		}
 		fmt.Fprintf(stderr, "kvrouter serve: %v\n", err)
 		return 1
 	}

@@ -90,6 +90,12 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		if svc, err = service.New(cfg, service.Options{Logger: log.With("component", "router")}); err != nil {
 			return fail("%v", err)
 		}
+		// An external --nats-url is waited for (retried until it answers
+		// or Ctrl-C), as serve would.
+		if err := svc.ConnectNATS(ctx); err != nil {
+			svc.Close()
+			return fail("%v", err)
+		}
 		fc.Plane, fc.Bus = config.PlaneNATS, svc.Bus()
 		if fleet, err = service.StartFleet(fc); err != nil {
 			svc.Close()

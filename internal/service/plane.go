@@ -3,7 +3,10 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/discovery"
@@ -111,16 +114,33 @@ func (s *Service) newPlane() error {
 // startPlane starts consuming the event plane, hands it the static
 // workers, and (NATS) starts following the worker registry on the
 // returned goroutine func, which ends with ctx.
+// Every NATS step is retried (Service.retry) until it succeeds or ctx
+// ends: a NATS server restarting during start-up delays readiness, it
+// does not end the process.
 func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
+	if s.bus != nil {
+		err := s.retry(ctx, "connection", "waiting for the NATS connection", func(context.Context) error {
+			if st := s.bus.Conn().Status(); st != nats.CONNECTED {
+				return fmt.Errorf("connection %s", strings.ToLower(st.String()))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case s.natsC != nil:
 		if err := s.natsC.Start(); err != nil {
-			return nil, fmt.Errorf("subscribing to KV events: %w", err)
+			// Subscribing fails only on a closed connection: this is the
+			// flush, and the client sends the subscription again on
+			// reconnect.
+			s.log.Warn("KV event subscription not confirmed by NATS yet; the client sends it again on reconnect", "err", err)
 		}
 		s.unhook = s.bus.OnReconnect(s.natsC.Reconnected)
 	case s.dur != nil:
-		if err := s.dur.Start(ctx); err != nil {
-			return nil, fmt.Errorf("starting the durable KV event consumer: %w", err)
+		if err := s.retry(ctx, "durable", "starting the durable KV event consumer", s.dur.Start); err != nil {
+			return nil, err
 		}
 		s.workers.durableStarted()
 	}
@@ -128,24 +148,44 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		s.notifyPlane(n)
 	}
 	if s.rs != nil {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := s.rs.Start(sctx)
-		cancel()
+		tried := false
+		err := s.retry(ctx, "replica", "starting replica sync", func(ctx context.Context) error {
+			if tried { // a failed start tore the last one down
+				if err := s.newReplica(); err != nil {
+					return err
+				}
+			}
+			tried = true
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return s.rs.Start(sctx)
+		})
 		if err != nil {
-			return nil, fmt.Errorf("starting replica sync: %w", err)
+			return nil, err
 		}
+		s.fr.rs.Store(s.rs)
 	}
 	if s.bus == nil {
 		s.regSynced.Store(true)
 		return nil, nil
 	}
-	reg, err := discovery.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
+	var reg *discovery.Registry
+	err = s.retry(ctx, "registry", "opening the worker registry", func(ctx context.Context) error {
+		var err error
+		reg, err = discovery.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("opening the worker registry: %w", err)
+		return nil, err
 	}
-	w, err := reg.Watch(ctx)
+	var w *discovery.Watcher[discovery.WorkerRecord]
+	err = s.retry(ctx, "watch", "watching the worker registry", func(ctx context.Context) error {
+		var err error
+		w, err = reg.Watch(ctx)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("watching the worker registry: %w", err)
+		return nil, err
 	}
 	return func() {
 		defer w.Stop()

@@ -63,11 +63,17 @@ type Service struct {
 	natsC       *natsevents.Consumer
 	zmqC        *zmqevents.Consumer
 	dur         *durable.Consumer
-	rs          *replica.Sync
+	rs          *replica.Sync // written by the NATS start-up, read after it
+	fr          *frontRouter  // the front door's router with replica sync
 	unhook      func()
 	staticNotes []discovery.Notification
 	regSynced   atomic.Bool
 	planeOnce   sync.Once
+
+	// NATS start-up (startup.go).
+	boot           startup
+	startRetries   *prometheus.CounterVec // step
+	replicaMetrics forwardCollector
 
 	ran       atomic.Bool
 	closeOnce sync.Once
@@ -142,12 +148,18 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("registering event metrics: %w", err)
 	}
-	if cfg.EventPlane.Kind == config.PlaneNATS {
+	s.startRetries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_nats_startup_retries_total",
+		Help: "Failed NATS start-up steps retried, by step (connect, connection, durable, replica, registry, watch)."}, []string{"step"})
+	if err := s.reg.Register(s.startRetries); err != nil {
+		return nil, fmt.Errorf("registering service metrics: %w", err)
+	}
+	onNATS := cfg.EventPlane.Kind == config.PlaneNATS
+	// The embedded server starts here (a failure is a misconfiguration:
+	// its port taken, its store unusable); an external one is connected
+	// to by Run (or ConnectNATS), retried until it answers.
+	if onNATS && cfg.EventPlane.NATS.Embedded() {
 		if s.bus, err = natsbus.Start(cfg.NATSConfig(), s.log.With("component", "nats")); err != nil {
-			if cfg.EventPlane.NATS.Embedded() {
-				return nil, fmt.Errorf("starting the embedded NATS server (--nats-port %d; --nats-url for an external one, --event-plane none for none): %w", cfg.EventPlane.NATS.Port, err)
-			}
-			return nil, fmt.Errorf("connecting to NATS: %w", err)
+			return nil, fmt.Errorf("starting the embedded NATS server (--nats-port %d; --nats-url for an external one, --event-plane none for none): %w", cfg.EventPlane.NATS.Port, err)
 		}
 		defer func() {
 			if !ok {
@@ -156,8 +168,10 @@ func New(cfg config.Config, o Options) (*Service, error) {
 			}
 		}()
 	}
-	if err := s.newPlane(); err != nil {
-		return nil, err
+	if !onNATS {
+		if err := s.newPlane(); err != nil {
+			return nil, err
+		}
 	}
 	for _, n := range notes {
 		if n.Kind != discovery.Added {
@@ -170,12 +184,13 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	}
 	var fr frontend.Router = s.router
 	if cfg.EventPlane.ReplicaSync {
-		pc := replica.DefaultConfig()
-		pc.Namespace, pc.Component = cfg.EventPlane.Namespace, cfg.EventPlane.Component
-		if s.rs, err = replica.New(pc, s.bus, s.router, s.reg, s.log.With("component", "replica")); err != nil {
-			return nil, fmt.Errorf("building replica sync: %w", err)
+		s.fr = &frontRouter{Router: s.router}
+		fr = s.fr
+	}
+	if s.bus != nil {
+		if err := s.buildNATSPlane(); err != nil {
+			return nil, err
 		}
-		fr = s.rs.Router()
 	}
 	s.front, err = frontend.New(cfg.FrontendConfig(), frontend.Deps{
 		Router: fr, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
@@ -186,6 +201,9 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	}
 	if err := s.reg.Register(&collector{s: s}); err != nil {
 		return nil, fmt.Errorf("registering service metrics: %w", err)
+	}
+	if err := s.reg.Register(&s.replicaMetrics); err != nil {
+		return nil, fmt.Errorf("registering replica metrics: %w", err)
 	}
 	ok = true
 	return s, nil
@@ -253,6 +271,12 @@ func workerInfo(rec discovery.WorkerRecord, src source) router.WorkerInfo {
 // gracefully: it stops accepting, lets in-flight requests finish (bounded
 // by --shutdown-timeout), then stops the subscribers and the index. It
 // returns nil after a clean shutdown, or the listener's error.
+//
+// With the NATS event plane, the front door serves at once while the
+// NATS start-up (connect, subscribe, durable consumer, replica sync,
+// worker registry) runs next to it, each step retried with backoff until
+// it succeeds: /ready says what it waits for. Only a misconfiguration
+// (credentials refused, TLS) ends Run early, with an ErrStartup error.
 func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return ErrRun
@@ -262,14 +286,17 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer s.closePlane()
-	follow, err := s.startPlane(bg)
-	if err != nil {
+	fatal := make(chan error, 1)
+	if s.cfg.EventPlane.Kind == config.PlaneNATS {
+		wg.Go(func() {
+			if err := s.startNATS(bg); err != nil && bg.Err() == nil {
+				fatal <- err
+			}
+		})
+	} else if _, err := s.startPlane(bg); err != nil { // no NATS: nothing to follow
 		stopBG()
 		ln.Close()
 		return err
-	}
-	if follow != nil {
-		wg.Go(follow)
 	}
 	for _, r := range s.ranks {
 		wg.Go(func() {
@@ -303,6 +330,8 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 		errc = nil
+	case serveErr = <-fatal:
+		s.log.Error("giving up: NATS start-up cannot succeed with this configuration", "err", serveErr)
 	}
 	s.log.Info("shutting down: no new connections; waiting for in-flight requests", "timeout", s.cfg.Frontend.ShutdownTimeout)
 	if err := srv.Shutdown(context.Background()); err != nil {
@@ -313,6 +342,8 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 			serveErr = err
 		}
 	}
+	stopBG()
+	wg.Wait() // the NATS start-up too: s.rs is settled
 	if s.rs != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := s.rs.Close(cctx); err != nil {
@@ -320,8 +351,6 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 		}
 		cancel()
 	}
-	stopBG()
-	wg.Wait()
 	s.log.Info("kvrouter stopped")
 	return serveErr
 }
@@ -345,21 +374,29 @@ func (s *Service) Close() {
 	})
 }
 
-// Bus returns the NATS bus (nil unless --event-plane nats): `kvrouter up`
-// connects its mock workers through it.
+// Bus returns the NATS bus (nil unless --event-plane nats; with an
+// external server, nil until connected: call ConnectNATS before Run to
+// use it): `kvrouter up` connects its mock workers through it.
 func (s *Service) Bus() *natsbus.Bus { return s.bus }
 
 // RouterID returns the id stamped on this router's lifecycle events
 // (random per start with replica sync and no --router-id).
 func (s *Service) RouterID() uint64 { return s.router.Config().RouterID }
 
-// Ready reports readiness for /ready: nil once every event-fed worker
-// rank's initial replay is done or given up (--ready-timeout after Run
-// started).
+// Ready reports readiness for /ready: nil once the NATS start-up is done
+// (never given up: the reason says what it waits for) and every
+// event-fed worker rank's initial replay is done or given up
+// (--ready-timeout after Run started).
 func (s *Service) Ready() error {
 	start := s.started.Load()
 	if start == 0 {
 		return errors.New("starting")
+	}
+	if s.cfg.EventPlane.Kind == config.PlaneNATS && !s.boot.done.Load() {
+		if st := s.boot.String(); st != "" {
+			return errors.New(st)
+		}
+		return errors.New("NATS start-up")
 	}
 	ok, pending := s.workers.synced()
 	if !s.regSynced.Load() {
