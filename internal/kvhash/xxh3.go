@@ -11,6 +11,8 @@ import (
 // per-call derivation of the seeded secret for inputs over 240 bytes, and
 // the copies a general-purpose library needs. Every length is covered; the
 // tests compare it with github.com/zeebo/xxh3 on every length 0..2,100.
+// The stripe accumulation of the long path is SSE2 assembly on amd64
+// (xxh3_amd64.s) and accumulateGeneric elsewhere or with -tags purego.
 
 // XXH3 constants (specification, "Constants").
 const (
@@ -224,58 +226,56 @@ func (k *keys) hash129to240(b []byte) uint64 {
 	return avalanche(acc)
 }
 
-// lanes are the eight accumulators of the long path, kept in locals (not
-// an array) so that they stay in registers.
-type lanes struct{ a0, a1, a2, a3, a4, a5, a6, a7 uint64 }
-
-// accumulate folds one 64-byte stripe into the lanes: lane i gains the
+// accumulateGeneric folds stripes 64-byte stripes of b into the eight
+// lanes, stripe s keyed by the secret words from key[s]: lane i gains the
 // product of the low and high halves of input word i xor key word i, and
-// lane i^1 gains input word i itself.
-func (l *lanes) accumulate(b []byte, key *[8]uint64) {
-	b = b[:stripeLen:stripeLen]
-	v0, v1, v2, v3 := le64(b[0:]), le64(b[8:]), le64(b[16:]), le64(b[24:])
-	v4, v5, v6, v7 := le64(b[32:]), le64(b[40:]), le64(b[48:]), le64(b[56:])
-	k0, k1, k2, k3 := v0^key[0], v1^key[1], v2^key[2], v3^key[3]
-	k4, k5, k6, k7 := v4^key[4], v5^key[5], v6^key[6], v7^key[7]
-	l.a0 += v1 + uint64(uint32(k0))*(k0>>32)
-	l.a1 += v0 + uint64(uint32(k1))*(k1>>32)
-	l.a2 += v3 + uint64(uint32(k2))*(k2>>32)
-	l.a3 += v2 + uint64(uint32(k3))*(k3>>32)
-	l.a4 += v5 + uint64(uint32(k4))*(k4>>32)
-	l.a5 += v4 + uint64(uint32(k5))*(k5>>32)
-	l.a6 += v7 + uint64(uint32(k6))*(k6>>32)
-	l.a7 += v6 + uint64(uint32(k7))*(k7>>32)
+// lane i^1 gains input word i itself. It is the portable version of
+// accumulate (see the per-architecture files).
+func accumulateGeneric(acc *[8]uint64, b []byte, key []uint64, stripes int) {
+	a0, a1, a2, a3, a4, a5, a6, a7 := acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]
+	for s := range stripes {
+		in := b[s*stripeLen : (s+1)*stripeLen : (s+1)*stripeLen]
+		k := (*[8]uint64)(key[s:])
+		v0, v1, v2, v3 := le64(in[0:]), le64(in[8:]), le64(in[16:]), le64(in[24:])
+		v4, v5, v6, v7 := le64(in[32:]), le64(in[40:]), le64(in[48:]), le64(in[56:])
+		k0, k1, k2, k3 := v0^k[0], v1^k[1], v2^k[2], v3^k[3]
+		k4, k5, k6, k7 := v4^k[4], v5^k[5], v6^k[6], v7^k[7]
+		a0 += v1 + uint64(uint32(k0))*(k0>>32)
+		a1 += v0 + uint64(uint32(k1))*(k1>>32)
+		a2 += v3 + uint64(uint32(k2))*(k2>>32)
+		a3 += v2 + uint64(uint32(k3))*(k3>>32)
+		a4 += v5 + uint64(uint32(k4))*(k4>>32)
+		a5 += v4 + uint64(uint32(k5))*(k5>>32)
+		a6 += v7 + uint64(uint32(k6))*(k6>>32)
+		a7 += v6 + uint64(uint32(k7))*(k7>>32)
+	}
+	*acc = [8]uint64{a0, a1, a2, a3, a4, a5, a6, a7}
 }
 
 // scramble mixes the lanes at the end of each full 1,024-byte block.
-func (l *lanes) scramble(key *[8]uint64) {
-	s := func(a, k uint64) uint64 { return (a ^ a>>47 ^ k) * prime32_1 }
-	l.a0, l.a1, l.a2, l.a3 = s(l.a0, key[0]), s(l.a1, key[1]), s(l.a2, key[2]), s(l.a3, key[3])
-	l.a4, l.a5, l.a6, l.a7 = s(l.a4, key[4]), s(l.a5, key[5]), s(l.a6, key[6]), s(l.a7, key[7])
+func scramble(acc *[8]uint64, key *[8]uint64) {
+	for i := range acc {
+		a := acc[i]
+		acc[i] = (a ^ a>>47 ^ key[i]) * prime32_1
+	}
 }
 
 // hashLong is XXH3-64 of more than 240 bytes with the keys' custom secret.
 func (k *keys) hashLong(b []byte) uint64 {
 	n := len(b)
-	l := lanes{prime32_3, prime64_1, prime64_2, prime64_3, prime64_4, prime32_2, prime64_5, prime32_1}
+	acc := [8]uint64{prime32_3, prime64_1, prime64_2, prime64_3, prime64_4, prime32_2, prime64_5, prime32_1}
 	blocks := (n - 1) / blockLen
 	for blk := range blocks {
-		in := b[blk*blockLen:]
-		for s := range blockStripe {
-			l.accumulate(in[s*stripeLen:], (*[8]uint64)(k.w[s:]))
-		}
-		l.scramble((*[8]uint64)(k.w[blockStripe:]))
+		accumulate(&acc, b[blk*blockLen:], k.w[:], blockStripe)
+		scramble(&acc, (*[8]uint64)(k.w[blockStripe:]))
 	}
-	in := b[blocks*blockLen:]
-	for s := range ((n - 1) - blocks*blockLen) / stripeLen {
-		l.accumulate(in[s*stripeLen:], (*[8]uint64)(k.w[s:]))
-	}
-	l.accumulate(b[n-stripeLen:], &k.last)
+	accumulate(&acc, b[blocks*blockLen:], k.w[:], ((n-1)-blocks*blockLen)/stripeLen)
+	accumulate(&acc, b[n-stripeLen:], k.last[:], 1)
 	m := &k.merge
 	h := uint64(n) * prime64_1
-	h += fold64(l.a0^m[0], l.a1^m[1])
-	h += fold64(l.a2^m[2], l.a3^m[3])
-	h += fold64(l.a4^m[4], l.a5^m[5])
-	h += fold64(l.a6^m[6], l.a7^m[7])
+	h += fold64(acc[0]^m[0], acc[1]^m[1])
+	h += fold64(acc[2]^m[2], acc[3]^m[3])
+	h += fold64(acc[4]^m[4], acc[5]^m[5])
+	h += fold64(acc[6]^m[6], acc[7]^m[7])
 	return avalanche(h)
 }
