@@ -37,3 +37,34 @@ func TestSimCommand(t *testing.T) {
 		t.Fatalf("bad workload: exit %d", code)
 	}
 }
+
+// TestSimPrefillClampFlag checks that --router-prefill-clamp reaches the
+// router: on the conversation trace's head at a high credit, turning the
+// clamp off raises kv's hit ratio (ties between partial and full prefixes
+// go away); a non-boolean value is a usage error.
+func TestSimPrefillClampFlag(t *testing.T) {
+	hit := map[string]float64{}
+	for _, clamp := range []string{"true", "false"} {
+		args := []string{"sim", "--trace", "conversation", "--trace-limit", "300", "--speedup", "4", "--policy", "kv", "--json",
+			"--router-prefill-load-scale", "16", "--kv-overlap-score-credit", "16", "--router-prefill-clamp=" + clamp}
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
+			t.Fatalf("clamp %s: exit %d: %s", clamp, code, errb.String())
+		}
+		var res []struct {
+			HitRatio      float64 `json:"hit_ratio"`
+			BoundHitRatio float64 `json:"bound_hit_ratio"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil || len(res) != 1 || res[0].BoundHitRatio <= 0 {
+			t.Fatalf("clamp %s: %v: %s", clamp, err, out.String())
+		}
+		hit[clamp] = res[0].HitRatio / res[0].BoundHitRatio
+	}
+	t.Logf("hit ÷ bound: clamp on %.3f, off %.3f", hit["true"], hit["false"])
+	if hit["false"] <= hit["true"] {
+		t.Fatalf("clamp off %.3f not above clamp on %.3f", hit["false"], hit["true"])
+	}
+	if code := run(context.Background(), []string{"sim", "--router-prefill-clamp=maybe"}, nil, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+		t.Fatalf("bad boolean: exit %d, want 2", code)
+	}
+}

@@ -125,3 +125,37 @@ func TestOracleReachesBound(t *testing.T) {
 		t.Fatalf("oracle %+v\nrr %+v", or, rr)
 	}
 }
+
+// TestPrefillClampOffOnConversation replays the head of the conversation
+// trace at ×4 on the published fleet (8 default engines) with a high credit
+// and prefill load scale: with DESIGN §1's clamp every worker holding a
+// sixteenth of a conversation's prefix ties with the one holding all of it,
+// so hits are lost; with the clamp off the longer prefix wins and kv comes
+// within a few percent of the shared-pool bound. It also shows the knob
+// reaches the router through Config.Router.
+func TestPrefillClampOffOnConversation(t *testing.T) {
+	opts := workload.DefaultOptions()
+	opts.Trace = "conversation"
+	opts.Mooncake.Limit = 600
+	opts.Mooncake.Speedup = 4
+	hit := map[bool]float64{}
+	for _, clamp := range []bool{true, false} {
+		cfg := DefaultConfig()
+		cfg.Router.Scheduler.OverlapScoreCredit = 16
+		cfg.Router.Scheduler.PrefillLoadScale = 16
+		cfg.Router.Scheduler.PrefillClamp = clamp
+		outs, err := Compare(cfg, []string{"kv"}, opts.Open, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := outs[0].Result
+		t.Logf("clamp %v: hit %.3f bound %.3f (%.1f %%), busiest %.3f", clamp, r.HitRatio, r.BoundHitRatio, 100*r.HitRatio/r.BoundHitRatio, r.MaxWorkerShare)
+		if r.Requests != 600 || r.Failed != 0 || r.MaxWorkerShare > 1.5/8 {
+			t.Fatalf("clamp %v: %+v", clamp, r)
+		}
+		hit[clamp] = r.HitRatio / r.BoundHitRatio
+	}
+	if hit[false] < 0.97 || hit[false] < hit[true]+0.05 {
+		t.Fatalf("hit ÷ bound: clamp off %.3f, on %.3f; want off ≥ 0.97 and ≥ 5 points above on", hit[false], hit[true])
+	}
+}
