@@ -1,6 +1,10 @@
 package index
 
-import "github.com/kvrouter/kvrouter/internal/kvevent"
+import (
+	"unsafe"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
 
 // engineTable maps one worker rank's engine block hashes (on one tier) to
 // tree nodes, with a reference count (an engine may store the same block
@@ -74,6 +78,15 @@ func (t *engineTable) prefetch(keys []uint64) uint32 {
 		sum += t.slots[i&mask].node + t.slots[(i+5)&mask].node
 	}
 	return sum
+}
+
+// prefetchSlot starts loading k's home slot and the line after it
+// without waiting (see prefetchLines). It changes nothing.
+func (t *engineTable) prefetchSlot(k uint64) {
+	if len(t.slots) == 0 {
+		return
+	}
+	prefetchLines(unsafe.Pointer(&t.slots[int(engineHash64(k))&(len(t.slots)-1)]))
 }
 
 // prefetchBlocks is prefetch for the engine hashes of stored blocks.

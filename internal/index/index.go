@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -86,6 +87,11 @@ type Index struct {
 // ahead at a time (see engineTable.prefetch): enough misses in flight to
 // overlap, few enough that the lines are still cached when used.
 const prefetchRun = 32
+
+// prefetchAhead is how many blocks ahead of the one being applied an
+// event's memory is prefetched where real prefetch instructions exist
+// (hasPrefetch): far enough for a cache miss to complete meanwhile.
+const prefetchAhead = 16
 
 // New returns an empty index.
 func New(cfg Config) (*Index, error) {
@@ -269,8 +275,17 @@ func (x *Index) store(ev *kvevent.Event) error {
 		h.engine[ev.Tier] = m
 	}
 	bit := uint8(1) << ev.Tier
+	if hasPrefetch {
+		for _, b := range ev.Blocks[:min(prefetchAhead, len(ev.Blocks))] {
+			m.prefetchSlot(b.EngineHash)
+		}
+	}
 	for i, b := range ev.Blocks {
-		if i%prefetchRun == 0 {
+		if hasPrefetch {
+			if j := i + prefetchAhead; j < len(ev.Blocks) {
+				m.prefetchSlot(ev.Blocks[j].EngineHash)
+			}
+		} else if i%prefetchRun == 0 {
 			x.sink += m.prefetchBlocks(ev.Blocks[i:min(i+prefetchRun, len(ev.Blocks))])
 		}
 		slot, present := m.reserve(b.EngineHash)
@@ -352,11 +367,32 @@ func (x *Index) remove(ev *kvevent.Event) error {
 	if id != 0 {
 		m = x.holders[id].engine[ev.Tier]
 	}
+	pf := m != nil && m.n > 0
+	if pf && hasPrefetch {
+		keys := ev.Removed[:min(prefetchAhead, len(ev.Removed))]
+		for _, k := range keys {
+			m.prefetchSlot(k)
+		}
+		for _, k := range keys[:min(prefetchAhead/2, len(keys))] {
+			x.prefetchNode(m, k)
+		}
+	}
 	for i, hash := range ev.Removed {
-		if i%prefetchRun == 0 && m != nil && m.n > 0 {
-			run := ev.Removed[i:min(i+prefetchRun, len(ev.Removed))]
-			x.sink += m.prefetch(run)
-			x.sink += x.prefetchNodes(m, run)
+		if pf {
+			if hasPrefetch {
+				// Slots prefetchAhead blocks ahead; nodes half as far,
+				// whose slots have arrived by then.
+				if j := i + prefetchAhead; j < len(ev.Removed) {
+					m.prefetchSlot(ev.Removed[j])
+				}
+				if j := i + prefetchAhead/2; j < len(ev.Removed) {
+					x.prefetchNode(m, ev.Removed[j])
+				}
+			} else if i%prefetchRun == 0 {
+				run := ev.Removed[i:min(i+prefetchRun, len(ev.Removed))]
+				x.sink += m.prefetch(run)
+				x.sink += x.prefetchNodes(m, run)
+			}
 		}
 		nid, last := m.take(hash)
 		if nid == 0 {
@@ -428,6 +464,14 @@ func (x *Index) prefetch(ev *kvevent.Event) uint32 {
 		return m.prefetch(keys) + x.prefetchNodes(m, keys)
 	}
 	return 0
+}
+
+// prefetchNode starts loading the node k maps to, without waiting (see
+// prefetchLines); k's slot should be cached already.
+func (x *Index) prefetchNode(m *engineTable, k uint64) {
+	if i, ok := m.slot(k); ok {
+		prefetchLine(unsafe.Pointer(x.ns.at(m.slots[i].node)))
+	}
 }
 
 // prefetchNodes loads the nodes the keys map to (a hint only: the
