@@ -102,7 +102,8 @@ type Tracker struct {
 	nextSweep time.Time
 	stats     Stats
 
-	cand []uint64 // scratch: the tracking hashes when the stride is over 1
+	cand   []uint64  // scratch: the tracking hashes when the stride is over 1
+	chunks chunkPool // recycled copies of tracking hashes, shared by the tries
 }
 
 // tracking returns the n tracking hashes of a prompt's block hashes: the
@@ -153,7 +154,7 @@ func (t *Tracker) AddWorker(w kvevent.Worker) {
 		t.fresh = append(t.fresh, false)
 	}
 	t.fresh[slot] = false
-	t.slots[slot] = &worker{id: w}
+	t.slots[slot] = &worker{id: w, active: trie{chunks: &t.chunks}}
 	t.bySlot[w] = slot
 	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.Worker) int { return compareWorker(t.slots[s].id, w) })
 	t.order = slices.Insert(t.order, i, slot)
@@ -306,10 +307,12 @@ func (t *Tracker) free(r *request) {
 	t.completePrefill(r)
 	w := t.slots[r.slot]
 	if r.end != nil {
-		top := w.active.top(r.end)
-		w.active.remove(r.end)
-		if top != nil && top.parent == nil {
-			t.unroot(top.hashes[0], r.slot)
+		if top := w.active.top(r.end); top != nil {
+			first := top.hashes[0]
+			w.active.remove(r.end)
+			if w.active.root.child(first) == nil {
+				t.unroot(first, r.slot)
+			}
 		}
 		r.end = nil
 	}

@@ -1,6 +1,6 @@
 package sequences
 
-import "slices"
+import "math/bits"
 
 // trie holds the prompt blocks of one worker rank's running requests as a
 // radix tree: each edge is a run of tracking hashes (copied from the first
@@ -17,10 +17,12 @@ import "slices"
 type trie struct {
 	root   tnode
 	blocks int
+	chunks *chunkPool // where edge labels come from and go back to
 }
 
 type tnode struct {
 	hashes []uint64 // edge label (empty for the root)
+	chunk  *chunk   // the copy hashes is part of (shared after a split)
 	count  int32    // running requests covering the whole edge
 	parent *tnode
 	kids   []*tnode
@@ -127,7 +129,8 @@ func seqLCP(a, b []uint64) int {
 // k that keeps k's count, and returns it. k keeps its identity, so request
 // end pointers to k stay valid.
 func (t *trie) split(k *tnode, m int) *tnode {
-	mid := &tnode{hashes: k.hashes[:m:m], count: k.count}
+	mid := &tnode{hashes: k.hashes[:m:m], chunk: k.chunk, count: k.count}
+	k.chunk.refs++
 	k.parent.replaceKid(k, mid)
 	k.hashes = k.hashes[m:]
 	mid.addKid(k)
@@ -142,7 +145,9 @@ func (t *trie) add(h []uint64) *tnode {
 	for i := 0; i < len(h); {
 		c := n.child(h[i])
 		if c == nil {
-			c = &tnode{hashes: slices.Clone(h[i:]), count: 1}
+			ch := t.chunks.get(len(h) - i)
+			c = &tnode{hashes: ch.buf[: len(h)-i : len(h)-i], chunk: ch, count: 1}
+			copy(c.hashes, h[i:])
 			n.addKid(c)
 			t.blocks += len(h) - i
 			return c
@@ -167,6 +172,10 @@ func (t *trie) remove(end *tnode) {
 			p.removeKid(n)
 			t.blocks -= len(n.hashes)
 			n.parent = nil
+			if n.chunk.refs--; n.chunk.refs == 0 {
+				t.chunks.put(n.chunk)
+			}
+			n.hashes, n.chunk = nil, nil
 		}
 		n = p
 	}
@@ -215,4 +224,42 @@ func (t *trie) singles(end *tnode) int {
 		}
 	}
 	return s
+}
+
+// chunk is a copy of tracking hashes that edge labels slice; refs counts
+// the nodes whose label is part of it.
+type chunk struct {
+	buf  []uint64
+	refs int32
+}
+
+// chunkPool recycles the copies of freed requests' hashes: booking a
+// 1,024-block prompt would otherwise allocate 8 KB per request, and the
+// garbage collections that follow show in routing's tail latency. Chunks
+// come in power-of-two sizes; each size keeps at most chunkPoolKeep free
+// ones, so the pool holds at most about twice the largest recent working
+// set.
+type chunkPool struct {
+	free [64][]*chunk
+}
+
+const chunkPoolKeep = 64
+
+func (p *chunkPool) get(n int) *chunk {
+	c := bits.Len(uint(n - 1))
+	if l := len(p.free[c]); l > 0 {
+		ch := p.free[c][l-1]
+		p.free[c][l-1] = nil
+		p.free[c] = p.free[c][:l-1]
+		ch.refs = 1
+		return ch
+	}
+	return &chunk{buf: make([]uint64, 1<<c), refs: 1}
+}
+
+func (p *chunkPool) put(ch *chunk) {
+	c := bits.Len(uint(len(ch.buf) - 1))
+	if len(p.free[c]) < chunkPoolKeep {
+		p.free[c] = append(p.free[c], ch)
+	}
 }

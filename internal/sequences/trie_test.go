@@ -3,6 +3,7 @@ package sequences
 import (
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"pgregory.net/rapid"
 )
@@ -39,4 +40,35 @@ func TestSeqLCPArbitraryRuns(t *testing.T) {
 			rt.Fatalf("seqLCP = %d but the runs differ at its ends", m)
 		}
 	})
+}
+
+// TestBookingReusesHashCopies checks that a booking after a Free reuses
+// the freed request's copy of its hashes (the pool), and that the reused
+// copy holds the new request's hashes, not the old ones.
+func TestBookingReusesHashCopies(t *testing.T) {
+	tr, _ := New(DefaultConfig())
+	w := kvevent.Worker{ID: 1}
+	tr.AddWorker(w)
+	a := chain(1, 2, 3, 4, 5, 6, 7, 8)
+	b := chain(9, 10, 11, 12, 13, 14, 15, 16)
+	must(t, tr.AddRequest(Request{ID: "a", Worker: w, BlockHashes: a}, t0))
+	tr.Free("a")
+	allocs := testing.AllocsPerRun(20, func() {
+		_ = tr.AddRequest(Request{ID: "b", Worker: w, BlockHashes: b}, t0)
+		tr.Free("b")
+	})
+	// The request record, its trie node and the first-hash index entry
+	// remain; the hash copy must not.
+	if allocs > 3 {
+		t.Fatalf("%v allocations per booking", allocs)
+	}
+	must(t, tr.AddRequest(Request{ID: "b", Worker: w, BlockHashes: b}, t0))
+	loads := tr.Potential(a, ReuseDefault, nil)
+	if loads[0].NewBlocks != 8 || loads[0].ActiveBlocks != 8 {
+		t.Fatalf("after reuse: potential for a = %+v, want 8 new of 8 active", loads[0])
+	}
+	loads = tr.Potential(b, ReuseDefault, nil)
+	if loads[0].NewBlocks != 0 {
+		t.Fatalf("after reuse: potential for b = %+v, want 0 new", loads[0])
+	}
 }
