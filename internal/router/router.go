@@ -214,19 +214,20 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	defer r.mu.Unlock()
 	now := r.clock()
 	r.loads = r.seq.Potential(sc.seq, req.Reuse, r.loads)
-	cands := r.cands[:0]
-	for i, l := range r.loads {
-		info := r.ranks[i].ws
-		cands = append(cands, scheduler.Candidate{
-			Worker:              l.Worker,
-			Down:                info.down,
-			ActivePrefillTokens: l.ActivePrefillTokens,
-			ActiveBlocks:        l.ActiveBlocks,
-			DecodeBlocks:        l.PotentialDecodeBlocks(),
-			ActiveRequests:      l.ActiveRequests,
-			KVCapacityBlocks:    info.info.KVCapacityBlocks,
-			MaxBatchedTokens:    info.info.MaxBatchedTokens,
-		})
+	cands := slices.Grow(r.cands[:0], len(r.loads))[:len(r.loads)]
+	for i := range r.loads {
+		// Field by field in place: a Candidate built in registers and
+		// copied in stalls store forwarding once per worker.
+		l, info, c := &r.loads[i], r.ranks[i].ws, &cands[i]
+		*c = scheduler.Candidate{}
+		c.Worker = l.Worker
+		c.Down = info.down
+		c.ActivePrefillTokens = l.ActivePrefillTokens
+		c.ActiveBlocks = l.ActiveBlocks
+		c.DecodeBlocks = l.PotentialDecodeBlocks()
+		c.ActiveRequests = l.ActiveRequests
+		c.KVCapacityBlocks = info.info.KVCapacityBlocks
+		c.MaxBatchedTokens = info.info.MaxBatchedTokens
 	}
 	r.cands = cands
 	for _, s := range sc.scores.List {
