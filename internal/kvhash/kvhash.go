@@ -163,10 +163,31 @@ func hashBlocks(tokens []uint32, bs int, mm [][]uint64, k *keys, local, seq []ui
 	if len(mm) == 0 && bb == 64 && seq != nil {
 		// The common case (16-token blocks), without the dispatch.
 		seq = seq[:len(local)]
+		w := (*[8]uint64)(k.w[:8])
 		prev := k.hash64(view)
 		local[0], seq[0] = prev, prev
 		for i := 1; i < len(local); i++ {
-			l := k.hash64(view[64*i:])
+			// hash64, inlined by hand (too big for the compiler).
+			b := view[64*i : 64*i+64 : 64*i+64]
+			acc := uint64(len(b)) * prime64_1
+			acc += fold64(le64(b[0:])^w[0], le64(b[8:])^w[1])
+			acc += fold64(le64(b[48:])^w[2], le64(b[56:])^w[3])
+			acc += fold64(le64(b[16:])^w[4], le64(b[24:])^w[5])
+			acc += fold64(le64(b[32:])^w[6], le64(b[40:])^w[7])
+			l := avalanche(acc)
+			local[i] = l
+			prev = hash16(prev, l)
+			seq[i] = prev
+		}
+		return
+	}
+	if len(mm) == 0 && bb == 256 && seq != nil {
+		// 64-token blocks, without the dispatch.
+		seq = seq[:len(local)]
+		prev := k.hash256(view)
+		local[0], seq[0] = prev, prev
+		for i := 1; i < len(local); i++ {
+			l := k.hash256(view[256*i:])
 			local[i] = l
 			prev = hash16(prev, l)
 			seq[i] = prev

@@ -159,6 +159,8 @@ func (k *keys) hash(b []byte) uint64 {
 	switch {
 	case n == 64:
 		return k.hash64(b)
+	case n == 256:
+		return k.hash256(b)
 	case n > 240:
 		return k.hashLong(b)
 	case n > 128:
@@ -258,6 +260,22 @@ func scramble(acc *[8]uint64, key *[8]uint64) {
 		a := acc[i]
 		acc[i] = (a ^ a>>47 ^ key[i]) * prime32_1
 	}
+}
+
+// hash256 is hashLong for exactly 256 bytes (a 64-token block): three
+// stripes and the last one, no full 1,024-byte block to scramble.
+func (k *keys) hash256(b []byte) uint64 {
+	b = b[:256:256]
+	acc := [8]uint64{prime32_3, prime64_1, prime64_2, prime64_3, prime64_4, prime32_2, prime64_5, prime32_1}
+	accumulate(&acc, b, k.w[:], 3)
+	accumulate(&acc, b[256-stripeLen:], k.last[:], 1)
+	m := &k.merge
+	h := uint64(len(b)) * prime64_1
+	h += fold64(acc[0]^m[0], acc[1]^m[1])
+	h += fold64(acc[2]^m[2], acc[3]^m[3])
+	h += fold64(acc[4]^m[4], acc[5]^m[5])
+	h += fold64(acc[6]^m[6], acc[7]^m[7])
+	return avalanche(h)
 }
 
 // hashLong is XXH3-64 of more than 240 bytes with the keys' custom secret.
