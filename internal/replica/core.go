@@ -441,9 +441,23 @@ func (c *Core) PeerUp(id uint64) (returned bool) {
 }
 
 // Prune forgets peers' requests the router no longer books (the tracker
-// expired them because their Free was lost), so that the per-peer lists
-// do not grow. It returns the number forgotten.
+// expired them because their Free was lost, or their worker was removed),
+// and the router's own requests it dropped without a Free, so that the
+// lists do not grow. It returns the number of peers' requests forgotten.
 func (c *Core) Prune() int {
+	c.mu.Lock()
+	local := make([]string, 0, len(c.local))
+	for id := range c.local {
+		local = append(local, id)
+	}
+	c.mu.Unlock()
+	var stale []string
+	for _, id := range local {
+		if !c.r.Booked(id) {
+			stale = append(stale, id)
+		}
+	}
+	c.forgetStale(stale)
 	c.apply.Lock()
 	defer c.apply.Unlock()
 	n := 0
@@ -511,24 +525,58 @@ func (c *Core) Peers() []uint64 {
 // Snapshot returns the local router's own bookings and the stream
 // position they reflect: AddRequest for each, then MarkPrefillCompleted
 // for those past their prefill, sorted by request id.
+//
+// Only bookings the router still holds are included: the router drops
+// some without a lifecycle event (RemoveWorker frees a removed worker's
+// requests on every replica by itself; the tracker expires bookings whose
+// Free was lost), and a snapshot listing them would resurrect them on
+// every peer at each resync. Such stale entries are forgotten here.
 func (c *Core) Snapshot() Snapshot {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.local))
 	for id := range c.local {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	out := make([]router.LifecycleEvent, 0, len(ids))
+	snap := Snapshot{RouterID: c.self, Epoch: c.epoch, Seq: c.seq}
+	books := make([]booking, len(ids))
+	for i, id := range ids {
+		books[i] = *c.local[id]
+	}
+	c.mu.Unlock()
+	// Booked takes the router's lock, which is taken before mu (the
+	// observer runs under it): checked outside mu. A booking freed in
+	// between has a Free event after snap.Seq; one dropped silently is
+	// left out, as it should be.
+	var stale []string
 	var marks []router.LifecycleEvent
-	for _, id := range ids {
-		b := c.local[id]
-		out = append(out, b.add)
-		if b.done {
-			marks = append(marks, router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: c.self, RequestID: id, Worker: b.add.Worker})
+	for i, id := range ids {
+		if !c.r.Booked(id) {
+			stale = append(stale, id)
+			continue
+		}
+		snap.Events = append(snap.Events, books[i].add)
+		if books[i].done {
+			marks = append(marks, router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: c.self, RequestID: id, Worker: books[i].add.Worker})
 		}
 	}
-	return Snapshot{RouterID: c.self, Epoch: c.epoch, Seq: c.seq, Events: append(out, marks...)}
+	snap.Events = append(snap.Events, marks...)
+	c.forgetStale(stale)
+	return snap
+}
+
+// forgetStale drops local entries the router no longer books (checked
+// by the caller without mu; rechecked under the router's lock by Booked
+// again, so that a request id reused meanwhile is kept).
+func (c *Core) forgetStale(ids []string) {
+	for _, id := range ids {
+		if c.r.Booked(id) {
+			continue
+		}
+		c.mu.Lock()
+		delete(c.local, id)
+		c.mu.Unlock()
+	}
 }
 
 // BeginResync starts recording peer's events, so that a snapshot of the
@@ -613,6 +661,12 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	held := c.remote[peer]
 	ids := make([]string, 0, len(held))
 	for id := range held {
+		if !c.r.Booked(id) {
+			// Dropped by this router without an event (worker removed,
+			// booking expired): not held any more, re-added if wanted.
+			delete(held, id)
+			continue
+		}
 		if _, ok := want[id]; !ok {
 			ids = append(ids, id)
 		}

@@ -280,3 +280,71 @@ func TestResyncProperty(t *testing.T) {
 		p.agree(t, "after the final snapshot")
 	})
 }
+
+// TestSnapshotLeavesOutSilentlyDropped: a router drops bookings without
+// lifecycle events when a worker is removed (every replica removes it by
+// itself). Its snapshots must not list them, or each resync would
+// resurrect them on the peers (found by the chaos suite: phantom bookings
+// after registry expiries and NATS restarts); and a receiver that dropped
+// a peer's booking the same way gets it back when the worker returns and
+// the peer still runs it.
+func TestSnapshotLeavesOutSilentlyDropped(t *testing.T) {
+	p := newPair(t)
+	for i := range 9 {
+		p.route(t, fmt.Sprint("w", i), i)
+	}
+	p.hub.flush()
+	p.agree(t, "shared")
+	var onTwo []string
+	for _, ev := range p.a.Snapshot().Events {
+		if ev.Worker.ID == 2 {
+			onTwo = append(onTwo, ev.RequestID)
+		}
+	}
+	if len(onTwo) == 0 || len(onTwo) == 9 {
+		t.Fatalf("%d of 9 requests on worker 2: the test needs some on it and some elsewhere", len(onTwo))
+	}
+	// The sender alone removes worker 2 (the receiver will later): its
+	// requests there are gone without a Free.
+	if err := p.ra.RemoveWorker(2); err != nil {
+		t.Fatal(err)
+	}
+	snap := p.a.Snapshot()
+	for _, ev := range snap.Events {
+		if slices.Contains(onTwo, ev.RequestID) {
+			t.Fatalf("snapshot lists %s, dropped with its worker", ev.RequestID)
+		}
+	}
+	if _, freed, _ := p.resync(); freed != len(onTwo) {
+		t.Fatalf("resync freed %d, want the %d dropped with the worker", freed, len(onTwo))
+	}
+	if err := p.rb.RemoveWorker(2); err != nil {
+		t.Fatal(err)
+	}
+	p.agree(t, "both removed worker 2")
+	// The receiver drops worker 3 while the sender keeps it (its
+	// requests there still run): the next resync books them again once
+	// the worker is back.
+	if err := p.rb.RemoveWorker(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.rb.AddWorker(router.WorkerInfo{ID: 3, BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if added, _, _ := p.resync(); added == 0 {
+		t.Fatal("resync re-added nothing on worker 3")
+	}
+	if err := p.ra.RemoveWorker(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ra.AddWorker(router.WorkerInfo{ID: 2, BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.rb.AddWorker(router.WorkerInfo{ID: 2, BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	p.agree(t, "after the receiver's worker 3 came back")
+	if n := len(p.a.Snapshot().Events); n == 0 {
+		t.Fatal("nothing left booked: the last check proves nothing")
+	}
+}

@@ -130,8 +130,11 @@ func (s *Sync) Router() Routed { return Routed{Router: s.r, s: s} }
 
 // Start subscribes to peers' events, announces this replica, learns the
 // live peers and fetches their bookings (all peers at once, each within
-// SnapshotTimeout; a peer that does not answer is logged and skipped),
-// then starts publishing. It returns once the snapshot is applied.
+// SnapshotTimeout; a peer that does not answer is logged and retried in
+// the background), then starts publishing and the resync loop (snapshots
+// fetched again on reconnect, on a hole in a peer's events, on a peer's
+// claim and every ResyncInterval; see doc.go). It returns once the
+// start-up snapshots are applied.
 func (s *Sync) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
