@@ -33,6 +33,18 @@
 // (502, or the worker's own 5xx). A worker that fails mid-stream ends the
 // stream with an in-band SSE error event.
 //
+// Nor is anything pinned by a silent worker: StreamIdleTimeout bounds each
+// wait on a worker once the request is sent (headers to first byte, chunk
+// to chunk, a stream's headers). The timer runs only while the proxy reads
+// from the worker, so a slow client (WriteTimeout's business) is never
+// blamed on the worker. On expiry the upstream request is cancelled and
+// the booking freed; the client gets 504 worker_timeout if nothing was
+// sent yet (not retried: the worker may be busy with it), an SSE error
+// event mid-stream, or an aborted connection for a non-streaming body cut
+// short, never a truncated body that looks whole. A forced shutdown
+// (Server.Shutdown past ShutdownTimeout) closes such streams and waits
+// briefly for their handlers, so nothing outlives it.
+//
 // The package does no discovery and owns no router state: the composition
 // root gives it the router, a Directory (worker id to name, URL and
 // state), the tokenizer and chat template, an optional Index for

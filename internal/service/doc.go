@@ -44,6 +44,15 @@
 // tracker (EXACT once recovered, DEGRADED with the reason) and share the
 // silence watchdog and health probes with the others.
 //
+// NATS start-up is resilient (startup.go): the front door serves at once,
+// and every NATS step (connecting to an external server, the subscription,
+// the durable consumer, replica sync, opening and watching the registry)
+// is retried with backoff until it succeeds, logged, counted
+// (kvrouter_nats_startup_retries_total) and shown as /ready's reason. A
+// NATS server restarting while a router starts therefore delays its
+// readiness instead of ending the process; only a misconfiguration
+// (credentials refused, TLS) ends Run, with ErrStartup.
+//
 // Replica sync (--router-replica-sync, NATS only) wraps the router
 // (replica.Sync): the front door routes through it, and on shutdown it is
 // closed after the front door drained, so peers free this router's
