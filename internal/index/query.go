@@ -164,16 +164,22 @@ func (x *Index) advance(dst *Scores, a active, hs []uint32, j *int, i int, nxt [
 }
 
 func (x *Index) finish(dst *Scores, a active, depth int) {
-	a.tiers[fastest(entryMask(a.e))] += int32(depth) - a.start
 	h := &x.holders[entryID(a.e)]
-	s := Score{Worker: h.worker, Blocks: depth, Indexed: h.blocks}
+	// Filled in place: a query over a popular prefix finishes a score
+	// for every worker holding it.
+	n := len(dst.List)
+	if n < cap(dst.List) {
+		dst.List = dst.List[:n+1]
+	} else {
+		dst.List = append(dst.List, Score{})
+	}
+	s := &dst.List[n]
+	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
 	if h.twin || h.kind == kindPredict {
 		s.Indexed = x.Indexed(h.worker) // predicted blocks are not indexed
 	}
-	for t := range s.Tiers {
-		s.Tiers[t] = int(a.tiers[t])
-	}
-	dst.List = append(dst.List, s)
+	s.Tiers = [kvevent.NumTiers]int{int(a.tiers[0]), int(a.tiers[1]), int(a.tiers[2]), int(a.tiers[3])}
+	s.Tiers[fastest(entryMask(a.e))] += depth - int(a.start)
 	dst.twin = append(dst.twin, h.twin)
 }
 
