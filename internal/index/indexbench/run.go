@@ -206,6 +206,11 @@ func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (concur
 		return res, err
 	}
 	defer c.Close()
+	for _, w := range s.Ranks {
+		if err := c.Reserve(w, s.WorkerBlocks); err != nil {
+			return res, err
+		}
+	}
 	from, ops := 0, s.BlockOps
 	if readers > 0 {
 		from = len(s.Events) / 2

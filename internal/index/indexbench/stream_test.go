@@ -43,9 +43,26 @@ func TestBuildStreamIsConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Ranks are the workers in order of their first event.
+	var first []kvevent.Worker
+	seen := map[kvevent.Worker]bool{}
+	for _, ev := range s.Events {
+		if !seen[ev.Worker] {
+			seen[ev.Worker] = true
+			first = append(first, ev.Worker)
+		}
+	}
+	if diff := cmp.Diff(first, s.Ranks); diff != "" || len(s.Ranks) != s.Workers || s.WorkerBlocks != cfg.WorkerBlocks {
+		t.Fatalf("ranks (-events +stream):\n%s\nworkers %d, worker blocks %d", diff, s.Workers, s.WorkerBlocks)
+	}
 	x, err := index.New(index.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range s.Ranks {
+		if err := x.Reserve(w, s.WorkerBlocks); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range s.Events {
 		if err := x.Apply(&s.Events[i]); err != nil {
