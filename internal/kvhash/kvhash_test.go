@@ -325,3 +325,18 @@ func TestAccumulateMatchesGeneric(t *testing.T) {
 		}
 	}
 }
+
+// FuzzXXH3 compares the package's XXH3-64 with the library on arbitrary
+// inputs and seeds.
+func FuzzXXH3(f *testing.F) {
+	f.Add([]byte("test data"), Seed)
+	f.Add(make([]byte, 64), uint64(0))
+	f.Add(make([]byte, 256), Seed)
+	f.Add(make([]byte, 1500), uint64(7))
+	f.Fuzz(func(t *testing.T, b []byte, seed uint64) {
+		k := newKeys(seed)
+		if got, want := k.hash(b), xxh3.HashSeed(b, seed); got != want {
+			t.Fatalf("%d bytes, seed %d: %#x, library %#x", len(b), seed, got, want)
+		}
+	})
+}
