@@ -37,8 +37,9 @@ type Request struct {
 	ID string
 	// Worker is the worker rank the request runs on.
 	Worker kvevent.Worker
-	// BlockHashes are the sequence hashes of the prompt's full blocks. The
-	// tracker copies what it keeps.
+	// BlockHashes are the sequence hashes of the prompt's full blocks
+	// (kvhash): equal hashes at a position mean equal prefixes, which
+	// Potential relies on. The tracker copies what it keeps.
 	BlockHashes []uint64
 	// PrefillTokens is the number of prompt tokens the worker still has to
 	// compute: input tokens minus cached overlap blocks × block size.
