@@ -55,6 +55,10 @@ type CoreStats struct {
 	// Gaps counts holes detected in peers' event streams (each asks for
 	// a resync).
 	Gaps uint64
+	// LocalDropped counts this router's bookings it dropped without a
+	// Free (worker removed, booking expired) for which a Free was
+	// published afterwards (DropLost).
+	LocalDropped uint64
 	// ShadowsBooked, ShadowsReplaced and ShadowsExpired count shadow
 	// bookings made, replaced by a real booking of their peer, and ended by
 	// their TTL or their request's end.
@@ -123,8 +127,9 @@ type Core struct {
 }
 
 // NewCore attaches a core to r (as its observer). emit receives the
-// router's own lifecycle events, numbered, on the routing goroutine and
-// under the router's lock: it must not block or call the router.
+// router's own lifecycle events, numbered, in order, on the routing
+// goroutine under the router's lock (or, for the Frees of DropLost, on
+// the caller's): it must not block or call the router or the core.
 func NewCore(r *router.Router, cfg CoreConfig, emit func(Event)) *Core {
 	c := &Core{
 		epoch:    max(cfg.Epoch, 1),
@@ -167,11 +172,16 @@ func (c *Core) onLocal(ev router.LifecycleEvent) {
 			c.ended = append(c.ended, ev.RequestID)
 		}
 	}
-	c.seq++
-	out := Event{LifecycleEvent: ev, Epoch: c.epoch, Seq: c.seq}
+	c.stamp(ev)
 	c.mu.Unlock()
+}
+
+// stamp numbers ev and hands it to emit (mu held: events leave in the
+// order of their numbers).
+func (c *Core) stamp(ev router.LifecycleEvent) {
+	c.seq++
 	if c.emit != nil {
-		c.emit(out)
+		c.emit(Event{LifecycleEvent: ev, Epoch: c.epoch, Seq: c.seq})
 	}
 }
 
@@ -442,22 +452,10 @@ func (c *Core) PeerUp(id uint64) (returned bool) {
 
 // Prune forgets peers' requests the router no longer books (the tracker
 // expired them because their Free was lost, or their worker was removed),
-// and the router's own requests it dropped without a Free, so that the
-// lists do not grow. It returns the number of peers' requests forgotten.
+// so that the per-peer lists do not grow, after DropLost. It returns the
+// number of peers' requests forgotten.
 func (c *Core) Prune() int {
-	c.mu.Lock()
-	local := make([]string, 0, len(c.local))
-	for id := range c.local {
-		local = append(local, id)
-	}
-	c.mu.Unlock()
-	var stale []string
-	for _, id := range local {
-		if !c.r.Booked(id) {
-			stale = append(stale, id)
-		}
-	}
-	c.forgetStale(stale)
+	c.DropLost()
 	c.apply.Lock()
 	defer c.apply.Unlock()
 	n := 0
@@ -530,7 +528,8 @@ func (c *Core) Peers() []uint64 {
 // some without a lifecycle event (RemoveWorker frees a removed worker's
 // requests on every replica by itself; the tracker expires bookings whose
 // Free was lost), and a snapshot listing them would resurrect them on
-// every peer at each resync. Such stale entries are forgotten here.
+// every peer at each resync. Such entries are forgotten here, with a
+// Free published for each (see DropLost).
 func (c *Core) Snapshot() Snapshot {
 	c.mu.Lock()
 	ids := make([]string, 0, len(c.local))
@@ -565,18 +564,50 @@ func (c *Core) Snapshot() Snapshot {
 	return snap
 }
 
-// forgetStale drops local entries the router no longer books (checked
-// by the caller without mu; rechecked under the router's lock by Booked
-// again, so that a request id reused meanwhile is kept).
-func (c *Core) forgetStale(ids []string) {
+// forgetStale drops local entries the router no longer books and
+// publishes a Free for each, so that peers that did not drop them too
+// (one that missed a worker's removal in the registry) free them now
+// rather than at the next resync. Booked is checked outside mu (lock
+// order); the router's own Free deletes an entry under the router's lock,
+// so an entry still here once Booked said no was dropped silently.
+func (c *Core) forgetStale(ids []string) (n int) {
 	for _, id := range ids {
 		if c.r.Booked(id) {
 			continue
 		}
 		c.mu.Lock()
-		delete(c.local, id)
+		if b := c.local[id]; b != nil {
+			delete(c.local, id)
+			if c.cfg.Shadows {
+				c.ended = append(c.ended, id)
+			}
+			c.stamp(router.LifecycleEvent{Kind: router.Free, RouterID: c.self, RequestID: id, Worker: b.add.Worker})
+			c.stats.LocalDropped++
+			n++
+		}
 		c.mu.Unlock()
 	}
+	return n
+}
+
+// DropLost finds the router's own bookings it dropped without a Free
+// (RemoveWorker frees a removed worker's requests silently; the tracker
+// expires bookings), forgets them and publishes a Free for each. It
+// returns how many. Sync calls it every second.
+func (c *Core) DropLost() int {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.local))
+	for id := range c.local {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	var stale []string
+	for _, id := range ids {
+		if !c.r.Booked(id) {
+			stale = append(stale, id)
+		}
+	}
+	return c.forgetStale(stale)
 }
 
 // BeginResync starts recording peer's events, so that a snapshot of the

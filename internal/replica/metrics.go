@@ -30,6 +30,7 @@ func (s *Sync) register(reg *prometheus.Registry) error {
 		counter("stream_gaps_total", "Holes detected in peers' event streams (lost lifecycle events).", nil, st(func(c CoreStats) uint64 { return c.Gaps })),
 		counter("snapshot_bookings_total", "Bookings learnt from peers' snapshots (at start and when reconciling).", nil, st(func(c CoreStats) uint64 { return c.SnapshotApplied })),
 		counter("resync_freed_total", "Peers' bookings freed because the peer's snapshot no longer had them (lost Free).", nil, st(func(c CoreStats) uint64 { return c.ResyncFreed })),
+		counter("local_dropped_total", "This router's bookings it dropped without a Free (worker removed, expired), then freed on the peers.", nil, st(func(c CoreStats) uint64 { return c.LocalDropped })),
 		counter("resync_failures_total", "Peer snapshot fetches after start that failed.", nil, s.resyncFails.Load),
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "booked"}, st(func(c CoreStats) uint64 { return c.ShadowsBooked })),
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "replaced"}, st(func(c CoreStats) uint64 { return c.ShadowsReplaced })),

@@ -23,20 +23,28 @@ var resyncReasons = []string{reasonReconnect, reasonPeriodic, reasonGap, reasonC
 // before its request are still on their way when the request lands.
 const claimGrace = time.Second
 
-// maxRetries bounds the immediate retries of a failed fetch; the next
-// trigger (periodic, gap, reconnect) starts over.
-const maxRetries = 3
+// A failed or incomplete fetch is retried after retryBase, then twice as
+// long each time, maxRetries times (0.25+0.5+1+2+4 s: after a NATS
+// restart a peer may reconnect seconds after this router, and until it
+// does a request fails at once with "no responders"); the next trigger
+// (periodic, gap, reconnect, claim) starts over.
+const (
+	retryBase  = 250 * time.Millisecond
+	maxRetries = 5
+)
 
 type resyncReq struct {
-	reason string
-	tries  int
+	reason    string
+	tries     int
+	notBefore time.Time // zero: now
 }
 
-// flag asks the resync loop to fetch peer's snapshot (once, however many
-// times it is flagged before the loop gets to it).
+// flag asks the resync loop to fetch peer's snapshot now (once, however
+// many times it is flagged before the loop gets to it; a retry waiting
+// for its turn is brought forward).
 func (s *Sync) flag(peer uint64, reason string) {
 	s.pmu.Lock()
-	if _, ok := s.pending[peer]; !ok {
+	if r, ok := s.pending[peer]; !ok || !r.notBefore.IsZero() {
 		s.pending[peer] = resyncReq{reason: reason}
 	}
 	s.pmu.Unlock()
@@ -53,21 +61,26 @@ func (s *Sync) flagAll(reason string) {
 	}
 }
 
-// take removes and returns the lowest flagged peer.
-func (s *Sync) take() (uint64, resyncReq, bool) {
+// take removes and returns the lowest flagged peer that is due at now;
+// next is when the earliest of the others is due (zero if none).
+func (s *Sync) take(now time.Time) (peer uint64, r resyncReq, ok bool, next time.Time) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	if len(s.pending) == 0 {
-		return 0, resyncReq{}, false
+	var due []uint64
+	for p, q := range s.pending {
+		if !q.notBefore.After(now) {
+			due = append(due, p)
+		} else if next.IsZero() || q.notBefore.Before(next) {
+			next = q.notBefore
+		}
 	}
-	ps := make([]uint64, 0, len(s.pending))
-	for p := range s.pending {
-		ps = append(ps, p)
+	if len(due) == 0 {
+		return 0, resyncReq{}, false, next
 	}
-	p := slices.Min(ps)
-	r := s.pending[p]
-	delete(s.pending, p)
-	return p, r, true
+	peer = slices.Min(due)
+	r = s.pending[peer]
+	delete(s.pending, peer)
+	return peer, r, true, next
 }
 
 // resyncLoop fetches and reconciles flagged peers' snapshots, one at a
@@ -83,11 +96,14 @@ func (s *Sync) resyncLoop() {
 	}
 	claims := time.NewTicker(claimGrace)
 	defer claims.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
+		case <-retry.C:
 		case <-periodic:
 			s.flagAll(reasonPeriodic)
 		case now := <-claims.C:
@@ -101,8 +117,11 @@ func (s *Sync) resyncLoop() {
 				return
 			default:
 			}
-			p, r, ok := s.take()
+			p, r, ok, next := s.take(time.Now())
 			if !ok {
+				if !next.IsZero() {
+					retry.Reset(time.Until(next))
+				}
 				break
 			}
 			s.resync(p, r)
@@ -132,7 +151,7 @@ func (s *Sync) resync(peer uint64, r resyncReq) {
 	if again && r.tries < maxRetries && s.ctx.Err() == nil {
 		s.pmu.Lock()
 		if _, ok := s.pending[peer]; !ok {
-			s.pending[peer] = resyncReq{reason: reasonRetry, tries: r.tries + 1}
+			s.pending[peer] = resyncReq{reason: reasonRetry, tries: r.tries + 1, notBefore: time.Now().Add(retryBase << r.tries)}
 		}
 		s.pmu.Unlock()
 	}

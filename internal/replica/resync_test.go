@@ -348,3 +348,72 @@ func TestSnapshotLeavesOutSilentlyDropped(t *testing.T) {
 		t.Fatal("nothing left booked: the last check proves nothing")
 	}
 }
+
+// TestResyncQueue: flagged peers are taken lowest first, once however
+// often flagged; a retry waits for its time unless a new trigger brings
+// it forward.
+func TestResyncQueue(t *testing.T) {
+	s := &Sync{pending: map[uint64]resyncReq{}, kick: make(chan struct{}, 1)}
+	now := t0
+	s.flag(9, reasonGap)
+	s.flag(3, reasonReconnect)
+	s.flag(9, reasonPeriodic)
+	s.pending[5] = resyncReq{reason: reasonRetry, tries: 2, notBefore: now.Add(time.Second)}
+	var got []string
+	for {
+		p, r, ok, next := s.take(now)
+		if !ok {
+			if !next.Equal(now.Add(time.Second)) {
+				t.Fatalf("next due %v, want the retry's", next)
+			}
+			break
+		}
+		got = append(got, fmt.Sprint(p, r.reason))
+	}
+	if want := []string{"3reconnect", "9gap"}; !slices.Equal(got, want) {
+		t.Fatalf("taken %v, want %v", got, want)
+	}
+	if p, _, ok, _ := s.take(now.Add(time.Second)); !ok || p != 5 {
+		t.Fatalf("retry not due at its time: %d %v", p, ok)
+	}
+	s.pending[5] = resyncReq{reason: reasonRetry, tries: 2, notBefore: now.Add(time.Second)}
+	s.flag(5, reasonGap)
+	if p, r, ok, _ := s.take(now); !ok || p != 5 || r.reason != reasonGap || r.tries != 0 {
+		t.Fatalf("a new trigger did not bring the retry forward: %d %+v %v", p, r, ok)
+	}
+}
+
+// TestDropLostFreesOnPeers: when the sender drops bookings without a Free
+// (its worker removed) and the receiver keeps that worker (it missed the
+// removal in the registry), DropLost publishes the Frees: the receiver
+// frees them at once, without waiting for a resync.
+func TestDropLostFreesOnPeers(t *testing.T) {
+	p := newPair(t)
+	for i := range 9 {
+		p.route(t, fmt.Sprint("d", i), i)
+	}
+	p.hub.flush()
+	if err := p.ra.RemoveWorker(2); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := loadSum(p.rb)
+	n := p.a.DropLost()
+	if n == 0 || n == 9 {
+		t.Fatalf("%d of 9 bookings dropped with worker 2: the test needs some", n)
+	}
+	if again := p.a.DropLost(); again != 0 {
+		t.Fatalf("second DropLost found %d more", again)
+	}
+	p.hub.flush()
+	if len(p.hub.resyncs) != 0 {
+		t.Fatalf("the Frees left a hole: %v", p.hub.resyncs)
+	}
+	after, _ := loadSum(p.rb)
+	sender, _ := loadSum(p.ra)
+	if after != before-n || after != sender {
+		t.Fatalf("receiver holds %d (was %d, %d dropped), sender %d", after, before, n, sender)
+	}
+	if s := p.a.Stats(); s.LocalDropped != uint64(n) {
+		t.Fatalf("LocalDropped %d, want %d", s.LocalDropped, n)
+	}
+}

@@ -339,6 +339,8 @@ func (s *Sync) publish() {
 	defer tick.Stop()
 	prune := time.NewTicker(s.cfg.TTL)
 	defer prune.Stop()
+	lost := time.NewTicker(time.Second)
+	defer lost.Stop()
 	var buf []byte
 	send := func(ev Event) {
 		var err error
@@ -360,6 +362,8 @@ func (s *Sync) publish() {
 			s.core.Tick(now)
 		case <-prune.C:
 			s.core.Prune()
+		case <-lost.C:
+			s.core.DropLost()
 		case <-s.stop:
 			for {
 				select {
