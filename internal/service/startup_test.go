@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
@@ -192,5 +195,56 @@ func TestStartupNATSAuthRefusedIsFatal(t *testing.T) {
 		r.done <- err // for the cleanup
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run still retrying 20 s after the server refused the credentials")
+	}
+}
+
+// TestStartupCancelWhileNATSDown: a router stopped while it still waits
+// for NATS returns from Run promptly and cleanly (the retry wait ends
+// with the context; goleak checks nothing is left behind).
+func TestStartupCancelWhileNATSDown(t *testing.T) {
+	r := runService(t, externalNATSConfig(t, freePort(t)))
+	poll(t, 10*time.Second, "a connection retry", func() (bool, string) {
+		return r.retries(t, "connect") >= 1, "none yet"
+	})
+	start := time.Now()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		r.done <- nil // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still waiting for NATS 5 s after cancel")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Run took %v to return after cancel", took)
+	}
+}
+
+// TestFatalNATS: which start-up errors end Run (a misconfiguration) and
+// which are retried (the server away).
+func TestFatalNATS(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	for _, tc := range []struct {
+		err   error
+		fatal bool
+	}{
+		{fmt.Errorf("connecting: %w", nats.ErrAuthorization), true},
+		{nats.ErrAuthExpired, true},
+		{nats.ErrSecureConnRequired, true},
+		{fmt.Errorf("tls: %w", x509.UnknownAuthorityError{}), true},
+		{&fs.PathError{Op: "open", Path: "/etc/nats.creds", Err: fs.ErrNotExist}, true},
+		{errors.New("nats: Authorization Violation"), true},
+		{refused, false},
+		{nats.ErrNoServers, false},
+		{nats.ErrTimeout, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("connection reconnecting"), false},
+		{errors.New("nats: no responders available for request"), false},
+	} {
+		if got := fatalNATS(tc.err); got != tc.fatal {
+			t.Errorf("fatalNATS(%v) = %v, want %v", tc.err, got, tc.fatal)
+		}
 	}
 }
