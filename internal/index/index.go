@@ -43,14 +43,16 @@ const (
 // holder is one worker rank as the tree sees it: exact (fed by events),
 // approximate (fed by Record) or the predict-on-route shadow of a worker.
 type holder struct {
+	// What a query reads for each score comes first, in the first 24
+	// bytes: one cache line for most holders.
 	worker  kvevent.Worker
 	kind    holderKind
 	live    bool
+	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
 	blocks  int                            // nodes this holder holds (any tier)
 	engine  [kvevent.NumTiers]*engineTable // engine hash -> node, per tier
 	entries int                            // engine entries (all tiers)
 	expiry  *expiryTable                   // approx/predict: node -> expiry (unix ns)
-	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
 }
 
 type holderKey struct {
