@@ -173,6 +173,7 @@ func TestStreamIdleTimeoutBeforeCommit(t *testing.T) {
 	}{
 		{"stream headers", stallBeforeHeaders, true, "headers"},
 		{"stream first byte", stallAfterHeaders, true, "first_byte"},
+		{"non-streaming first byte", stallAfterHeaders, false, "first_byte"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sw := newStallWorker(t, tc.point, 0, 0)
