@@ -114,6 +114,7 @@ func (s *Service) newPlane() error {
 // startPlane starts consuming the event plane, hands it the static
 // workers, and (NATS) starts following the worker registry on the
 // returned goroutine func, which ends with ctx.
+//
 // Every NATS step is retried (Service.retry) until it succeeds or ctx
 // ends: a NATS server restarting during start-up delays readiness, it
 // does not end the process.
