@@ -37,7 +37,11 @@
 // snapshot covers are ignored (and dropped as stale if they come later),
 // those after it are replayed on top, and a hole among them asks for
 // another snapshot. Peers that do not number their events (Dynamo's) are
-// applied as before, without gap detection.
+// applied as before, without gap detection. A snapshot lists only the
+// bookings the router still holds: the router drops some without a Free
+// (RemoveWorker on a worker's removal, the tracker's expiry), and within a
+// second the core publishes a Free for each (DropLost), so that a peer
+// that missed the worker's removal does not keep them.
 //
 // Anti-herding ("shadow bookings"): sync happens after selection, so
 // replicas deciding in the same instant cannot see each other's picks and
