@@ -11,8 +11,9 @@ import (
 // per-call derivation of the seeded secret for inputs over 240 bytes, and
 // the copies a general-purpose library needs. Every length is covered; the
 // tests compare it with github.com/zeebo/xxh3 on every length 0..2,100.
-// The stripe accumulation of the long path is SSE2 assembly on amd64
-// (xxh3_amd64.s) and accumulateGeneric elsewhere or with -tags purego.
+// The stripe accumulation of the long path is assembly on amd64 (AVX2 when
+// the CPU has it, else SSE2; xxh3_amd64.s) and accumulateGeneric elsewhere
+// or with -tags purego.
 
 // XXH3 constants (specification, "Constants").
 const (

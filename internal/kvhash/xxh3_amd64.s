@@ -63,3 +63,61 @@ loop:
 	MOVOU X2, 32(AX)
 	MOVOU X3, 48(AX)
 	RET
+
+// func accumAVX2(acc *[8]uint64, b *byte, key *uint64, stripes int)
+//
+// accumSSE2 with 32 bytes (four lanes) per instruction; the swap of
+// adjacent lanes stays within each 128-bit half, as PSHUFD does.
+TEXT ·accumAVX2(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ key+16(FP), DX
+	MOVQ stripes+24(FP), CX
+	VMOVDQU 0(AX), Y0
+	VMOVDQU 32(AX), Y1
+
+loopavx2:
+	VMOVDQU 0(SI), Y2
+	VPXOR 0(DX), Y2, Y3
+	VPSHUFD $0x4e, Y2, Y2
+	VPADDQ Y2, Y0, Y0
+	VPSHUFD $0xf5, Y3, Y4
+	VPMULUDQ Y4, Y3, Y3
+	VPADDQ Y3, Y0, Y0
+
+	VMOVDQU 32(SI), Y5
+	VPXOR 32(DX), Y5, Y6
+	VPSHUFD $0x4e, Y5, Y5
+	VPADDQ Y5, Y1, Y1
+	VPSHUFD $0xf5, Y6, Y7
+	VPMULUDQ Y7, Y6, Y6
+	VPADDQ Y6, Y1, Y1
+
+	ADDQ $64, SI
+	ADDQ $8, DX
+	DECQ CX
+	JNZ  loopavx2
+
+	VMOVDQU Y0, 0(AX)
+	VMOVDQU Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func cpuid(leaf, sub uint32) (a, b, c, d uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, a+8(FP)
+	MOVL BX, b+12(FP)
+	MOVL CX, c+16(FP)
+	MOVL DX, d+20(FP)
+	RET
+
+// func xgetbv0() (a, d uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, a+0(FP)
+	MOVL DX, d+4(FP)
+	RET
