@@ -175,7 +175,7 @@ func TestReuseAllocatesNothing(t *testing.T) {
 func benchHashes(b *testing.B, bs int) {
 	tokens := make([]uint32, 16384)
 	for i := range tokens {
-		tokens[i] = uint32(i * 2654435761)
+		tokens[i] = uint32(i) * 2654435761
 	}
 	var local, seq []uint64
 	b.SetBytes(int64(4 * len(tokens)))
