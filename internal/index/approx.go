@@ -190,13 +190,25 @@ func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
 	}
 	h := &x.holders[it.holder]
 	top, depth = it.leaf, it.leafDepth
-	for depth > 0 {
+	// Walk up to the root if the expiry says so, whatever leafDepth says:
+	// a stale item of a dropped holder can name a reused holder id and a
+	// reused node that the new holder recorded at the same instant (same
+	// expiry) at another depth. Stopping at leafDepth would then drop the
+	// bottom of the new run only, and leave its top with no item to expire
+	// it (found by TestApproxAndPredictMatchModel). Walking on makes such
+	// an item drop exactly what the run's own item would.
+	for {
 		p := x.ns.at(top).parent
+		if p == 0 {
+			break
+		}
 		if e, held := h.expiry.get(p); !held || e != it.expiry {
 			break
 		}
 		top = p
-		depth--
+		if depth > 0 {
+			depth--
+		}
 	}
 	return top, depth, true
 }

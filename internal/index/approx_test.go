@@ -106,3 +106,31 @@ func TestApproxAndExactCoexist(t *testing.T) {
 	}
 	_ = kvevent.Worker{}
 }
+
+// A removed worker's expiry items stay in the heap; a new holder reusing
+// its id can record, at the same instant, a run whose leaf reuses the old
+// leaf's node at another depth. The stale item must then expire the whole
+// new run, not only its bottom (found by TestApproxAndPredictMatchModel).
+func TestStaleExpiryItemOfRemovedWorker(t *testing.T) {
+	x := mustNew(t, DefaultConfig())  // TTL 120 s
+	_ = x.Record(w1, []uint64{5}, t0) // w1's holder id 1, node 1 at depth 0
+	if err := apply(t, x, chain(w2, 0, 100, 3)); err != nil {
+		t.Fatal(err)
+	}
+	x.RemoveWorker(w1.ID) // frees holder id 1 and node 1; its item stays
+	// Node [3] exists; [3 4] takes the freed node 1, at depth 1.
+	_ = x.Record(w1, []uint64{3, 4}, t0)
+	if got := score(x, w1, 3, 4).Blocks; got != 2 {
+		t.Fatalf("recorded score %d, want 2", got)
+	}
+	x.Expire(t0.Add(120 * time.Second))
+	if got := x.Indexed(w1); got != 0 {
+		t.Fatalf("after expiry w1 still has %d indexed blocks, want 0", got)
+	}
+	if got := score(x, w1, 3, 4).Blocks; got != 0 {
+		t.Fatalf("after expiry w1 scores %d, want 0", got)
+	}
+	if got := score(x, w2, 3, 4).Blocks; got != 1 {
+		t.Fatalf("w2 scores %d, want 1", got)
+	}
+}
