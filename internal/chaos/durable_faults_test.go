@@ -124,3 +124,20 @@ func TestChaosDurableFaults(t *testing.T) {
 	}
 	t.Logf("durable schedule: requests %v; %v; nudges %d", outs, stats.snapshot(), nudge)
 }
+
+// TestChaosServiceDurableLong is the NATS-plane long suite with durable
+// mode on in every schedule (newNATSSchedule draws it for half of them).
+// -chaos.schedules sets how many (default 6); -chaos.seed replays one.
+func TestChaosServiceDurableLong(t *testing.T) {
+	n := *flagSchedules
+	if n <= 0 {
+		n = 6
+	}
+	var rs []result
+	for _, seed := range seeds(n) {
+		s := newNATSSchedule(seed, 16)
+		s.durable = true
+		rs = append(rs, runSchedule(t, s))
+	}
+	report(t, rs)
+}

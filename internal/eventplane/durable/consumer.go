@@ -121,6 +121,9 @@ type Consumer struct {
 	store   jetstream.ObjectStore
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// restored is set once a snapshot was applied: a Start retried after
+	// a later step failed must not apply another one on top.
+	restored bool
 
 	// mu orders handle (an event fed to the tracker, then its stream
 	// sequence recorded) against snapshots.
@@ -167,7 +170,8 @@ func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry
 // after the restored point and starts consuming. It returns once the
 // snapshot is applied; each restored worker rank is then asked for the
 // events after its snapshot position (what it published that never reached
-// the stream, or a dump if it restarted meanwhile).
+// the stream, or a dump if it restarted meanwhile). A Start that failed may
+// be called again (the snapshot is applied once).
 func (c *Consumer) Start(ctx context.Context) error {
 	var err error
 	if c.stream, err = EnsureStream(ctx, c.js, c.cfg.Namespace, c.cfg.Component, c.cfg.MaxAge); err != nil {
@@ -189,7 +193,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if err := c.stream.DeleteConsumer(ctx, c.cfg.RouterID); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("deleting the old consumer: %w", err)
 	}
-	if !c.cfg.ResetStates {
+	if !c.cfg.ResetStates && !c.restored {
 		if err := c.restore(ctx); err != nil {
 			c.log.Warn("durable events: no usable snapshot, starting from the stream", "err", err)
 		}
@@ -231,7 +235,7 @@ func (c *Consumer) restore(ctx context.Context) error {
 			c.log.Debug("durable events: snapshot event refused", "err", err)
 		}
 	}
-	c.seq = s.StreamSeq
+	c.seq, c.restored = s.StreamSeq, true
 	for w, last := range s.Last {
 		c.tracker.Resume(w, last, s.Publishers[w])
 	}

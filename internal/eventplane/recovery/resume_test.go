@@ -208,3 +208,44 @@ func TestTrackerFrozenPositions(t *testing.T) {
 		t.Fatalf("resumed rank at %+v", p)
 	}
 }
+
+// A dump asked of the old process (a stale id-1 event looked like a
+// restart) is answered after the new process published: the answer is
+// voided and asked again of the new process, whose events keep being
+// applied (the answer must not retire the new publisher). Found by
+// TestPublisherRestart (natsevents).
+func TestStreamPublisherChangeWhileQueryOutstanding(t *testing.T) {
+	const p1, p2 = 11, 22
+	old := localindex.New(testWorker, 64)
+	var evs []kvevent.Event
+	for h := range uint64(10) {
+		evs = append(evs, old.Apply([]kvevent.Event{storedEv(h + 1)})[0])
+	}
+	s := NewStream(testWorker, 0)
+	s.Reply(answerAs(old, s.Start().Query, p1))
+	st := s.Live(evs[1], p1) // late: looks like ids starting over
+	if !st.Restart || !st.HasQuery {
+		t.Fatalf("late id 1: %+v", st)
+	}
+	stale := st.Query
+	cur := localindex.New(testWorker, 64)
+	ev0 := cur.Apply([]kvevent.Event{storedEv(100)})[0]
+	if st := s.Live(ev0, p2); !st.Restart || st.HasQuery {
+		t.Fatalf("new publisher while pending: %+v", st)
+	}
+	st = s.Reply(answerAs(old, stale, p1))
+	if st.Clear || !st.HasQuery || st.Query.HasStart {
+		t.Fatalf("the old process's answer must be voided and a dump asked again: %+v", st)
+	}
+	st = s.Reply(answerAs(cur, st.Query, p2))
+	if !st.Clear || len(st.Apply) != 1 || st.Apply[0].Blocks[0].EngineHash != 100 {
+		t.Fatalf("dump of the new process: %+v", st)
+	}
+	ev1 := cur.Apply([]kvevent.Event{storedEv(101)})[0]
+	if st := s.Live(ev1, p2); len(st.Apply) != 1 || st.HasQuery {
+		t.Fatalf("the new process's next event: %+v", st)
+	}
+	if st := s.Live(old.Apply([]kvevent.Event{storedEv(9)})[0], p1); len(st.Apply) != 0 || st.HasQuery {
+		t.Fatalf("the old process's late event after the new one's dump: %+v", st)
+	}
+}

@@ -53,9 +53,12 @@ type Step struct {
 //   - TooNew means the publisher's ids went backwards (it restarted): ask
 //     for a dump; so does a publisher id change, or ids starting over at 0
 //     or 1 below the last applied id;
-//   - a publisher a newer one has been seen to replace (its recovery
-//     answers come from another id) is retired: its late events are
-//     dropped instead of being taken for yet another restart;
+//   - a publisher change seen while a query is outstanding voids its
+//     answer (it may come from the old process): a dump is asked again;
+//   - a publisher a newer one has been seen to replace (a dump answer
+//     came from another id, with no change seen meanwhile) is retired:
+//     its late events, as a durable stream replays them, are dropped
+//     instead of being taken for yet another restart;
 //   - when queries fail (no responder, timeout), live events are applied
 //     as they come (gaps skipped) and the driver retries a dump later;
 //     the rank stays degraded until a recovery succeeds.
@@ -68,6 +71,7 @@ type Stream struct {
 	prev      uint64   // the publisher replaced at the last restart detected
 	retired   []uint64 // publishers replaced by a newer one, oldest first
 	pending   bool
+	switched  bool // the publisher changed while the query was outstanding
 	req       Request
 	held      []held
 	overflow  bool
@@ -230,7 +234,7 @@ func (s *Stream) live(ev kvevent.Event, publisher uint64, fresh bool, st *Step) 
 		if s.pending {
 			// The outstanding answer may come from the old publisher:
 			// ask again once it is in.
-			s.overflow = true
+			s.switched = true
 			return
 		}
 		q := s.ask(DumpRequest(s.w), "publisher restarted: asking for a dump")
@@ -273,10 +277,19 @@ func (s *Stream) Reply(r Reply) Step {
 	}
 	req := s.req
 	s.pending = false
+	if s.switched {
+		// The publisher changed after the query went out: the answer may
+		// be the old process's. Ask the new one (held events stay).
+		s.switched = false
+		q := s.ask(DumpRequest(s.w), "publisher changed while recovering: asking for a dump again")
+		st.Query, st.HasQuery = q.Query, true
+		return st
+	}
 	if r.PublisherID != 0 && s.publisher != 0 && r.PublisherID != s.publisher && r.Kind != KindTreeDump {
 		// Another process answers than the one we followed: it restarted
-		// (and whatever we lost of it cannot be told by ids).
-		s.follow(r.PublisherID)
+		// (and whatever we lost of it cannot be told by ids). Its dump
+		// answer then retires the one we followed.
+		s.prev, s.publisher = s.publisher, r.PublisherID
 		st.Restart = true
 		q := s.ask(DumpRequest(s.w), "publisher restarted (recovery answer from a new publisher): asking for a dump")
 		st.Query, st.HasQuery = q.Query, true
@@ -389,7 +402,7 @@ func (s *Stream) Failed(err error) Step {
 	if !s.pending {
 		return Step{}
 	}
-	s.pending = false
+	s.pending, s.switched = false, false
 	return s.fail(fmt.Sprintf("recovery query %v failed: %v", s.req, err))
 }
 
