@@ -20,9 +20,9 @@
 // from the specification (xxh3.go): the seeded key material is derived once
 // per seed instead of per block, the 64-byte block (16 tokens) and the
 // 16-byte chain input have straight-line code, the long path's stripe
-// accumulation is SSE2 assembly on amd64 (portable Go elsewhere or with
-// -tags purego), and token ids are read in place as little-endian bytes on
-// little-endian machines. Local and sequence hashes are computed in one
+// accumulation is AVX2 or SSE2 assembly on amd64 (portable Go elsewhere or
+// with -tags purego), and token ids are read in place as little-endian
+// bytes on little-endian machines. Local and sequence hashes are computed in one
 // pass so the serial chain overlaps the next block's local hash. The tests
 // pin it to github.com/zeebo/xxh3 on every input length 0..2,100 and to the
 // naive per-block route.
