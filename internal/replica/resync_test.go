@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -415,5 +417,30 @@ func TestDropLostFreesOnPeers(t *testing.T) {
 	}
 	if s := p.a.Stats(); s.LocalDropped != uint64(n) {
 		t.Fatalf("LocalDropped %d, want %d", s.LocalDropped, n)
+	}
+}
+
+// TestRetryJS: a start-up JetStream call is retried, each attempt bounded,
+// until it succeeds or the caller's context ends (its last error then).
+func TestRetryJS(t *testing.T) {
+	calls := 0
+	err := retryJS(context.Background(), func(ctx context.Context) error {
+		calls++
+		if _, ok := ctx.Deadline(); !ok {
+			t.Fatal("attempt without a deadline")
+		}
+		if calls < 3 {
+			return errors.New("lost reply")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d calls, want success at the third", err, calls)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	err = retryJS(ctx, func(context.Context) error { return errors.New("still down") })
+	if err == nil || err.Error() != "still down" {
+		t.Fatalf("err %v, want the last attempt's", err)
 	}
 }

@@ -148,7 +148,11 @@ func (s *Sync) Start(ctx context.Context) error {
 		_ = s.teardownLocked(context.Background(), false)
 		return err
 	}
-	bucket, err := discovery.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
+	var bucket *discovery.Bucket[Record]
+	err := retryJS(ctx, func(ctx context.Context) (err error) {
+		bucket, err = discovery.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
+		return err
+	})
 	if err != nil {
 		return fail(fmt.Errorf("replica sync: %w", err))
 	}
@@ -188,7 +192,11 @@ func (s *Sync) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("replica sync: listing replicas: %w", ctx.Err()))
 		}
 	}
-	s.lease, err = bucket.Keep(ctx, RecordKey(self), Record{RouterID: self, StartedAt: time.Now().UTC()})
+	rec := Record{RouterID: self, StartedAt: time.Now().UTC()}
+	err = retryJS(ctx, func(ctx context.Context) (err error) {
+		s.lease, err = bucket.Keep(ctx, RecordKey(self), rec)
+		return err
+	})
 	if err != nil {
 		return fail(fmt.Errorf("replica sync: announcing: %w", err))
 	}
@@ -222,6 +230,32 @@ func (s *Sync) Start(ctx context.Context) error {
 	go s.publish()
 	go s.resyncLoop()
 	return nil
+}
+
+// jsAttempt bounds one JetStream call made by Start, and jsPause separates
+// attempts: a reply lost in a NATS server restart (or JetStream not ready
+// yet after one) must not hold start-up until its context ends.
+const (
+	jsAttempt = 2 * time.Second
+	jsPause   = 100 * time.Millisecond
+)
+
+// retryJS calls f with a context bounded by jsAttempt until it succeeds or
+// ctx ends; it returns f's last error then.
+func retryJS(ctx context.Context, f func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, jsAttempt)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(jsPause):
+		}
+	}
 }
 
 // fetchSnapshot asks peer for its bookings (the request carries this
