@@ -89,7 +89,8 @@ func TestMockerEventPlaneNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev, env, err := dynamo.Decode(m.Data)
-	if err != nil || env == nil || ev.Worker.ID != 77 || ev.ID != 1 {
+	// A fresh worker numbers its events from 0 (issue 6): this is its first.
+	if err != nil || env == nil || ev.Worker.ID != 77 || ev.ID != 0 {
 		t.Fatalf("event %+v env %v err %v", ev, env, err)
 	}
 	cancel()

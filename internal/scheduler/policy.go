@@ -62,7 +62,7 @@ func (KV) Name() string { return PolicyKV }
 // Choose implements Policy.
 func (KV) Choose(rows []Explanation, temperature float64, rng *rand.Rand) int {
 	if temperature <= 0 {
-		return argmin(rows, func(a, b Explanation) int { return cmp.Compare(a.Cost, b.Cost) }, rng)
+		return argmin(rows, func(a, b *Explanation) int { return cmp.Compare(a.Cost, b.Cost) }, rng)
 	}
 	return softmax(rows, temperature, rng)
 }
@@ -70,10 +70,10 @@ func (KV) Choose(rows []Explanation, temperature float64, rng *rand.Rand) int {
 // argmin returns the index of the lowest row by compare; ties are broken
 // uniformly at random by reservoir sampling (the source is consulted only on
 // ties).
-func argmin(rows []Explanation, compare func(a, b Explanation) int, rng *rand.Rand) int {
+func argmin(rows []Explanation, compare func(a, b *Explanation) int, rng *rand.Rand) int {
 	best, ties := 0, 1
 	for i := 1; i < len(rows); i++ {
-		switch c := compare(rows[i], rows[best]); {
+		switch c := compare(&rows[i], &rows[best]); {
 		case c < 0:
 			best, ties = i, 1
 		case c == 0:
@@ -172,7 +172,7 @@ func (LeastLoaded) Name() string { return PolicyLeastLoaded }
 
 // Choose implements Policy.
 func (LeastLoaded) Choose(rows []Explanation, _ float64, rng *rand.Rand) int {
-	return argmin(rows, func(a, b Explanation) int {
+	return argmin(rows, func(a, b *Explanation) int {
 		if c := cmp.Compare(a.ActiveBlocks, b.ActiveBlocks); c != 0 {
 			return c
 		}

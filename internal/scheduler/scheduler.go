@@ -60,23 +60,24 @@ func (s *Scheduler) Select(req Request, cands []Candidate, rng *rand.Rand) (Deci
 	d := Decision{Policy: s.policy.Name(), Temperature: temp, Chosen: -1, Candidates: make([]Explanation, len(cands))}
 	eligible, busy := 0, 0
 	minPrefill := math.MaxInt
-	for i, c := range cands {
-		row := &d.Candidates[i]
-		*row = Explanation{
-			Worker:              c.Worker,
-			Overlap:             c.Overlap,
-			DecodeBlocks:        c.DecodeBlocks,
-			ActiveBlocks:        c.ActiveBlocks,
-			ActivePrefillTokens: c.ActivePrefillTokens,
-			ActiveRequests:      c.ActiveRequests,
-		}
-		row.Excluded = eligibility(req, c)
-		if row.Excluded != Eligible {
+	for i := range cands {
+		// Filled in place, field by field (make zeroed the row), and
+		// Excluded written only when set: it is a string, so each write to
+		// the heap row costs a write barrier while the GC runs.
+		c, row := &cands[i], &d.Candidates[i]
+		row.Worker = c.Worker
+		row.Overlap = c.Overlap
+		row.DecodeBlocks = c.DecodeBlocks
+		row.ActiveBlocks = c.ActiveBlocks
+		row.ActivePrefillTokens = c.ActivePrefillTokens
+		row.ActiveRequests = c.ActiveRequests
+		if ex := eligibility(&req, c); ex != Eligible {
+			row.Excluded = ex
 			continue
 		}
 		eligible++
-		row.Excluded = s.busy(c)
-		if row.Excluded != Eligible {
+		if ex := s.busy(c); ex != Eligible {
+			row.Excluded = ex
 			busy++
 			continue
 		}
@@ -124,7 +125,7 @@ func (s *Scheduler) choose(rows []Explanation, temp float64, rng *rand.Rand) int
 	return k
 }
 
-func eligibility(req Request, c Candidate) Exclusion {
+func eligibility(req *Request, c *Candidate) Exclusion {
 	switch {
 	case c.Down:
 		return ExcludedDown
@@ -138,7 +139,7 @@ func eligibility(req Request, c Candidate) Exclusion {
 	return Eligible
 }
 
-func (s *Scheduler) busy(c Candidate) Exclusion {
+func (s *Scheduler) busy(c *Candidate) Exclusion {
 	switch {
 	case s.cfg.ActiveDecodeBlocksThreshold > 0 && c.KVCapacityBlocks > 0 &&
 		c.ActiveBlocks > s.cfg.ActiveDecodeBlocksThreshold*float64(c.KVCapacityBlocks):
