@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
 )
@@ -30,6 +31,15 @@ type Config struct {
 	// Sequences configures load tracking; its BlockSize is overwritten by
 	// BlockSize.
 	Sequences sequences.Config
+	// IndexReserveMaxBlocks caps the engine-table reservation AddWorker
+	// asks the index for on each of a worker's ranks: the rank's KV
+	// capacity in blocks, at most this many. A reserved table never
+	// doubles while the worker's cache fills (each doubling moves every
+	// entry), at about 24 bytes per reserved block, spent when the rank's
+	// first block is indexed. 0 turns reservations off. Default 2^20
+	// (about 24 MB per rank at most), so a registration that claims a huge
+	// capacity cannot make the router allocate more than that up front.
+	IndexReserveMaxBlocks int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -39,6 +49,8 @@ func DefaultConfig() Config {
 		Policy:    scheduler.PolicyKV,
 		Scheduler: scheduler.DefaultConfig(),
 		Sequences: sequences.DefaultConfig(),
+
+		IndexReserveMaxBlocks: 1 << 20,
 	}
 }
 
@@ -49,6 +61,9 @@ var ErrConfig = errors.New("invalid router config")
 func (c Config) Validate() error {
 	if c.BlockSize <= 0 {
 		return fmt.Errorf("%w: block size %d must be positive", ErrConfig, c.BlockSize)
+	}
+	if c.IndexReserveMaxBlocks < 0 || c.IndexReserveMaxBlocks > index.MaxReserveBlocks {
+		return fmt.Errorf("%w: index reserve cap %d outside [0, %d]", ErrConfig, c.IndexReserveMaxBlocks, index.MaxReserveBlocks)
 	}
 	if _, err := scheduler.NewPolicy(c.Policy); err != nil {
 		return err

@@ -16,10 +16,13 @@ import (
 // Expire drops recorded and predicted entries whose TTL ended at or before
 // now. Query fills dst with every worker rank's leading overlap, per tier,
 // for the request's local block hashes; it must be safe to call
-// concurrently with itself and with the writers.
+// concurrently with itself and with the writers. Reserve sizes a worker
+// rank's engine table for its KV capacity ahead of its events; it changes
+// no answer, only speed and memory.
 type Index interface {
 	Apply(ev kvevent.Event) error
 	RemoveWorker(id kvevent.WorkerID) error
+	Reserve(w kvevent.Worker, blocks int) error
 	Record(w kvevent.Worker, local []uint64, now time.Time) error
 	Predict(w kvevent.Worker, local []uint64, now time.Time) error
 	Expire(now time.Time) error
@@ -55,6 +58,13 @@ func (s *Serial) RemoveWorker(id kvevent.WorkerID) error {
 	defer s.mu.Unlock()
 	s.x.RemoveWorker(id)
 	return nil
+}
+
+// Reserve implements Index.
+func (s *Serial) Reserve(w kvevent.Worker, blocks int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.x.Reserve(w, blocks)
 }
 
 // Record implements Index.

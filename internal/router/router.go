@@ -134,6 +134,17 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 		r.seq.AddWorker(kvevent.Worker{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)})
 	}
 	r.rebuild()
+	// A concurrent index queues the reservation behind the worker's
+	// earlier operations (as Route's Record and Predict do).
+	if n := min(info.KVCapacityBlocks, r.cfg.IndexReserveMaxBlocks); n > 0 {
+		for k := range info.DPSize {
+			w := kvevent.Worker{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)}
+			if err := r.idx.Reserve(w, n); err != nil {
+				// Only speed is lost: the table grows as blocks arrive.
+				r.indexErr(err)
+			}
+		}
+	}
 	return nil
 }
 

@@ -277,3 +277,52 @@ func TestAddWorkerUpdatesRanks(t *testing.T) {
 		t.Fatal("the request on the removed rank must be gone")
 	}
 }
+
+// reserveLog is an Index that records the reservations it is asked for.
+type reserveLog struct {
+	*Serial
+	got []string
+}
+
+func (l *reserveLog) Reserve(w kvevent.Worker, blocks int) error {
+	l.got = append(l.got, fmt.Sprintf("%d/%d:%d", w.ID, w.Rank, blocks))
+	return l.Serial.Reserve(w, blocks)
+}
+
+// TestAddWorkerReservesIndexTables checks that AddWorker asks the index to
+// size every rank's table for the worker's KV capacity, capped by
+// IndexReserveMaxBlocks, and asks nothing when either is 0.
+func TestAddWorkerReservesIndexTables(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.IndexReserveMaxBlocks = 1000
+	l := &reserveLog{Serial: serialIndex(t)}
+	r := newRouter(t, cfg, l, 0)
+	for _, info := range []WorkerInfo{
+		{ID: 1, BlockSize: cfg.BlockSize, KVCapacityBlocks: 600, DPStart: 2, DPSize: 2},
+		{ID: 2, BlockSize: cfg.BlockSize, KVCapacityBlocks: 5000},
+		{ID: 3, BlockSize: cfg.BlockSize}, // capacity unknown
+	} {
+		if err := r.AddWorker(info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"1/2:600", "1/3:600", "2/0:1000"}
+	if !slices.Equal(l.got, want) {
+		t.Fatalf("reservations %v, want %v", l.got, want)
+	}
+
+	cfg.IndexReserveMaxBlocks = 0
+	off := &reserveLog{Serial: serialIndex(t)}
+	r = newRouter(t, cfg, off, 0)
+	if err := r.AddWorker(WorkerInfo{ID: 1, BlockSize: cfg.BlockSize, KVCapacityBlocks: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if len(off.got) != 0 {
+		t.Fatalf("reservations with the cap at 0: %v", off.got)
+	}
+
+	cfg.IndexReserveMaxBlocks = index.MaxReserveBlocks + 1
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Validate with cap above the index's maximum: %v", err)
+	}
+}
