@@ -205,23 +205,10 @@ func runSchedule(t *testing.T, s schedule) result {
 		if n := cachedBlocks(c); n == 0 {
 			t.Error("no engine caches anything: the index comparison proves nothing")
 		}
-		if s.replica && stats.get("fault: "+faultNames[faultNATSRestart]) > 0 {
-			// KNOWN ISSUE (internal/replica, not fixed here): lifecycle
-			// events published while NATS is down are lost (core NATS), and
-			// a reconnect does not re-fetch peers' snapshots, so a lost Free
-			// leaves a phantom booking on the peers until the booking
-			// expiry (300 s). Counted, reported, not failed.
-			deadline := time.Now().Add(10 * time.Second)
-			for ok, _ := c.noBookings(); !ok && time.Now().Before(deadline); ok, _ = c.noBookings() {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if ok, detail := c.noBookings(); !ok {
-				stats.add("KNOWN ISSUE: phantom replica bookings after a NATS outage (schedules)", 1)
-				t.Logf("KNOWN ISSUE (replica sync after a NATS outage): %s", detail)
-			}
-		} else {
-			eventually(t, 10*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
-		}
+		// With replica sync, a Free lost while NATS was down is repaired by
+		// the snapshot refetch on reconnect (internal/replica), so bookings
+		// must drain here too.
+		eventually(t, 15*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
 
 		outs, errs := l.counts()
 		total := 0
