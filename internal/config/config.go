@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/replica"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
@@ -207,6 +208,13 @@ type EventPlane struct {
 	// ReplicaSync shares active-request bookings with the other router
 	// replicas over NATS (--router-replica-sync). Default false.
 	ReplicaSync bool
+	// ReplicaResyncInterval is how often replica sync fetches every live
+	// peer's snapshot and reconciles what it holds for it, a backstop
+	// for lifecycle events lost without a trace (snapshots are also
+	// fetched on reconnect and on a hole in a peer's numbering)
+	// (--router-replica-resync-interval); 0 turns the periodic fetch off.
+	// Default 30 s.
+	ReplicaResyncInterval time.Duration
 }
 
 // Frontend holds the front door's limits and auth.
@@ -309,12 +317,13 @@ func Default() Config {
 			HealthFailures: 2,
 		},
 		EventPlane: EventPlane{
-			Kind:              PlaneNATS,
-			NATS:              natsbus.DefaultConfig(),
-			Namespace:         pc.Namespace,
-			Component:         pc.Component,
-			Registry:          discovery.DefaultRegistryConfig(),
-			SnapshotThreshold: durable.DefaultConfig().SnapshotThreshold,
+			Kind:                  PlaneNATS,
+			NATS:                  natsbus.DefaultConfig(),
+			Namespace:             pc.Namespace,
+			Component:             pc.Component,
+			Registry:              discovery.DefaultRegistryConfig(),
+			SnapshotThreshold:     durable.DefaultConfig().SnapshotThreshold,
+			ReplicaResyncInterval: replica.DefaultConfig().ResyncInterval,
 		},
 		Frontend: Frontend{
 			MaxBodyBytes:    fc.MaxBodyBytes,
@@ -508,6 +517,9 @@ func (e EventPlane) validate(dataDir string, routerID uint64) error {
 	}
 	if e.Durable && routerID == 0 {
 		return errors.New("--durable-kv-events needs --router-id: it names this router's durable consumer, which must be stable across restarts and distinct per replica")
+	}
+	if e.ReplicaResyncInterval < 0 {
+		return errors.New("--router-replica-resync-interval must not be negative (0 turns the periodic resync off)")
 	}
 	if e.SnapshotThreshold == 0 {
 		return errors.New("--router-snapshot-threshold must be at least 1")

@@ -255,6 +255,9 @@ func TestEventPlaneOptions(t *testing.T) {
 		c.EventPlane.Namespace != "prod" || c.EventPlane.Component != "backend" || !c.EventPlane.ReplicaSync {
 		t.Fatalf("event plane %+v", c.EventPlane)
 	}
+	if c.EventPlane.ReplicaResyncInterval != 30*time.Second {
+		t.Fatalf("replica resync interval %v, want the documented 30s", c.EventPlane.ReplicaResyncInterval)
+	}
 	if c.NATSConfig().DataDir != c.DataDir {
 		t.Fatalf("NATS data dir %q, want --data-dir %q", c.NATSConfig().DataDir, c.DataDir)
 	}
@@ -268,6 +271,7 @@ func TestEventPlaneOptions(t *testing.T) {
 		{[]string{"--namespace", "a.b"}, "--namespace"},
 		{[]string{"--component", ""}, "--component"},
 		{[]string{"--router-snapshot-threshold", "0"}, "--router-snapshot-threshold"},
+		{[]string{"--router-replica-resync-interval", "-1s"}, "--router-replica-resync-interval"},
 		{[]string{"--registry-ttl", "10ms"}, "ttl"},
 		{[]string{"--durable-kv-events"}, "--durable-kv-events needs --router-id"},
 	} {
