@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
+
+	"github.com/kvrouter/kvrouter/internal/jsontext"
 )
 
 // errSyntax reports malformed JSON found by scanObject.
@@ -251,80 +254,40 @@ func (s *jscan) number() error {
 }
 
 // str scans a string starting at its opening quote; esc says whether it
-// holds escapes. Plain bytes are skipped in a tight local loop: a prompt
-// is one long string.
+// holds escapes. A prompt is one long string: jsontext.Scan skips its plain
+// bytes eight at a time.
 func (s *jscan) str() (esc bool, err error) {
-	b, i, n := s.b, s.i+1, len(s.b)
-	for {
-		for i < n {
-			c := b[i]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			i++
+	end, esc, err := jsontext.Scan(s.b, s.i)
+	if err != nil {
+		var se *jsontext.SyntaxError
+		if errors.As(err, &se) {
+			s.i = se.Offset
+			return esc, s.fail(se.Msg)
 		}
-		if i >= n {
-			s.i = i
-			return esc, s.fail("unterminated string")
-		}
-		switch c := b[i]; {
-		case c == '"':
-			s.i = i + 1
-			return esc, nil
-		case c < 0x20:
-			s.i = i
-			return esc, s.fail("control character in string")
-		}
-		// A backslash.
-		esc = true
-		i++
-		if i >= n {
-			s.i = i
-			return esc, s.fail("unterminated string")
-		}
-		switch b[i] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			i++
-		case 'u':
-			i++
-			for range 4 {
-				if i >= n || !isHex(b[i]) {
-					s.i = i
-					return esc, s.fail("bad \\u escape")
-				}
-				i++
-			}
-		default:
-			s.i = i
-			return esc, s.fail("bad escape")
-		}
+		return esc, s.fail("bad string")
 	}
+	s.i = end
+	return esc, nil
 }
 
-func isHex(h byte) bool { return h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F' }
-
-// jsonString decodes a JSON string literal already checked by scanObject
-// or encoding/json: without escapes and in valid UTF-8 it is its bytes,
-// otherwise encoding/json decodes it (escapes, U+FFFD for bad UTF-8).
+// jsonString decodes a JSON string literal as encoding/json does. Without
+// escapes and in valid UTF-8 the result shares raw's memory instead of
+// copying it (an 8k-token prompt is ~40 KB): raw must not be modified
+// while the string is in use. The front door never writes to a request
+// body after reading it, and the tokenizer copies what it keeps.
 func jsonString(raw []byte) (string, error) {
-	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
-		in := raw[1 : len(raw)-1]
-		if bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && utf8.Valid(in) && !hasControl(in) {
-			return string(in), nil
+	raw = bytes.Trim(raw, " \t\r\n")
+	if len(raw) == 0 || raw[0] != '"' {
+		var s string // not a string: encoding/json's answer (null is "")
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' {
+		if in := raw[1 : len(raw)-1]; jsontext.Plain(in) {
+			return unsafe.String(unsafe.SliceData(in), len(in)), nil
 		}
 	}
-	var s string
-	err := json.Unmarshal(raw, &s)
-	return s, err
-}
-
-func hasControl(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 {
-			return true
-		}
-	}
-	return false
+	return jsontext.String(raw)
 }
 
 // parseFields reads the fields the front door needs from a completion or

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -23,6 +24,13 @@ type addedMatcher struct {
 	tokens []addedToken
 	// byFirst lists, for each first byte, indexes into tokens, longest first.
 	byFirst [256][]int
+	// isFirst marks the bytes some token starts with. When they are all
+	// the same byte (Qwen's and Llama 3's added tokens all start with
+	// '<'), only is that byte and split jumps between its occurrences with
+	// strings.IndexByte instead of looking at every byte: a long prompt
+	// without added tokens costs a vectorised scan.
+	isFirst [256]bool
+	only    int // the single first byte, or -1
 }
 
 func newAddedMatcher(tokens []addedToken) *addedMatcher {
@@ -33,9 +41,19 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 		}
 		m.tokens = append(m.tokens, t)
 	}
+	m.only = -1
+	firsts := 0
 	for i, t := range m.tokens {
 		c := t.Content[0]
 		m.byFirst[c] = append(m.byFirst[c], i)
+		if !m.isFirst[c] {
+			m.isFirst[c] = true
+			firsts++
+			m.only = int(c)
+		}
+	}
+	if firsts != 1 {
+		m.only = -1
 	}
 	for c := range m.byFirst {
 		l := m.byFirst[c]
@@ -59,6 +77,22 @@ func (m *addedMatcher) split(s string, text func(seg string), token func(id uint
 	}
 	emitted := 0 // s[:emitted] has been handed out
 	for i := 0; i < len(s); {
+		if !m.isFirst[s[i]] { // skip to the next byte a token may start at
+			if m.only >= 0 {
+				j := strings.IndexByte(s[i:], byte(m.only))
+				if j < 0 {
+					break
+				}
+				i += j
+			} else {
+				for i < len(s) && !m.isFirst[s[i]] {
+					i++
+				}
+				if i == len(s) {
+					break
+				}
+			}
+		}
 		cands := m.byFirst[s[i]]
 		hit := -1
 		for _, k := range cands {

@@ -54,7 +54,8 @@ type stage struct {
 // documentation). Encode never fails.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 	text = validUTF8(text)
-	e := encoder{t: t, ids: make([]uint32, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)}
+	e := encoders.Get().(*encoder)
+	e.t, e.ids = t, e.ids[:0]
 	if addSpecialTokens {
 		e.ids = append(e.ids, t.prefix...)
 	}
@@ -62,8 +63,24 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 	if addSpecialTokens {
 		e.ids = append(e.ids, t.suffix...)
 	}
-	return e.ids
+	// The ids are gathered in the pooled encoder's buffer and copied out
+	// at their exact size: the count is unknown in advance (a guess from
+	// the text's length over-allocates long prompts by half).
+	ids := make([]uint32, len(e.ids))
+	copy(ids, e.ids)
+	e.t = nil
+	if cap(e.ids) <= maxPooledIDs {
+		encoders.Put(e)
+	}
+	return ids
 }
+
+// encoders pools encoders with their id and piece-end buffers.
+var encoders = sync.Pool{New: func() any { return new(encoder) }}
+
+// maxPooledIDs is the largest id buffer (ids) an encoder keeps in the pool:
+// a huge prompt's buffer is left to the garbage collector.
+const maxPooledIDs = 1 << 18
 
 // encoder carries one Encode call's output through the pipeline's callbacks.
 type encoder struct {
