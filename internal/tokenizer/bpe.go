@@ -8,7 +8,7 @@ type model struct {
 	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id.
 	merges *pairTable
 	// vocab maps a token's raw bytes to its id (used by ignore_merges).
-	vocab map[string]uint32
+	vocab *frozenMap
 	// ignoreMerges takes a word found whole in vocab as one token.
 	ignoreMerges bool
 }
@@ -38,7 +38,7 @@ func (m *model) appendWord(dst []uint32, word string) []uint32 {
 		return dst
 	}
 	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
+		if id, ok := m.vocab.get(word); ok {
 			return append(dst, id)
 		}
 	}

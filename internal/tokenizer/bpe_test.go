@@ -19,14 +19,15 @@ type naiveBPE struct {
 
 func loadNaive(t testing.TB) *naiveBPE {
 	tok := qwen3(t)
-	n := &naiveBPE{vocab: tok.vocab, ranks: make(map[[2]string]int, tok.model.merges.len())}
+	n := &naiveBPE{vocab: map[string]uint32{}, ranks: make(map[[2]string]int, tok.model.merges.len())}
+	tok.vocab.all(func(k string, v uint32) { n.vocab[k] = v })
 	for _, s := range tok.model.merges.slots {
 		if s.nkey == 0 {
 			continue
 		}
 		key := ^s.nkey
 		a, b := uint32(key>>32), uint32(key)
-		n.ranks[[2]string{tok.idToken[a], tok.idToken[b]}] = int(s.val >> 32)
+		n.ranks[[2]string{tok.idToken.at(int(a)), tok.idToken.at(int(b))}] = int(s.val >> 32)
 	}
 	if len(n.ranks) != 151387 {
 		t.Fatalf("naive model has %d merges, want 151387", len(n.ranks))

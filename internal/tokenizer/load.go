@@ -81,6 +81,9 @@ type fileJSON struct {
 	PostProcessor json.RawMessage
 	Decoder       json.RawMessage
 	Model         modelJSON
+	// vocab is the model's vocabulary (token in byte-level form → id),
+	// needed while loading only: the tokenizer keeps a frozenMap.
+	vocab map[string]uint32
 }
 
 // modelJSON is tokenizer.json's "model" section.
@@ -118,7 +121,7 @@ func (t *Tokenizer) parseFile(b []byte) (*fileJSON, error) {
 					return false, fmt.Errorf("vocab: %w", err)
 				}
 				vocab = v
-				t.vocab = v
+				f.vocab = v
 				return true, nil
 			case "merges":
 				if vocab == nil {
@@ -264,7 +267,7 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	if err := t.loadDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
-	if err := t.loadAdded(f.AddedTokens); err != nil {
+	if err := t.loadAdded(f.vocab, f.AddedTokens); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -290,7 +293,7 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 	}
 	for c := 0; c < 256; c++ {
 		tok := string(byteToRune[c])
-		id, ok := t.vocab[tok]
+		id, ok := f.vocab[tok]
 		if !ok {
 			return fmt.Errorf("%w: byte 0x%02x (%q) is missing from the vocab: not a byte-level BPE", ErrUnsupported, c, tok)
 		}
@@ -301,11 +304,15 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 		t.model.merges = newPairTable(0)
 	}
 	if t.model.ignoreMerges {
-		t.model.vocab = make(map[string]uint32, len(t.vocab))
-		for tok, id := range t.vocab {
+		raws := make(map[string]uint32, len(f.vocab))
+		for tok, id := range f.vocab {
 			if raw, ok := byteLevelDecode(tok); ok {
-				t.model.vocab[raw] = id
+				raws[raw] = id
 			}
+		}
+		var err error
+		if t.model.vocab, err = newFrozenMap(raws); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
 	return nil
@@ -513,9 +520,9 @@ func (t *Tokenizer) loadDecoder(b json.RawMessage) error {
 const maxTokenID = 1<<24 - 1
 
 // loadAdded registers the added tokens and builds the id tables.
-func (t *Tokenizer) loadAdded(added []addedToken) error {
+func (t *Tokenizer) loadAdded(vocab map[string]uint32, added []addedToken) error {
 	maxID := uint32(0)
-	for _, id := range t.vocab {
+	for _, id := range vocab {
 		maxID = max(maxID, id)
 	}
 	for _, a := range added {
@@ -523,20 +530,24 @@ func (t *Tokenizer) loadAdded(added []addedToken) error {
 	}
 	// The id tables are dense arrays: refuse ids far beyond the number of
 	// tokens, so that a small file cannot demand gigabytes.
-	if limit := min(maxTokenID, 4*(len(t.vocab)+len(added))+1024); int(maxID) > limit {
-		return fmt.Errorf("%w: token id %d too large for %d tokens", ErrInvalid, maxID, len(t.vocab)+len(added))
+	if limit := min(maxTokenID, 4*(len(vocab)+len(added))+1024); int(maxID) > limit {
+		return fmt.Errorf("%w: token id %d too large for %d tokens", ErrInvalid, maxID, len(vocab)+len(added))
 	}
-	t.idToken = make([]string, int(maxID)+1)
+	var err error
+	if t.vocab, err = newFrozenMap(vocab); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	idToken := make([]string, int(maxID)+1)
 	t.known = make([]bool, int(maxID)+1)
-	for tok, id := range t.vocab {
-		t.idToken[id] = tok
+	for tok, id := range vocab {
+		idToken[id] = tok
 		t.known[id] = true
 	}
 	t.special = make(map[uint32]bool)
 	t.addedByContent = make(map[string]uint32, len(added))
 	var raw, normed []addedToken
 	for _, a := range added {
-		t.idToken[a.ID] = a.Content
+		idToken[a.ID] = a.Content
 		t.known[a.ID] = true
 		t.addedByContent[a.Content] = a.ID
 		if a.Special {
@@ -554,9 +565,15 @@ func (t *Tokenizer) loadAdded(added []addedToken) error {
 	}
 	t.addedRaw = newAddedMatcher(raw)
 	t.addedNorm = newAddedMatcher(normed)
-	t.decoded = make([]string, len(t.idToken))
-	for id, tok := range t.idToken {
-		t.decoded[id], _ = byteLevelDecode(tok)
+	decoded := make([]string, len(idToken))
+	for id, tok := range idToken {
+		decoded[id], _ = byteLevelDecode(tok)
+	}
+	if t.idToken, err = newStringTable(idToken); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if t.decoded, err = newStringTable(decoded); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

@@ -15,17 +15,17 @@ import (
 type Tokenizer struct {
 	model model
 	// vocab maps the model's tokens (byte-level form, as in the file) to ids.
-	vocab map[string]uint32
+	vocab *frozenMap
 	// addedByContent maps added tokens' contents to their ids.
 	addedByContent map[string]uint32
 	// special holds the ids of added tokens flagged special.
 	special map[uint32]bool
 	// idToken is each id's token as written in the file ("" if unknown).
-	idToken []string
+	idToken stringTable
 	// known marks the ids that exist.
 	known []bool
 	// decoded is each id's bytes as the ByteLevel decoder produces them.
-	decoded []string
+	decoded stringTable
 	// addedRaw matches added tokens with normalized=false (on raw text);
 	// addedNorm those with normalized=true (on normalised text).
 	addedRaw, addedNorm *addedMatcher
@@ -179,15 +179,16 @@ func (t *Tokenizer) normalize(s string) string {
 // the middle of a character) become U+FFFD, as in HuggingFace's decoder.
 func (t *Tokenizer) Decode(ids []uint32) string {
 	n := 0
+	nd := t.decoded.len()
 	for _, id := range ids {
-		if int(id) < len(t.decoded) {
-			n += len(t.decoded[id])
+		if int(id) < nd {
+			n += len(t.decoded.at(int(id)))
 		}
 	}
 	buf := make([]byte, 0, n)
 	for _, id := range ids {
-		if int(id) < len(t.decoded) {
-			buf = append(buf, t.decoded[id]...)
+		if int(id) < nd {
+			buf = append(buf, t.decoded.at(int(id))...)
 		}
 	}
 	return validUTF8(string(buf))
@@ -200,16 +201,16 @@ func (t *Tokenizer) TokenToID(token string) (uint32, bool) {
 	if id, ok := t.addedByContent[token]; ok {
 		return id, true
 	}
-	id, ok := t.vocab[token]
+	id, ok := t.vocab.get(token)
 	return id, ok
 }
 
 // IDToToken returns the token of id as written in tokenizer.json.
 func (t *Tokenizer) IDToToken(id uint32) (string, bool) {
-	if int(id) >= len(t.idToken) || !t.known[id] {
+	if int(id) >= t.idToken.len() || !t.known[id] {
 		return "", false
 	}
-	return t.idToken[id], true
+	return t.idToken.at(int(id)), true
 }
 
 // IsSpecial reports whether id is an added token flagged special (such as
@@ -219,7 +220,7 @@ func (t *Tokenizer) IsSpecial(id uint32) bool { return t.special[id] }
 // VocabSize returns the size of the id space: the largest id of the
 // vocabulary and added tokens, plus one (151669 for Qwen3; the model's
 // embedding table may be padded beyond it).
-func (t *Tokenizer) VocabSize() int { return len(t.idToken) }
+func (t *Tokenizer) VocabSize() int { return t.idToken.len() }
 
 var (
 	defaultOnce sync.Once
