@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/kvrouter/kvrouter/internal/jsontext"
 )
 
 // decodeValue decodes one JSON document into the template engine's value
@@ -256,122 +257,22 @@ func (d *decoder) number() (jinja.Value, error) {
 	return jinja.NewFloat(f), nil
 }
 
-// str scans a JSON string starting at its opening quote.
+// str scans a JSON string starting at its opening quote and decodes it as
+// encoding/json does (jsontext: a message's long content is skipped eight
+// bytes at a time).
 func (d *decoder) str() (string, error) {
-	d.pos++ // opening quote
-	start := d.pos
-	b := d.data
-	// Fast path: no escapes, valid UTF-8, no control characters.
-	for d.pos < len(b) {
-		c := b[d.pos]
-		if c == '"' {
-			s := b[start:d.pos]
-			d.pos++
-			if utf8.Valid(s) {
-				return string(s), nil
-			}
-			return string([]rune(string(s))), nil // invalid bytes -> U+FFFD, as encoding/json
+	end, esc, err := jsontext.Scan(d.data, d.pos)
+	if err != nil {
+		var se *jsontext.SyntaxError
+		if errors.As(err, &se) {
+			d.pos = se.Offset
 		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return "", d.syntax("in string literal")
-		}
-		d.pos++
+		return "", d.syntax("in string literal")
 	}
-	if d.pos >= len(b) {
-		return "", errEOF
+	lit := d.data[d.pos:end]
+	d.pos = end
+	if body := lit[1 : len(lit)-1]; !esc && utf8.Valid(body) {
+		return string(body), nil
 	}
-	out := make([]byte, 0, d.pos-start+16)
-	out = append(out, b[start:d.pos]...)
-	for d.pos < len(b) {
-		c := b[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			if utf8.Valid(out) {
-				return string(out), nil
-			}
-			return string([]rune(string(out))), nil
-		case c < 0x20:
-			return "", d.syntax("in string literal")
-		case c != '\\':
-			out = append(out, c)
-			d.pos++
-			continue
-		}
-		d.pos++ // backslash
-		if d.pos >= len(b) {
-			return "", errEOF
-		}
-		e := b[d.pos]
-		d.pos++
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, err := d.hex4()
-			if err != nil {
-				return "", err
-			}
-			if utf16.IsSurrogate(r) {
-				// A high surrogate followed by an escaped low one is one
-				// character; anything else is U+FFFD (encoding/json's rule).
-				r2 := rune(-1)
-				if d.pos+1 < len(b) && b[d.pos] == '\\' && b[d.pos+1] == 'u' {
-					save := d.pos
-					d.pos += 2
-					var err error
-					if r2, err = d.hex4(); err != nil {
-						return "", err
-					}
-					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-						out = utf8.AppendRune(out, dec)
-						continue
-					}
-					d.pos = save
-				}
-				r = utf8.RuneError
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			d.pos--
-			return "", d.syntax("in string escape code")
-		}
-	}
-	return "", errEOF
-}
-
-func (d *decoder) hex4() (rune, error) {
-	if d.pos+4 > len(d.data) {
-		return 0, errEOF
-	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		c := d.data[d.pos]
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, d.syntax("in \\u hexadecimal character escape")
-		}
-		r = r<<4 | rune(c)
-		d.pos++
-	}
-	return r, nil
+	return jsontext.String(lit)
 }

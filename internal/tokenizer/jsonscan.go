@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/kvrouter/kvrouter/internal/jsontext"
 )
 
 // The vocabulary and merges are 99 % of an 11 MB tokenizer.json. Decoding
@@ -57,102 +56,40 @@ func (s *scanner) expect(c byte) error {
 	return nil
 }
 
-// str reads a JSON string and returns its decoded value.
+// str reads a JSON string and returns its decoded value, invalid UTF-8
+// repaired as HuggingFace does (validUTF8).
 func (s *scanner) str() (string, error) {
-	if err := s.expect('"'); err != nil {
+	lit, esc, err := s.lit()
+	if err != nil {
 		return "", err
 	}
-	start := s.i
-	// Fast path: no escapes.
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c == '"' {
-			v := string(s.b[start:s.i])
-			s.i++
-			if !utf8.ValidString(v) {
-				v = validUTF8(v)
-			}
-			return v, nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return "", s.errorf("control character in string")
-		}
-		s.i++
+	if !esc {
+		return validUTF8(string(lit[1 : len(lit)-1])), nil
 	}
-	s.buf = append(s.buf[:0], s.b[start:s.i]...)
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return validUTF8(string(s.buf)), nil
-		case c < 0x20:
-			return "", s.errorf("control character in string")
-		case c != '\\':
-			s.buf = append(s.buf, c)
-			s.i++
-			continue
-		}
-		if s.i+1 >= len(s.b) {
-			return "", s.errorf("truncated escape")
-		}
-		e := s.b[s.i+1]
-		s.i += 2
-		switch e {
-		case '"', '\\', '/':
-			s.buf = append(s.buf, e)
-		case 'b':
-			s.buf = append(s.buf, '\b')
-		case 'f':
-			s.buf = append(s.buf, '\f')
-		case 'n':
-			s.buf = append(s.buf, '\n')
-		case 'r':
-			s.buf = append(s.buf, '\r')
-		case 't':
-			s.buf = append(s.buf, '\t')
-		case 'u':
-			r, ok := s.hex4()
-			if !ok {
-				return "", s.errorf("bad \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				// A valid pair becomes one rune; a lone surrogate becomes
-				// U+FFFD, as encoding/json does.
-				pair := utf8.RuneError
-				if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
-					save := s.i
-					s.i += 2
-					if r2, ok2 := s.hex4(); ok2 {
-						pair = utf16.DecodeRune(r, r2)
-					}
-					if pair == utf8.RuneError {
-						s.i = save
-					}
-				}
-				r = pair
-			}
-			s.buf = utf8.AppendRune(s.buf, r)
-		default:
-			return "", s.errorf("bad escape \\%c", e)
-		}
+	if s.buf, err = jsontext.AppendUnescaped(s.buf[:0], lit); err != nil {
+		return "", s.errorf("%v", err)
 	}
-	return "", s.errorf("unterminated string")
+	return validUTF8(string(s.buf)), nil
 }
 
-func (s *scanner) hex4() (rune, bool) {
-	if s.i+4 > len(s.b) {
-		return 0, false
+// lit steps over the JSON string literal at the scanner's position and
+// returns it, quotes included, and whether it holds escapes.
+func (s *scanner) lit() (lit []byte, escaped bool, err error) {
+	if s.peek() != '"' {
+		return nil, false, s.errorf("expected %q", '"')
 	}
-	v, err := strconv.ParseUint(string(s.b[s.i:s.i+4]), 16, 32)
+	end, esc, err := jsontext.Scan(s.b, s.i)
 	if err != nil {
-		return 0, false
+		var se *jsontext.SyntaxError
+		if errors.As(err, &se) {
+			s.i = se.Offset
+			return nil, false, s.errorf("%s", se.Msg)
+		}
+		return nil, false, s.errorf("%v", err)
 	}
-	s.i += 4
-	return rune(v), true
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, esc, nil
 }
 
 // uint32 reads a non-negative integer that fits in 32 bits.
@@ -285,25 +222,18 @@ func parseMerges(s *scanner, fn func(rank int, left, right []byte) error) error 
 
 // rawStr reads a JSON string and returns its decoded bytes without
 // allocating: a view of the input when the string has no escapes, otherwise
-// of the scanner's buffer. The result is valid until the next call.
+// of the scanner's buffer (then with invalid UTF-8 repaired, as str does).
+// The result is valid until the next call.
 func (s *scanner) rawStr() ([]byte, error) {
-	if err := s.expect('"'); err != nil {
+	start := s.i
+	lit, esc, err := s.lit()
+	if err != nil {
 		return nil, err
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c == '"' {
-			v := s.b[start:s.i]
-			s.i++
-			return v, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-		s.i++
+	if !esc {
+		return lit[1 : len(lit)-1], nil
 	}
-	s.i = start - 1
+	s.i = start
 	v, err := s.str()
 	if err != nil {
 		return nil, err
