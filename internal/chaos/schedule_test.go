@@ -137,15 +137,6 @@ func runSchedule(t *testing.T, s schedule) result {
 			if f >= faultNATSRestart && !s.nats {
 				f = faultEvents
 			}
-			if f == faultWorkerCrash && s.durable {
-				// KNOWN ISSUE (internal/eventplane/durable, not fixed here):
-				// the durable consumer does not notice a restarted publisher
-				// (new publisher id, ids from 1), so a crashed worker's
-				// blocks stay indexed after it comes back with an empty
-				// cache. Excluded until fixed; replay with seed 6150703134289819640
-				// and this remap removed to see it.
-				f = faultCut
-			}
 			c.log.Info("CHAOS step", "step", step, "fault", faultNames[f])
 			if err := c.inject(ctx, f, rng, stalls, stats); err != nil {
 				t.Fatalf("step %d (%s): %v", step, faultNames[f], err)
@@ -471,7 +462,6 @@ func TestChaosServiceNATSShort(t *testing.T) {
 	var rs []result
 	for _, seed := range seeds(2) {
 		s := newNATSSchedule(seed, 6)
-		s.durable = false // durable mode has an open gap-repair issue (docs/benchmarks.md); the long suite covers it
 		rs = append(rs, runSchedule(t, s))
 	}
 	report(t, rs)
