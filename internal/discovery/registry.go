@@ -22,11 +22,15 @@ type RegistryConfig struct {
 	// TTL is how long a registration lives without a heartbeat; owners
 	// heartbeat every TTL/3. Default 10 s, at least 1 s.
 	TTL time.Duration
+	// Resync is how often a watcher re-reads the whole bucket to repair
+	// anything its watch missed (it also does after every reconnect).
+	// Default 30 s (DefaultResync; 0 means the default), at least 1 s.
+	Resync time.Duration
 }
 
 // DefaultRegistryConfig returns the defaults documented on RegistryConfig.
 func DefaultRegistryConfig() RegistryConfig {
-	return RegistryConfig{Bucket: "kvrouter-workers", TTL: 10 * time.Second}
+	return RegistryConfig{Bucket: "kvrouter-workers", TTL: 10 * time.Second, Resync: DefaultResync}
 }
 
 // Validate checks the configuration.
@@ -37,12 +41,16 @@ func (c RegistryConfig) Validate() error {
 	if c.TTL < MinTTL {
 		return fmt.Errorf("registry: ttl %v below %v", c.TTL, MinTTL)
 	}
+	if c.Resync != 0 && c.Resync < time.Second {
+		return fmt.Errorf("registry: resync period %v below 1s", c.Resync)
+	}
 	return nil
 }
 
 // Registry is the NATS KV registry of workers.
 type Registry struct {
-	b *Bucket[WorkerRecord]
+	b      *Bucket[WorkerRecord]
+	resync time.Duration
 }
 
 // OpenRegistry creates or opens the registry bucket. log may be nil.
@@ -54,7 +62,11 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{b: b}, nil
+	resync := cfg.Resync
+	if resync == 0 {
+		resync = DefaultResync
+	}
+	return &Registry{b: b, resync: resync}, nil
 }
 
 // RecordKey is the registry key of a worker: its id in decimal.
@@ -73,9 +85,10 @@ func (r *Registry) Register(ctx context.Context, rec WorkerRecord) (*Lease[Worke
 	return r.b.Keep(ctx, RecordKey(rec.ID), rec)
 }
 
-// Watch watches the registry (see Bucket.Watch).
+// Watch watches the registry (see Bucket.Watch), re-reading it every
+// RegistryConfig.Resync.
 func (r *Registry) Watch(ctx context.Context) (*Watcher[WorkerRecord], error) {
-	return r.b.Watch(ctx)
+	return r.b.Watch(ctx, ResyncEvery(r.resync))
 }
 
 // Bucket returns the underlying bucket.

@@ -1,0 +1,184 @@
+package discovery
+
+import "time"
+
+// view is what a Watcher has told its reader about a bucket: each live
+// key's revision and the time it expires without a heartbeat. It is the
+// watcher's pure core (no I/O, no clock: time comes in as an argument),
+// and it is what makes a watcher converge on the bucket's contents after
+// an outage: a snapshot (every key's last entry, as a fresh watch
+// delivers them) is compared with the view, and every key the reader
+// believes live but the snapshot lacks is reported gone.
+type view struct {
+	ttl time.Duration
+	// live holds the keys reported put and not yet gone.
+	live map[string]liveKey
+	// dead holds, per key, the last revision reported gone (deleted,
+	// expired here, undecodable), so that a snapshot taken before the
+	// server expired a record does not bring it back.
+	dead map[string]uint64
+
+	// The snapshot in progress, if any.
+	snapping bool
+	// seen holds the keys whose current entry the snapshot delivered as a
+	// put: true when the key is live, false when it is gone here.
+	seen map[string]bool
+}
+
+type liveKey struct {
+	rev      uint64
+	created  time.Time // server time of the last put
+	deadline time.Time // local time it expires without a heartbeat
+}
+
+// entryOp is what an entry did to its key.
+type entryOp uint8
+
+const (
+	opPut entryOp = iota + 1
+	opDelete
+	opPurge // a purge, including the server's expiry (MaxAge) marker
+)
+
+// entry is one bucket entry as the view needs it.
+type entry struct {
+	key     string
+	rev     uint64
+	op      entryOp
+	created time.Time // server time of the entry
+}
+
+func newView(ttl time.Duration) *view {
+	return &view{ttl: ttl, live: map[string]liveKey{}, dead: map[string]uint64{}}
+}
+
+// begin starts a snapshot: the entries that follow until end are every
+// key's last entry, then live changes may follow. A snapshot begun while
+// another is in progress replaces it.
+func (v *view) begin() {
+	v.snapping = true
+	v.seen = map[string]bool{}
+}
+
+// snapshotting reports whether a snapshot is in progress.
+func (v *view) snapshotting() bool { return v.snapping }
+
+// observe folds entry e, received at now, into the view and returns the
+// change to report: Put, Deleted or Expired, or 0 when the reader knows it
+// already (a heartbeat of a revision it saw, a stale or duplicate entry, a
+// removal of a key it never saw). lapsed is set with a Put of a live key
+// that expired in between: it was put more than the TTL after the put the
+// reader saw last (server times on both sides), so the server expired the
+// record meanwhile and the reader must first be told Expired. That is how
+// an expiry missed whole (the watcher blind while the record expired and
+// its owner registered again) still reaches the reader.
+func (v *view) observe(e entry, now time.Time) (kind ChangeKind, lapsed bool) {
+	cur, isLive := v.live[e.key]
+	if e.op != opPut {
+		if v.snapping {
+			delete(v.seen, e.key)
+		}
+		if !isLive || e.rev <= cur.rev {
+			if e.rev > v.dead[e.key] {
+				v.dead[e.key] = e.rev
+			}
+			return 0, false
+		}
+		delete(v.live, e.key)
+		v.dead[e.key] = e.rev
+		if e.op == opDelete {
+			return Deleted, false
+		}
+		return Expired, false
+	}
+	if (isLive && e.rev <= cur.rev) || (!isLive && e.rev <= v.dead[e.key]) {
+		// Already reported (a snapshot re-delivering what the reader
+		// knows), or already gone here (expired before the server said
+		// so): the key is present but its liveness does not change.
+		if v.snapping {
+			v.seen[e.key] = isLive
+		}
+		return 0, false
+	}
+	start := now
+	if v.snapping && e.created.Before(now) {
+		// A value delivered by a snapshot may have aged since it was put
+		// (server time; skew clamped to now). Live ones count from now.
+		start = e.created
+	}
+	lapsed = isLive && e.created.Sub(cur.created) > v.ttl
+	v.live[e.key] = liveKey{rev: e.rev, created: e.created, deadline: start.Add(v.ttl)}
+	if v.snapping {
+		v.seen[e.key] = true
+	}
+	return Put, lapsed
+}
+
+// gone is a key the reader must be told about: Deleted or Expired.
+type gone struct {
+	key  string
+	kind ChangeKind
+}
+
+// end closes the snapshot at now and returns the live keys it lacked:
+// they left the bucket while the watch was not looking. A key whose
+// deadline has passed is reported Expired; one that vanished before its
+// TTL ran out was deleted (or purged) by someone: Deleted.
+func (v *view) end(now time.Time) []gone {
+	if !v.snapping {
+		return nil
+	}
+	var out []gone
+	for k, lk := range v.live {
+		if v.seen[k] {
+			continue
+		}
+		delete(v.live, k)
+		v.dead[k] = lk.rev
+		kind := Deleted
+		if !now.Before(lk.deadline) {
+			kind = Expired
+		}
+		out = append(out, gone{key: k, kind: kind})
+	}
+	// Forget the dead revisions of keys the bucket no longer holds (the
+	// map would otherwise grow with every worker that ever came and
+	// went); a key whose current entry is a dead revision stays.
+	for k := range v.dead {
+		if _, ok := v.live[k]; !ok && !v.present(k) {
+			delete(v.dead, k)
+		}
+	}
+	v.snapping, v.seen = false, nil
+	return out
+}
+
+// present reports whether the snapshot in progress delivered k's current
+// entry as a put (possibly one already gone here).
+func (v *view) present(k string) bool { _, ok := v.seen[k]; return ok }
+
+// expire returns, at now, the live keys whose deadline has passed (their
+// heartbeats stopped for longer than the TTL), and forgets them.
+func (v *view) expire(now time.Time) []string {
+	var out []string
+	for k, lk := range v.live {
+		if now.After(lk.deadline) {
+			delete(v.live, k)
+			v.dead[k] = lk.rev
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// forget drops key (its entry at rev could not be decoded): it is not
+// live, and rev is not reported again.
+func (v *view) forget(key string, rev uint64) {
+	delete(v.live, key)
+	if rev > v.dead[key] {
+		v.dead[key] = rev
+	}
+	if v.snapping {
+		v.seen[key] = false
+	}
+}

@@ -1,0 +1,300 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// cutProxy forwards TCP connections to a NATS server; cut closes them all
+// and makes it refuse new ones (accept, then close) until heal: a
+// watcher's connection is cut while the server goes on.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() { _ = ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		var s net.Conn
+		if !p.down {
+			s, _ = net.Dial("tcp", p.target)
+		}
+		if s == nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c], p.conns[s] = true, true
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		p.wg.Go(func() { pipe(s, c) })
+		p.wg.Go(func() { pipe(c, s) })
+	}
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *cutProxy) heal() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// natsOnPort is a NATS server that can be stopped and started again on
+// the same port, with JetStream on the same store or without it.
+type natsOnPort struct {
+	t    *testing.T
+	dir  string
+	port int
+	s    *natsserver.Server
+}
+
+func newNATSOnPort(t *testing.T) *natsOnPort {
+	n := &natsOnPort{t: t, dir: t.TempDir(), port: -1}
+	n.start(true)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsOnPort) start(jetStream bool) {
+	n.t.Helper()
+	o := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
+	if jetStream {
+		o.JetStream, o.StoreDir = true, n.dir
+	}
+	s, err := natsserver.NewServer(o)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("nats server not ready")
+	}
+	n.s, n.port = s, s.Addr().(*net.TCPAddr).Port
+}
+
+func (n *natsOnPort) stop() {
+	if n.s != nil {
+		n.s.Shutdown()
+		n.s.WaitForShutdown()
+		n.s = nil
+	}
+}
+
+func (n *natsOnPort) addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
+
+func connectJS(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// mirror folds a watcher's changes into the set of live keys (with each
+// one's record name): what a reader of the watcher believes the bucket
+// holds.
+type mirror struct {
+	mu   sync.Mutex
+	live map[string]string
+	log  []string
+	done chan struct{}
+}
+
+func follow(w *Watcher[WorkerRecord]) *mirror {
+	m := &mirror{live: map[string]string{}, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for c := range w.C() {
+			m.mu.Lock()
+			m.log = append(m.log, c.Kind.String()+" "+c.Key)
+			switch c.Kind {
+			case Put:
+				m.live[c.Key] = c.Value.Name
+			case Deleted, Expired, Invalid:
+				delete(m.live, c.Key)
+			}
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+func (m *mirror) snapshot() (map[string]string, []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.live), slices.Clone(m.log)
+}
+
+// waitFor polls until the mirror holds exactly want.
+func (m *mirror) waitFor(t *testing.T, d time.Duration, what string, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got, log := m.snapshot()
+		if maps.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: after %v the watcher's reader believes %v, want %v (changes: %v)", what, d, got, want, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// retry runs fn until it succeeds (the connection may be reconnecting).
+func retry(t *testing.T, what string, fn func(ctx context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := fn(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWatchConvergesAfterLostReply is the deterministic reproduction of
+// issue 10 (chaos: a router kept routing to a worker whose registration
+// had expired, never logging its removal). After a reconnect the watcher
+// re-created its watch with a JetStream request that waited for its reply
+// without bound, on the watcher's only goroutine. When that reply was lost
+// (here: the server that came back answers no JetStream request, as one
+// restarting does), the watcher went silent for good: no expiry, no
+// deletion, no new record, even after JetStream was back. Now each request
+// is bounded and retried, and the watcher converges on the bucket.
+func TestWatchConvergesAfterLostReply(t *testing.T) {
+	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
+	watchTimeout = 500 * time.Millisecond
+	srv := newNATSOnPort(t)
+	url := "nats://" + srv.addr()
+	ctx := context.Background()
+	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", testTTL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", testTTL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rb.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := follow(w)
+	defer func() { w.Stop(); <-m.done }()
+	expiring, err := wb.Keep(ctx, "a", WorkerRecord{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer expiring.Abandon()
+	deleted, err := wb.Keep(ctx, "b", WorkerRecord{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deleted.Abandon()
+	m.waitFor(t, 5*time.Second, "before the restart", map[string]string{"a": "a", "b": "b"})
+
+	// The server restarts as one that swallows every JetStream request.
+	srv.stop()
+	srv.start(false)
+	var swallowed atomic.Int64
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher sent no JetStream request after reconnecting")
+		}
+	}
+	nc.Close()
+
+	// JetStream is back. One record expires (its owner stopped), one is
+	// deleted, one is new.
+	srv.stop()
+	srv.start(true)
+	expiring.Abandon()
+	retry(t, "deleting b", func(ctx context.Context) error { return deleted.Close(ctx) })
+	var fresh *Lease[WorkerRecord]
+	retry(t, "registering c", func(ctx context.Context) (err error) {
+		fresh, err = wb.Keep(ctx, "c", WorkerRecord{Name: "c"})
+		return err
+	})
+	defer fresh.Abandon()
+	m.waitFor(t, 10*time.Second, "after JetStream came back", map[string]string{"c": "c"})
+	// And it goes on: a new registration, then its expiry.
+	late, err := wb.Keep(ctx, "d", WorkerRecord{Name: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor(t, 5*time.Second, "a new registration", map[string]string{"c": "c", "d": "d"})
+	late.Abandon()
+	m.waitFor(t, 5*time.Second, "its expiry", map[string]string{"c": "c"})
+}
