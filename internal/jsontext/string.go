@@ -1,6 +1,7 @@
 package jsontext
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -53,33 +54,38 @@ func special(x uint64) bool {
 // what encoding/json checks of a string's syntax (escapes, no raw control
 // characters) but not UTF-8, which decoders repair. Errors are
 // *SyntaxError.
+//
+// The closing quote and each backslash are found with bytes.IndexByte
+// (vectorised), and the plain stretches between them are checked for
+// control characters a word at a time.
 func Scan(b []byte, i int) (end int, escaped bool, err error) {
 	if i < 0 || i >= len(b) || b[i] != '"' {
 		return i, false, syntaxError("want a string", max(i, 0))
 	}
 	i++
 	n := len(b)
+	quote := -1 // index of the first quote at or after i, once known
 	for {
-		for i+8 <= n && !special(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < n {
-			if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
-				break
+		if quote < i {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				return n, escaped, unterminated(b, i)
 			}
-			i++
+			quote = i + q
 		}
-		if i >= n {
-			return n, escaped, syntaxError("unterminated string", n)
+		stop := quote
+		if k := bytes.IndexByte(b[i:quote], '\\'); k >= 0 {
+			stop = i + k
 		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, escaped, nil
-		case c < 0x20:
-			return i, escaped, syntaxError("control character in string", i)
+		if c := firstControl(b[i:stop]); c >= 0 {
+			return i + c, escaped, syntaxError("control character in string", i+c)
 		}
+		if stop == quote {
+			return quote + 1, escaped, nil
+		}
+		// A backslash at stop.
 		escaped = true
-		i++
+		i = stop + 1
 		if i >= n {
 			return n, escaped, syntaxError("unterminated string", n)
 		}
@@ -103,20 +109,62 @@ func Scan(b []byte, i int) (end int, escaped bool, err error) {
 	}
 }
 
+// unterminated is the error for a literal without a closing quote from
+// b[i] on: a control character or bad escape before the end comes first.
+func unterminated(b []byte, i int) error {
+	for ; i < len(b); i++ {
+		switch c := b[i]; {
+		case c < 0x20:
+			return syntaxError("control character in string", i)
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				break
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				for k := 1; k <= 4; k++ {
+					if i+k < len(b) && !isHex(b[i+k]) {
+						return syntaxError("bad \\u escape", i+k)
+					}
+				}
+				i += 4
+			default:
+				return syntaxError("bad escape", i)
+			}
+		}
+	}
+	return syntaxError("unterminated string", len(b))
+}
+
+// firstControl returns the index of b's first control character (< 0x20),
+// or -1. It tests 32 bytes per step.
+func firstControl(b []byte) int {
+	i, n := 0, len(b)
+	for ; i+32 <= n; i += 32 {
+		x0 := binary.LittleEndian.Uint64(b[i:])
+		x1 := binary.LittleEndian.Uint64(b[i+8:])
+		x2 := binary.LittleEndian.Uint64(b[i+16:])
+		x3 := binary.LittleEndian.Uint64(b[i+24:])
+		if ((x0-lsb*0x20)&^x0|(x1-lsb*0x20)&^x1|(x2-lsb*0x20)&^x2|(x3-lsb*0x20)&^x3)&msb != 0 {
+			break
+		}
+	}
+	for ; i < n; i++ {
+		if b[i] < 0x20 {
+			return i
+		}
+	}
+	return -1
+}
+
 // Plain reports whether body (a string literal's contents, without its
 // quotes) needs no decoding: no quote, backslash or control character and
 // valid UTF-8. Its bytes are then the string's value.
 func Plain(body []byte) bool {
-	i, n := 0, len(body)
-	for i+8 <= n && !special(binary.LittleEndian.Uint64(body[i:])) {
-		i += 8
-	}
-	for ; i < n; i++ {
-		if c := body[i]; c == '"' || c == '\\' || c < 0x20 {
-			return false
-		}
-	}
-	return utf8.Valid(body)
+	return bytes.IndexByte(body, '"') < 0 && bytes.IndexByte(body, '\\') < 0 &&
+		firstControl(body) < 0 && utf8.Valid(body)
 }
 
 // String decodes the string literal lit (quotes included, nothing around
