@@ -298,3 +298,139 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	late.Abandon()
 	m.waitFor(t, 5*time.Second, "its expiry", map[string]string{"c": "c"})
 }
+
+// TestWatchReportsExpiryMissedWhileBlind is issue 10 as the chaos suite
+// saw it: a record expires and its owner registers again while the
+// watcher is blind (its re-watch request lost in a NATS restart). The
+// bucket keeps one entry per key, so the expiry marker is gone by the
+// time the watcher looks again: it used to take the new registration for
+// a heartbeat and never report the expiry (the router never removed the
+// worker). The expiry must reach the reader before the new registration.
+func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
+	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
+	watchTimeout = 500 * time.Millisecond
+	const ttl = 3 * time.Second // longer than it takes to lose the reply
+	srv := newNATSOnPort(t)
+	url := "nats://" + srv.addr()
+	ctx := context.Background()
+	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rb.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := follow(w)
+	defer func() { w.Stop(); <-m.done }()
+	first, err := wb.Keep(ctx, "w", WorkerRecord{Name: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor(t, 5*time.Second, "registered", map[string]string{"w": "first"})
+	first.Abandon()
+
+	// NATS restarts; the first server back answers no JetStream request.
+	srv.stop()
+	srv.start(false)
+	var swallowed atomic.Int64
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher sent no JetStream request after reconnecting")
+		}
+	}
+	nc.Close()
+	srv.stop()
+	srv.start(true)
+
+	// The record expires on the server; its owner registers again.
+	kv, err := connectJS(t, url).KeyValue(ctx, "reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := kv.Get(ctx, "w"); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record did not expire on the server")
+		}
+	}
+	again, err := wb.Keep(ctx, "w", WorkerRecord{Name: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Abandon()
+	m.waitFor(t, 10*time.Second, "registered again", map[string]string{"w": "again"})
+	_, log := m.snapshot()
+	// Wanted: put w (first), expired w, put w (again), as the log ends.
+	if n := len(log); n < 3 || log[n-3] != "put w" || log[n-2] != "expired w" || log[n-1] != "put w" {
+		t.Fatalf("the expiry never reached the reader before the new registration: %v", log)
+	}
+}
+
+// TestWatchWhileCut: the watcher's connection is cut (the server goes on)
+// while one record's heartbeats stop, one is deleted and one is added.
+// While cut, every record expires on time for the reader, as no heartbeat
+// reaches it (the watcher used to sit in a re-watch request meanwhile,
+// reporting nothing); once the connection is back, the reader holds what
+// the bucket holds.
+func TestWatchWhileCut(t *testing.T) {
+	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
+	watchTimeout = 500 * time.Millisecond
+	srv := newNATSOnPort(t)
+	p := newCutProxy(t, srv.addr())
+	ctx := context.Background()
+	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, "nats://"+srv.addr()), "reg", testTTL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, p.url()), "reg", testTTL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rb.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := follow(w)
+	defer func() { w.Stop(); <-m.done }()
+	leases := map[string]*Lease[WorkerRecord]{}
+	for _, k := range []string{"expires", "deleted", "stays"} {
+		l, err := wb.Keep(ctx, k, WorkerRecord{Name: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Abandon()
+		leases[k] = l
+	}
+	m.waitFor(t, 5*time.Second, "before the cut", map[string]string{"expires": "expires", "deleted": "deleted", "stays": "stays"})
+
+	p.cut()
+	leases["expires"].Abandon()
+	m.waitFor(t, testTTL+time.Second, "while cut", map[string]string{})
+	if err := leases["deleted"].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	added, err := wb.Keep(ctx, "added", WorkerRecord{Name: "added"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer added.Abandon()
+	p.heal()
+	m.waitFor(t, 5*time.Second, "after the cut", map[string]string{"stays": "stays", "added": "added"})
+}
