@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+)
+
+// restartableNATS is an external NATS server that stops and starts again
+// on the same port, with JetStream on the same store or without it.
+type restartableNATS struct {
+	t    *testing.T
+	dir  string
+	port int
+	srv  *natsserver.Server
+}
+
+func newRestartableNATS(t *testing.T) *restartableNATS {
+	n := &restartableNATS{t: t, dir: t.TempDir(), port: -1}
+	n.start(true)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *restartableNATS) start(jetStream bool) {
+	n.t.Helper()
+	o := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
+	if jetStream {
+		o.JetStream, o.StoreDir = true, n.dir
+	}
+	s, err := natsserver.NewServer(o)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("nats server not ready")
+	}
+	n.srv, n.port = s, s.Addr().(*net.TCPAddr).Port
+}
+
+func (n *restartableNATS) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// TestRouterRemovesWorkerExpiredDuringNATSRestart is issue 10 end to end
+// (chaos: a router never logged "worker removed" for a worker whose
+// registration expired while NATS restarted, and kept routing to it). The
+// router's registry watcher re-watches after the restart; the first
+// server back answers no JetStream request, so that reply is lost. The
+// worker's heartbeats stop meanwhile, its record expires, and it registers
+// again. The router must remove the worker (and add it back), not take
+// the new registration for a heartbeat.
+func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
+	const ttl = 3 * time.Second // longer than the lost reply held the old watcher
+	ns := newRestartableNATS(t)
+	cfg := externalNATSConfig(t, ns.port)
+	cfg.EventPlane.Registry.TTL = ttl
+	r := runService(t, cfg)
+	poll(t, 15*time.Second, "router ready", func() (bool, string) {
+		code, body := r.get(t, "/ready")
+		return code == 200, body
+	})
+
+	url := ns.srv.ClientURL()
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg, err := discovery.OpenRegistry(ctx, js, cfg.EventPlane.Registry, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := discovery.WorkerRecord{Name: "w-expiring", URL: "http://127.0.0.1:9", BlockSize: blockSize, DPSize: 1,
+		Events: discovery.EventSource{Kind: discovery.EventsNone}, Hash: discovery.DefaultHashContract(), RegisteredBy: "test"}
+	listed := func() (bool, string) {
+		_, body := r.get(t, "/v1/workers")
+		return strings.Contains(body, rec.Name), body
+	}
+	lease, err := reg.Register(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "worker added", listed)
+	lease.Abandon()
+
+	// NATS restarts; the first server back swallows JetStream requests.
+	ns.stop()
+	ns.start(false)
+	var swallowed atomic.Int64
+	sw := natstest.Connect(t, url)
+	if _, err := sw.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the router's re-watch request swallowed", func() (bool, string) {
+		return swallowed.Load() > 0, "no JetStream request yet"
+	})
+	sw.Close()
+	ns.stop()
+	ns.start(true)
+
+	// The record expires on the server; the worker registers again.
+	kv, err := js.KeyValue(ctx, cfg.EventPlane.Registry.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "record expired on the server", func() (bool, string) {
+		_, err := kv.Get(ctx, discovery.RecordKey(discovery.DeriveID(rec.Name)))
+		return err != nil, "still there"
+	})
+	again, err := reg.Register(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Abandon()
+	poll(t, 15*time.Second, "the router logged the worker's removal", func() (bool, string) {
+		for _, l := range strings.Split(r.logs.String(), "\n") {
+			if strings.Contains(l, `msg="worker removed"`) && strings.Contains(l, "worker="+rec.Name) {
+				return true, l
+			}
+		}
+		return false, "no removal logged"
+	})
+	poll(t, 10*time.Second, "worker added again", listed)
+}
