@@ -277,4 +277,17 @@ func TestRegistryConfig(t *testing.T) {
 	if err := c.Validate(); err == nil {
 		t.Error("empty bucket accepted")
 	}
+	c.Bucket = "b"
+	for _, r := range []struct {
+		d  time.Duration
+		ok bool
+	}{{0, true}, {time.Second, true}, {DefaultResync, true}, {999 * time.Millisecond, false}, {-time.Second, false}} {
+		c.Resync = r.d
+		if err := c.Validate(); (err == nil) != r.ok {
+			t.Errorf("resync %v: %v", r.d, err)
+		}
+	}
+	if d := DefaultRegistryConfig().Resync; d != 30*time.Second {
+		t.Errorf("default resync %v", d)
+	}
 }

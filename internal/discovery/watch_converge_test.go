@@ -434,3 +434,45 @@ func TestWatchWhileCut(t *testing.T) {
 	p.heal()
 	m.waitFor(t, 5*time.Second, "after the cut", map[string]string{"stays": "stays", "added": "added"})
 }
+
+// TestWatchResyncRepairsLostConsumer: the watch's consumer disappears on
+// the server without any reconnect (deleted by an operator, lost by a
+// JetStream cluster), so the watch misses everything after it; the
+// periodic re-read repairs it (the client library alone would notice only
+// after its heartbeat timeout, ~10 s).
+func TestWatchResyncRepairsLostConsumer(t *testing.T) {
+	srv := newNATSOnPort(t)
+	ctx := context.Background()
+	js := connectJS(t, "nats://"+srv.addr())
+	b, err := OpenBucket[WorkerRecord](ctx, js, "reg", 3*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Watch(ctx, ResyncEvery(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := follow(w)
+	defer func() { w.Stop(); <-m.done }()
+	m.waitFor(t, 5*time.Second, "synced", map[string]string{})
+	st, err := js.Stream(ctx, "KV_reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ci := range st.ListConsumers(ctx).Info() {
+		if err := st.DeleteConsumer(ctx, ci.Name); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no consumer to delete")
+	}
+	l, err := b.Keep(ctx, "new", WorkerRecord{Name: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Abandon()
+	m.waitFor(t, 4*time.Second, "after the consumer vanished", map[string]string{"new": "new"})
+}
