@@ -94,7 +94,7 @@ func (s *Service) newPlane() error {
 	var err error
 	switch {
 	case ep.Kind == config.PlaneNATS && ep.Durable:
-		s.dur, err = durable.New(s.cfg.DurableConfig(s.cfg.Router.ID), s.bus.JetStream(), durableIndex{s}, s.reg, s.log.With("component", "durable"))
+		s.dur, err = durable.New(s.cfg.DurableConfig(s.cfg.Router.ID), s.bus.JetStream(), durableIndex{s}, onState, s.reg, s.log.With("component", "durable"))
 	case ep.Kind == config.PlaneNATS:
 		cc := natsevents.DefaultConsumerConfig()
 		cc.Namespace, cc.Component = ep.Namespace, ep.Component
@@ -143,7 +143,6 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		if err := s.retry(ctx, "durable", "starting the durable KV event consumer", s.dur.Start); err != nil {
 			return nil, err
 		}
-		s.workers.durableStarted()
 	}
 	for _, n := range s.staticNotes {
 		s.notifyPlane(n)

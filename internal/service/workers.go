@@ -44,7 +44,6 @@ type workerSet struct {
 	silent time.Duration
 
 	mu      sync.Mutex
-	durable bool // durable mode started: plane workers are EXACT from birth
 	byID    map[kvevent.WorkerID]*workerState
 	names   []kvevent.WorkerID // sorted by name
 
@@ -164,9 +163,6 @@ func (s *workerSet) add(rec discovery.WorkerRecord, src source) *workerState {
 	defer s.mu.Unlock()
 	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: src != sourceNone,
 		plane: src == sourcePlane, planeWhy: "awaiting initial event recovery"}
-	if w.plane && s.durable {
-		w.planeExact, w.planeWhy, w.planeSynced = true, "", true
-	}
 	if src == sourceEngine {
 		for r := range rec.DPSize {
 			w.ranks = append(w.ranks, &rankState{w: w, set: s,
@@ -247,20 +243,6 @@ func (s *workerSet) planeState(id kvevent.WorkerID, st discovery.State, why stri
 		s.log.Debug("worker event stream recovering", "worker", w.name, "reason", why)
 	}
 	s.updateLocked(w)
-}
-
-// durableStarted marks every event-plane worker EXACT: in durable mode the
-// restored snapshot plus the stream are the complete history.
-func (s *workerSet) durableStarted() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.durable = true
-	for _, w := range s.byID {
-		if w.plane {
-			w.planeExact, w.planeWhy, w.planeSynced = true, "", true
-			s.updateLocked(w)
-		}
-	}
 }
 
 // remove forgets worker id (deregistered or expired).

@@ -142,8 +142,11 @@ func (a indexApplier) ApplyEvent(ev kvevent.Event) error {
 }
 
 // New returns a consumer applying to idx; recovery queries go over
-// js.Conn(). reg nil: metrics not exported; log may be nil.
-func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
+// js.Conn(). onState (may be nil) hears every worker's recovery state:
+// DEGRADED while a gap, restart or restore query of one of its ranks is
+// outstanding or its last recovery failed, EXACT otherwise. reg nil:
+// metrics not exported; log may be nil.
+func New(cfg Config, js jetstream.JetStream, idx Index, onState recovery.StateFunc, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -160,7 +163,7 @@ func New(cfg Config, js jetstream.JetStream, idx Index, reg *prometheus.Registry
 	}
 	c := &Consumer{cfg: cfg, js: js, idx: idx, log: log, m: m}
 	q := natsevents.NewQuerier(js.Conn(), cfg.Namespace, cfg.Component)
-	if c.tracker, err = recovery.NewTracker(cfg.Recovery, q, indexApplier{c}, nil, rm, log); err != nil {
+	if c.tracker, err = recovery.NewTracker(cfg.Recovery, q, indexApplier{c}, onState, rm, log); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -105,7 +105,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 		cfg := durable.DefaultConfig()
 		cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.ResetStates = id, 50, 50*time.Millisecond, reset
 		idx := newIndex(t)
-		c, err := durable.New(cfg, js, idx, nil, quiet())
+		c, err := durable.New(cfg, js, idx, nil, nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
