@@ -272,6 +272,7 @@ func TestEventPlaneOptions(t *testing.T) {
 		{[]string{"--component", ""}, "--component"},
 		{[]string{"--router-snapshot-threshold", "0"}, "--router-snapshot-threshold"},
 		{[]string{"--router-replica-resync-interval", "-1s"}, "--router-replica-resync-interval"},
+		{[]string{"--registry-resync", "10ms"}, "resync"},
 		{[]string{"--registry-ttl", "10ms"}, "ttl"},
 		{[]string{"--durable-kv-events"}, "--durable-kv-events needs --router-id"},
 	} {

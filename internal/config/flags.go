@@ -76,6 +76,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&p.Namespace, "namespace", p.Namespace, "event-plane namespace in every NATS subject")
 	fs.StringVar(&p.Component, "component", p.Component, "event-plane component in every NATS subject")
 	p.Registry.BindFlags(fs)
+	fs.DurationVar(&p.Registry.Resync, "registry-resync", p.Registry.Resync, "how often the worker registry is re-read whole to repair changes a watch missed (also after every reconnect); at least 1s")
 	fs.BoolVar(&p.Durable, "durable-kv-events", p.Durable, "read KV events through a JetStream durable consumer with index snapshots")
 	fs.Uint64Var(&p.SnapshotThreshold, "router-snapshot-threshold", p.SnapshotThreshold, "durable mode: snapshot the index and purge when the stream holds more messages than this")
 	fs.BoolVar(&p.ResetStates, "router-reset-states", p.ResetStates, "durable mode: purge the stream and snapshot at start (unsafe while other routers run)")
