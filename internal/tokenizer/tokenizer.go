@@ -2,7 +2,7 @@ package tokenizer
 
 import (
 	"slices"
-	"strings"
+
 	"sync"
 
 	"golang.org/x/text/unicode/norm"
@@ -164,7 +164,7 @@ func (e *encoder) word(w string) {
 	}
 	n := len(e.ids)
 	e.ids = t.model.appendWord(e.ids, w)
-	t.cache.put(strings.Clone(w), slices.Clone(e.ids[n:]))
+	t.cache.put(w, e.ids[n:])
 }
 
 func (t *Tokenizer) normalize(s string) string {

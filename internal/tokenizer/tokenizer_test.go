@@ -443,15 +443,26 @@ func TestConcurrentEncode(t *testing.T) {
 
 func TestCacheBounded(t *testing.T) {
 	c := newWordCache(32)
+	last := map[string]uint32{}
 	for i := 0; i < 1000; i++ {
-		c.put(strings.Repeat("x", i%50)+string(rune('a'+i%26)), []uint32{uint32(i)})
+		w := strings.Repeat("x", i%50) + string(rune('a'+i%26))
+		c.put(w, []uint32{uint32(i), uint32(len(w))})
+		last[w] = uint32(i)
 	}
-	total := 0
-	for i := range c.shards {
-		total += len(c.shards[i].m)
-	}
-	if total > 32 {
+	if total := c.len(); total > 32 || total == 0 {
 		t.Errorf("cache holds %d words, capacity 32", total)
+	}
+	hits := 0
+	for w, i := range last { // whatever is still cached is the last put
+		if ids, ok := c.get(w); ok {
+			hits++
+			if !slices.Equal(ids, []uint32{i, uint32(len(w))}) {
+				t.Errorf("get(%q) = %v, want [%d %d]", w, ids, i, len(w))
+			}
+		}
+	}
+	if hits != c.len() {
+		t.Errorf("%d words found, cache holds %d", hits, c.len())
 	}
 	if newWordCache(0) != nil {
 		t.Error("capacity 0 should disable the cache")
