@@ -64,12 +64,18 @@ func classifySlow(r rune) uint8 {
 	return clsOther
 }
 
-// at decodes the rune at byte offset i and classifies it.
+// at decodes the rune at byte offset i and classifies it. The ASCII case
+// is small enough to be inlined into the scanning loops.
 func at(s string, i int) (r rune, size int, cls uint8) {
 	c := s[i]
 	if c < utf8.RuneSelf {
 		return rune(c), 1, asciiClass[c]
 	}
+	return atRune(s, i)
+}
+
+// atRune is at for a multi-byte character.
+func atRune(s string, i int) (r rune, size int, cls uint8) {
 	r, size = utf8.DecodeRuneInString(s[i:])
 	return r, size, classifySlow(r)
 }
@@ -153,7 +159,14 @@ func (f *fastSplitter) match(s string, i int) int {
 func letters(s string, i int) int {
 	n := i
 	for n < len(s) {
-		_, sz, c := at(s, n)
+		if c := s[n]; c < utf8.RuneSelf { // ASCII: one table lookup
+			if asciiClass[c] != clsLetter {
+				break
+			}
+			n++
+			continue
+		}
+		_, sz, c := atRune(s, n)
 		if c != clsLetter {
 			break
 		}
@@ -166,7 +179,14 @@ func letters(s string, i int) int {
 func others(s string, i int) int {
 	n := i
 	for n < len(s) {
-		_, sz, c := at(s, n)
+		if c := s[n]; c < utf8.RuneSelf { // ASCII: one table lookup
+			if asciiClass[c] != clsOther {
+				break
+			}
+			n++
+			continue
+		}
+		_, sz, c := atRune(s, n)
 		if c != clsOther {
 			break
 		}

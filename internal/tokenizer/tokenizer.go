@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"sync"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 
@@ -131,9 +132,19 @@ func (e *encoder) pretokenize(s string, k int) {
 		return
 	}
 	if f, ok := st.split.(*fastSplitter); ok { // streams, no buffer
+		// Stages that neither split nor add a space (Qwen's ByteLevel
+		// after its Split) are skipped: each piece goes straight on.
+		next := k + 1
+		for next < len(e.t.stages) && !e.t.stages[next].prefixSpace && e.t.stages[next].split == nil {
+			next++
+		}
 		for i := 0; i < len(s); {
 			n := f.match(s, i)
-			e.pretokenize(s[i:i+n], k+1)
+			if next == len(e.t.stages) {
+				e.word(s[i : i+n])
+			} else {
+				e.pretokenize(s[i:i+n], next)
+			}
 			i += n
 		}
 		return
@@ -168,6 +179,9 @@ func (e *encoder) word(w string) {
 }
 
 func (t *Tokenizer) normalize(s string) string {
+	if isASCII(s) { // every normalization form leaves ASCII as it is
+		return s
+	}
 	for _, f := range t.normForms {
 		s = f.String(s)
 	}
@@ -240,4 +254,20 @@ func Default() (*Tokenizer, error) {
 		defaultTok, defaultErr = LoadJSON(b)
 	})
 	return defaultTok, defaultErr
+}
+
+// isASCII reports whether s is all ASCII, eight bytes a step.
+func isASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if (s[i]|s[i+1]|s[i+2]|s[i+3]|s[i+4]|s[i+5]|s[i+6]|s[i+7])&0x80 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
