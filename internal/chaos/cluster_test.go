@@ -87,6 +87,13 @@ type cluster struct {
 	workers []*worker
 	routers []*routerProc
 	bus     *natsServer // nats plane only
+	nc      *nats.Conn  // nats plane only: the suite's own view of the registry
+	// removals records the routers' worker removals (from their logs).
+	removals *removalTap
+
+	mu sync.Mutex
+	// expiries are the registrations that certainly expired so far.
+	expiries []expiry
 }
 
 // worker is one mock vLLM worker process that can crash and come back on
@@ -123,6 +130,8 @@ type routerProc struct {
 	cancel context.CancelFunc
 	done   chan error
 	exited atomic.Bool // Run returned without being stopped
+	// gen counts the router's starts (a new process each time).
+	gen atomic.Uint64
 	// starting records when the router's listener was open but Run was
 	// not serving on it yet.
 	starting windows
@@ -133,8 +142,9 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c := &cluster{cfg: cc, log: log, logs: logs, stats: stats, tok: model.Tokenizer}
+	tap := newRemovalTap()
+	log := slog.New(&tapHandler{inner: slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}), tap: tap})
+	c := &cluster{cfg: cc, log: log, logs: logs, stats: stats, tok: model.Tokenizer, removals: tap}
 	ok := false
 	defer func() {
 		if !ok {
@@ -143,6 +153,9 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 	}()
 	if cc.nats {
 		if c.bus, err = startNATS(filepath.Join(cc.dataDir, "nats-server")); err != nil {
+			return nil, err
+		}
+		if c.nc, err = nats.Connect(c.bus.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)); err != nil {
 			return nil, err
 		}
 	}
@@ -175,6 +188,9 @@ func (c *cluster) close() {
 	for _, w := range c.workers {
 		w.stop()
 		w.proxy.close()
+	}
+	if c.nc != nil {
+		c.nc.Close()
 	}
 	if c.bus != nil {
 		c.bus.stop()
@@ -366,6 +382,7 @@ func (w *worker) resetEngine(ctx context.Context) error {
 }
 
 func (r *routerProc) start() error {
+	r.gen.Add(1)
 	cfg := config.Default()
 	cfg.Port = 0
 	cfg.DataDir = r.c.cfg.dataDir

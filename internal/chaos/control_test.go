@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -54,4 +56,46 @@ func TestInvariantsCanFail(t *testing.T) {
 		t.Fatal("a booked request went unnoticed")
 	}
 	svc.Router().Free("control")
+}
+
+// TestExpiryInvariantCanFail is the negative control of the expiry
+// invariant: a router that never logged the removal of a worker whose
+// registration expired, or logged it outside the expiry's window, is
+// reported; a router restarted since is not held to it. The removals come
+// through the same log handler the fleet uses.
+func TestExpiryInvariantCanFail(t *testing.T) {
+	tap := newRemovalTap()
+	log := slog.New(&tapHandler{inner: slog.NewTextHandler(io.Discard, nil), tap: tap})
+	c := &cluster{removals: tap, routers: []*routerProc{{k: 0}, {k: 1}}}
+	c.routers[0].gen.Store(1)
+	c.routers[1].gen.Store(1)
+	from := time.Now()
+	c.addExpiry(expiry{worker: "mock-1", cause: "test", from: from, back: from.Add(time.Second), knew: map[int]uint64{0: 1, 1: 1}})
+
+	check := func(want bool, what string) {
+		t.Helper()
+		if ok, detail, _, _ := c.expiriesSeen(); ok != want {
+			t.Fatalf("%s: invariant holds = %v, want %v (%s)", what, ok, want, detail)
+		}
+	}
+	check(false, "no router logged the removal")
+	log.With("router", 0).Info(removedMsg, "worker", "mock-1")
+	log.With("router", 1).Info(removedMsg, "worker", "mock-2")
+	check(false, "router 1 removed another worker")
+	log.With("router", 1).Info("worker added", "worker", "mock-1")
+	check(false, "router 1 logged something else")
+	log.With("router", 1).Info(removedMsg, "worker", "mock-1")
+	check(true, "both routers removed it")
+
+	// A removal logged before the heartbeats stopped does not count.
+	from = time.Now().Add(time.Hour)
+	c.addExpiry(expiry{worker: "mock-3", cause: "test", from: from, back: from, knew: map[int]uint64{1: 1}})
+	log.With("router", 1).Info(removedMsg, "worker", "mock-3")
+	check(false, "a removal before the expiry")
+	// Router 1 restarted since: its new process never had the record.
+	c.routers[1].gen.Store(2)
+	check(true, "the router restarted")
+	if _, _, checked, skipped := c.expiriesSeen(); checked != 1 || skipped != 2 {
+		t.Fatalf("checked %d, skipped %d; want 1, 2", checked, skipped)
+	}
 }

@@ -96,9 +96,7 @@ func TestChaosDurableFaults(t *testing.T) {
 		return c.restartWorker(ctx, w1)
 	})
 	c.log.Info("CHAOS healed")
-	eventually(t, 20*time.Second, "routers ready and every worker routable after the last fault", func() (bool, string) {
-		return c.ready()
-	})
+	eventually(t, 20*time.Second, "routers ready, every worker routable and every registration fresh after the last fault", c.settled(ctx))
 	l.halt()
 	halted = true
 	nudge := uint64(0)

@@ -139,10 +139,59 @@ func (w *worker) expire(ctx context.Context, hold time.Duration) error {
 	if lease == nil {
 		return nil
 	}
+	knew := w.c.knowers(w.name)
 	lease.Abandon()
+	from := time.Now() // no heartbeat after this
 	sleep(ctx, registryTTL*2+hold)
 	if !w.running() {
 		return nil
 	}
-	return w.register()
+	if err := w.register(); err != nil {
+		return err
+	}
+	w.c.addExpiry(expiry{worker: w.name, cause: "heartbeats stopped", from: from, back: time.Now(), knew: knew})
+	return nil
+}
+
+// restartNATS stops the NATS server for hold and starts it again. When
+// the server stayed down longer than the TTL, every registration whose
+// heartbeats ran before it certainly expired (its last put came before
+// the stop, the next one after the start): recorded for the invariant.
+func (c *cluster) restartNATS(ctx context.Context, hold time.Duration) error {
+	type leased struct {
+		w     *worker
+		lease *discovery.Lease[discovery.WorkerRecord]
+		knew  map[int]uint64
+	}
+	var ls []leased
+	for _, w := range c.workers {
+		w.mu.Lock()
+		lease := w.lease
+		w.mu.Unlock()
+		if lease != nil {
+			ls = append(ls, leased{w, lease, c.knowers(w.name)})
+		}
+	}
+	c.bus.stop()
+	stopped := time.Now()
+	sleep(ctx, hold)
+	starting := time.Now()
+	if err := c.bus.start(); err != nil {
+		return err
+	}
+	if starting.Sub(stopped) <= registryTTL+50*time.Millisecond { // margin: the server's timestamps
+		return nil
+	}
+	back := time.Now().Add(registryTTL / 3) // the reconnect re-put, or the next heartbeat at the latest
+	for _, l := range ls {
+		l.w.mu.Lock()
+		same := l.w.lease == l.lease
+		l.w.mu.Unlock()
+		if same {
+			c.stats.add("registrations expired during a NATS outage", 1)
+			c.addExpiry(expiry{worker: l.w.name, cause: "NATS down for " + starting.Sub(stopped).Round(time.Millisecond).String(),
+				from: stopped, back: back, knew: l.knew})
+		}
+	}
+	return nil
 }
