@@ -2,10 +2,12 @@ package frontend
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
 )
@@ -239,23 +241,40 @@ func scanIDs(raw []byte, i int) ([]uint32, int, error) {
 		for i < n && isSpace(raw[i]) {
 			i++
 		}
-		start := i
-		var v uint64
-		for i < n {
-			d := raw[i] - '0'
-			if d > 9 {
-				break
-			}
-			v = v*10 + uint64(d)
-			i++
-			if v > math.MaxUint32 {
-				return nil, start, bad("id out of range", start)
+		// Fast path: an id of 1 to 7 digits read eight bytes at a time
+		// (an 8k-id prompt is ~50 KB of them), then its comma.
+		if i+8 <= n {
+			x := binary.LittleEndian.Uint64(raw[i:])
+			if k := leadingDigits(x); k > 0 && k < 8 && (k == 1 || raw[i] != '0') {
+				ids = append(ids, digitsValue(x, k))
+				i += k
+				if raw[i] == ',' {
+					i++
+					continue
+				}
+				goto separator
 			}
 		}
-		if i == start || (raw[start] == '0' && i-start > 1) {
-			return nil, start, bad("not a non-negative integer", start)
+		{
+			start := i
+			var v uint64
+			for i < n {
+				d := raw[i] - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + uint64(d)
+				i++
+				if v > math.MaxUint32 {
+					return nil, start, bad("id out of range", start)
+				}
+			}
+			if i == start || (raw[start] == '0' && i-start > 1) {
+				return nil, start, bad("not a non-negative integer", start)
+			}
+			ids = append(ids, uint32(v))
 		}
-		ids = append(ids, uint32(v))
+	separator:
 		for i < n && isSpace(raw[i]) {
 			i++
 		}
@@ -271,6 +290,34 @@ func scanIDs(raw []byte, i int) ([]uint32, int, error) {
 			return nil, i, bad("unexpected character", i)
 		}
 	}
+}
+
+// Word-at-a-time digit reading: x holds eight input bytes, the first in
+// its lowest byte.
+const (
+	ones   = 0x0101010101010101
+	nibHi  = 0xF0F0F0F0F0F0F0F0
+	digits = 0x3030303030303030
+)
+
+// leadingDigits returns how many of x's bytes, from the first, are ASCII
+// digits (0 to 8). A byte is a digit when its high nibble is 3 both as it
+// is and plus 6 ('0'–'9' but not ':'–'?'); a carry out of a non-digit only
+// disturbs the bytes after it, which are not counted.
+func leadingDigits(x uint64) int {
+	nd := (x&nibHi ^ digits) | ((x+6*ones)&nibHi ^ digits)
+	return bits.TrailingZeros64(nd) / 8
+}
+
+// digitsValue returns the number written by x's first k bytes (1 <= k < 8,
+// all digits): the digits are moved to the top bytes, the lower ones
+// becoming leading zeros, and the eight are combined pairwise by
+// multiplication.
+func digitsValue(x uint64, k int) uint32 {
+	x = (x & 0x0F0F0F0F0F0F0F0F) << (8 * (8 - k))
+	x = (x * (10<<8 + 1)) >> 8 & 0x00FF00FF00FF00FF
+	x = (x * (100<<16 + 1)) >> 16 & 0x0000FFFF0000FFFF
+	return uint32((x * (10000<<32 + 1)) >> 32)
 }
 
 // chatPrompt renders a chat request with the model's template as vLLM's

@@ -2,8 +2,10 @@ package frontend
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,6 +160,51 @@ func TestChatRequestMatchesParseChatRequest(t *testing.T) {
 			got.Stream != want.Stream || (got.AddGenerationPrompt == nil) != (want.AddGenerationPrompt == nil) ||
 			(got.AddGenerationPrompt != nil && *got.AddGenerationPrompt != *want.AddGenerationPrompt) || got.Options().AddGenerationPrompt != want.Options().AddGenerationPrompt {
 			t.Fatalf("%s: got %+v, want %+v", body, got, want)
+		}
+	})
+}
+
+// TestDigitWords checks the word-at-a-time digit reading against a byte
+// loop and strconv, on words mixing digits with their neighbours in ASCII.
+func TestDigitWords(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := rapid.SliceOfN(rapid.SampledFrom([]byte("0123456789/:?,] \xff\x00\xf9")), 8, 8).Draw(t, "word")
+		want := 0
+		for want < 8 && b[want] >= '0' && b[want] <= '9' {
+			want++
+		}
+		x := binary.LittleEndian.Uint64(b)
+		if got := leadingDigits(x); got != want {
+			t.Fatalf("leadingDigits(%q) = %d, want %d", b, got, want)
+		}
+		if want > 0 && want < 8 {
+			v, _ := strconv.ParseUint(string(b[:want]), 10, 32)
+			if got := digitsValue(x, want); got != uint32(v) {
+				t.Fatalf("digitsValue(%q, %d) = %d, want %d", b, want, got, v)
+			}
+		}
+	})
+}
+
+// TestTokenIDsSmall: lists of vocabulary-sized ids (the fast path), with
+// and without white space, decode to themselves.
+func TestTokenIDsSmall(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ids := rapid.SliceOfN(rapid.Uint32Range(0, 9999999), 1, 50).Draw(t, "ids")
+		sep := rapid.SampledFrom([]string{",", ", ", " ,", ",\n"}).Draw(t, "sep")
+		var b bytes.Buffer
+		b.WriteString("[")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			b.WriteString(uitoa(id))
+		}
+		b.WriteString("]")
+		checkTokenIDs(t, b.Bytes())
+		got, err := tokenIDs(b.Bytes())
+		if err != nil || !slices.Equal(got, ids) {
+			t.Fatalf("%q: %v %v", b.String(), got, err)
 		}
 	})
 }
