@@ -49,16 +49,7 @@ func (d *decoder) decode(data []byte) (jinja.Value, error) {
 	return v, nil
 }
 
-func (d *decoder) skipSpace() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
-	}
-}
+func (d *decoder) skipSpace() { d.pos = jsontext.SkipSpace(d.data, d.pos) }
 
 func (d *decoder) syntax(what string) error {
 	if d.pos >= len(d.data) {

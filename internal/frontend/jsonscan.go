@@ -106,16 +106,7 @@ func (s *jscan) peek() byte {
 	return 0
 }
 
-func (s *jscan) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *jscan) ws() { s.i = jsontext.SkipSpace(s.b, s.i) }
 
 func (s *jscan) end() error {
 	s.ws()

@@ -111,3 +111,15 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 }
+
+func TestSkipSpace(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		from int
+		want int
+	}{{"", 0, 0}, {"  \t\r\nx ", 0, 5}, {"x  ", 1, 3}, {"a\v b", 1, 1}, {" \u00a0", 0, 1}} {
+		if got := SkipSpace([]byte(tc.in), tc.from); got != tc.want {
+			t.Errorf("SkipSpace(%q, %d) = %d, want %d", tc.in, tc.from, got, tc.want)
+		}
+	}
+}

@@ -28,16 +28,7 @@ func (s *scanner) errorf(format string, args ...any) error {
 	return fmt.Errorf("%w at byte %d: %s", errJSON, s.i, fmt.Sprintf(format, args...))
 }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *scanner) ws() { s.i = jsontext.SkipSpace(s.b, s.i) }
 
 // peek returns the next non-space byte without consuming it (0 at the end).
 func (s *scanner) peek() byte {
