@@ -186,7 +186,7 @@ func runSchedule(t *testing.T, s schedule) result {
 		})
 		if _, _, checked, skipped := c.expiriesSeen(); checked+skipped > 0 {
 			stats.add("expired registrations seen removed (router × expiry)", checked)
-			stats.add("expired registrations not checkable (router restarted)", skipped)
+			stats.add("expired registrations not checkable (router restarted before logging a removal)", skipped)
 		}
 
 		// Index equals the engines' caches within a bound. A batch lost at
