@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
 // cutProxy forwards TCP connections to a NATS server; cut closes them all
@@ -87,49 +88,6 @@ func (p *cutProxy) heal() {
 	p.down = false
 	p.mu.Unlock()
 }
-
-// natsOnPort is a NATS server that can be stopped and started again on
-// the same port, with JetStream on the same store or without it.
-type natsOnPort struct {
-	t    *testing.T
-	dir  string
-	port int
-	s    *natsserver.Server
-}
-
-func newNATSOnPort(t *testing.T) *natsOnPort {
-	n := &natsOnPort{t: t, dir: t.TempDir(), port: -1}
-	n.start(true)
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsOnPort) start(jetStream bool) {
-	n.t.Helper()
-	o := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
-	if jetStream {
-		o.JetStream, o.StoreDir = true, n.dir
-	}
-	s, err := natsserver.NewServer(o)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats server not ready")
-	}
-	n.s, n.port = s, s.Addr().(*net.TCPAddr).Port
-}
-
-func (n *natsOnPort) stop() {
-	if n.s != nil {
-		n.s.Shutdown()
-		n.s.WaitForShutdown()
-		n.s = nil
-	}
-}
-
-func (n *natsOnPort) addr() string { return fmt.Sprintf("127.0.0.1:%d", n.port) }
 
 func connectJS(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
@@ -226,8 +184,8 @@ func retry(t *testing.T, what string, fn func(ctx context.Context) error) {
 func TestWatchConvergesAfterLostReply(t *testing.T) {
 	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
 	watchTimeout = 500 * time.Millisecond
-	srv := newNATSOnPort(t)
-	url := "nats://" + srv.addr()
+	srv := natstest.StartRestartable(t)
+	url := srv.URL()
 	ctx := context.Background()
 	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", testTTL, nil)
 	if err != nil {
@@ -256,8 +214,8 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	m.waitFor(t, 5*time.Second, "before the restart", map[string]string{"a": "a", "b": "b"})
 
 	// The server restarts as one that swallows every JetStream request.
-	srv.stop()
-	srv.start(false)
+	srv.Stop()
+	srv.Start(false)
 	var swallowed atomic.Int64
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -278,8 +236,8 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 
 	// JetStream is back. One record expires (its owner stopped), one is
 	// deleted, one is new.
-	srv.stop()
-	srv.start(true)
+	srv.Stop()
+	srv.Start(true)
 	expiring.Abandon()
 	retry(t, "deleting b", func(ctx context.Context) error { return deleted.Close(ctx) })
 	var fresh *Lease[WorkerRecord]
@@ -310,8 +268,8 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
 	watchTimeout = 500 * time.Millisecond
 	const ttl = 3 * time.Second // longer than it takes to lose the reply
-	srv := newNATSOnPort(t)
-	url := "nats://" + srv.addr()
+	srv := natstest.StartRestartable(t)
+	url := srv.URL()
 	ctx := context.Background()
 	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", ttl, nil)
 	if err != nil {
@@ -335,8 +293,8 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	first.Abandon()
 
 	// NATS restarts; the first server back answers no JetStream request.
-	srv.stop()
-	srv.start(false)
+	srv.Stop()
+	srv.Start(false)
 	var swallowed atomic.Int64
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -354,8 +312,8 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 		}
 	}
 	nc.Close()
-	srv.stop()
-	srv.start(true)
+	srv.Stop()
+	srv.Start(true)
 
 	// The record expires on the server; its owner registers again.
 	kv, err := connectJS(t, url).KeyValue(ctx, "reg")
@@ -392,10 +350,10 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 func TestWatchWhileCut(t *testing.T) {
 	defer func(d time.Duration) { watchTimeout = d }(watchTimeout)
 	watchTimeout = 500 * time.Millisecond
-	srv := newNATSOnPort(t)
-	p := newCutProxy(t, srv.addr())
+	srv := natstest.StartRestartable(t)
+	p := newCutProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.Port()))
 	ctx := context.Background()
-	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, "nats://"+srv.addr()), "reg", testTTL, nil)
+	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, srv.URL()), "reg", testTTL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,9 +399,9 @@ func TestWatchWhileCut(t *testing.T) {
 // periodic re-read repairs it (the client library alone would notice only
 // after its heartbeat timeout, ~10 s).
 func TestWatchResyncRepairsLostConsumer(t *testing.T) {
-	srv := newNATSOnPort(t)
+	srv := natstest.StartRestartable(t)
 	ctx := context.Background()
-	js := connectJS(t, "nats://"+srv.addr())
+	js := connectJS(t, srv.URL())
 	b, err := OpenBucket[WorkerRecord](ctx, js, "reg", 3*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,56 +2,14 @@ package replica
 
 import (
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
-
-// natsServer is an embedded NATS server (JetStream on) that a test can
-// stop and start again on the same port with the same store.
-type natsServer struct {
-	t    *testing.T
-	dir  string
-	port int
-	srv  *natsserver.Server
-}
-
-func startNATS(t *testing.T) *natsServer {
-	t.Helper()
-	n := &natsServer{t: t, dir: t.TempDir(), port: -1}
-	n.start()
-	n.port = n.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(5 * time.Second) {
-		n.t.Fatal("nats server not ready")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
 
 // outageReplica is a replica for the outage tests: records outlive the
 // outage (TTL 5 s) and the periodic resync is off, so only the
@@ -69,9 +27,9 @@ func outageReplica(t *testing.T, url string, id uint64) *replicaUnderTest {
 // peer's snapshot and frees the phantoms: its load returns to exactly the
 // peer's true state without waiting for the booking expiry.
 func TestSyncConnectionCutReconciles(t *testing.T) {
-	ns := startNATS(t)
-	peer := outageReplica(t, ns.url(), 71)
-	recv := outageReplica(t, ns.url(), 72)
+	ns := natstest.StartRestartable(t)
+	peer := outageReplica(t, ns.URL(), 71)
+	recv := outageReplica(t, ns.URL(), 72)
 	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
 	for i := range 10 {
 		if _, err := peer.s.Route(router.Request{ID: fmt.Sprint("o", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
@@ -85,7 +43,7 @@ func TestSyncConnectionCutReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ns.srv.DisconnectClientByID(cid); err != nil {
+	if err := ns.Server().DisconnectClientByID(cid); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "receiver disconnected", func() bool { return !nc.IsConnected() })
@@ -112,9 +70,9 @@ func TestSyncConnectionCutReconciles(t *testing.T) {
 // whoever reconnects first, the receiver's load converges to exactly the
 // peer's true state.
 func TestSyncServerRestartReconciles(t *testing.T) {
-	ns := startNATS(t)
-	peer := outageReplica(t, ns.url(), 81)
-	recv := outageReplica(t, ns.url(), 82)
+	ns := natstest.StartRestartable(t)
+	peer := outageReplica(t, ns.URL(), 81)
+	recv := outageReplica(t, ns.URL(), 82)
 	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
 	for i := range 12 {
 		if _, err := peer.s.Route(router.Request{ID: fmt.Sprint("n", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
@@ -122,12 +80,12 @@ func TestSyncServerRestartReconciles(t *testing.T) {
 		}
 	}
 	eventually(t, "bookings shared", func() bool { n, _ := loadSum(recv.r); return n == 12 })
-	ns.stop()
+	ns.Stop()
 	for i := range 8 {
 		peer.r.Free(fmt.Sprint("n", i))
 	}
 	peer.r.MarkPrefillCompleted("n9")
-	ns.start()
+	ns.Start(true)
 	eventually(t, "receiver back to the peer's true state", func() bool { return loadDiff(peer.r, recv.r) == "" })
 }
 

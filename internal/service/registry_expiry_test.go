@@ -2,60 +2,17 @@ package service
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
-
-// restartableNATS is an external NATS server that stops and starts again
-// on the same port, with JetStream on the same store or without it.
-type restartableNATS struct {
-	t    *testing.T
-	dir  string
-	port int
-	srv  *natsserver.Server
-}
-
-func newRestartableNATS(t *testing.T) *restartableNATS {
-	n := &restartableNATS{t: t, dir: t.TempDir(), port: -1}
-	n.start(true)
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *restartableNATS) start(jetStream bool) {
-	n.t.Helper()
-	o := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
-	if jetStream {
-		o.JetStream, o.StoreDir = true, n.dir
-	}
-	s, err := natsserver.NewServer(o)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats server not ready")
-	}
-	n.srv, n.port = s, s.Addr().(*net.TCPAddr).Port
-}
-
-func (n *restartableNATS) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
 
 // TestRouterRemovesWorkerExpiredDuringNATSRestart is issue 10 end to end
 // (chaos: a router never logged "worker removed" for a worker whose
@@ -67,8 +24,8 @@ func (n *restartableNATS) stop() {
 // the new registration for a heartbeat.
 func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	const ttl = 3 * time.Second // longer than the lost reply held the old watcher
-	ns := newRestartableNATS(t)
-	cfg := externalNATSConfig(t, ns.port)
+	ns := natstest.StartRestartable(t)
+	cfg := externalNATSConfig(t, ns.Port())
 	cfg.EventPlane.Registry.TTL = ttl
 	r := runService(t, cfg)
 	poll(t, 15*time.Second, "router ready", func() (bool, string) {
@@ -76,7 +33,7 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 		return code == 200, body
 	})
 
-	url := ns.srv.ClientURL()
+	url := ns.URL()
 	js, err := jetstream.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +58,8 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	lease.Abandon()
 
 	// NATS restarts; the first server back swallows JetStream requests.
-	ns.stop()
-	ns.start(false)
+	ns.Stop()
+	ns.Start(false)
 	var swallowed atomic.Int64
 	sw := natstest.Connect(t, url)
 	if _, err := sw.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
@@ -115,8 +72,8 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 		return swallowed.Load() > 0, "no JetStream request yet"
 	})
 	sw.Close()
-	ns.stop()
-	ns.start(true)
+	ns.Stop()
+	ns.Start(true)
 
 	// The record expires on the server; the worker registers again.
 	kv, err := js.KeyValue(ctx, cfg.EventPlane.Registry.Bucket)

@@ -43,9 +43,9 @@ type workerSet struct {
 	log    *slog.Logger
 	silent time.Duration
 
-	mu      sync.Mutex
-	byID    map[kvevent.WorkerID]*workerState
-	names   []kvevent.WorkerID // sorted by name
+	mu    sync.Mutex
+	byID  map[kvevent.WorkerID]*workerState
+	names []kvevent.WorkerID // sorted by name
 
 	// live maps worker ids to their *workerState for the event path's
 	// lock-free touched.

@@ -51,3 +51,32 @@ func TestConnectReconnectsAcrossRestart(t *testing.T) {
 	natstest.StartServer(t, port, true)
 	natstest.WaitFor(t, 10*time.Second, func() bool { return reconnects.Load() > 0 && nc.IsConnected() }, "reconnect")
 }
+
+// TestRestartableKeepsPortAndStore: a Restartable comes back on the same
+// port, and with JetStream its streams survive the restart.
+func TestRestartableKeepsPortAndStore(t *testing.T) {
+	n := natstest.StartRestartable(t)
+	port := n.Port()
+	nc := natstest.Connect(t, n.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.Stop()
+	if n.Server() != nil {
+		t.Fatal("Server() not nil after Stop")
+	}
+	n.Stop() // stopping twice is fine
+	n.Start(true)
+	if n.Port() != port || n.Server() == nil {
+		t.Fatalf("restarted on port %d (was %d), server %v", n.Port(), port, n.Server())
+	}
+	natstest.WaitFor(t, 10*time.Second, func() bool { return nc.IsConnected() }, "client reconnected")
+	if _, err := js.Stream(ctx, "S"); err != nil {
+		t.Fatalf("stream after restart: %v", err)
+	}
+}
