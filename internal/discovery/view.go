@@ -171,6 +171,19 @@ func (v *view) expire(now time.Time) []string {
 	return out
 }
 
+// hold keeps every live key's deadline at least a TTL after now: while
+// the watcher cannot reach the bucket it sees no heartbeats, and a
+// silence it cannot hear is not a record that expired. After the
+// outage the snapshot reports what really left.
+func (v *view) hold(now time.Time) {
+	for k, lk := range v.live {
+		if d := now.Add(v.ttl); lk.deadline.Before(d) {
+			lk.deadline = d
+			v.live[k] = lk
+		}
+	}
+}
+
 // forget drops key (its entry at rev could not be decoded): it is not
 // live, and rev is not reported again.
 func (v *view) forget(key string, rev uint64) {

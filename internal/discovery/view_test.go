@@ -124,6 +124,32 @@ func TestViewLive(t *testing.T) {
 	}
 }
 
+// TestViewHold: a key whose deadline passes while the watcher is held
+// (disconnected) does not expire; it expires a TTL after the last hold if
+// no heartbeat comes, and a heartbeat after the hold keeps it as usual.
+func TestViewHold(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	v := newView(ttl)
+	v.begin()
+	v.end(t0)
+	kind(t, v, entry{key: "a", rev: 1, op: opPut, created: t0}, t0) // deadline t0+1s
+	kind(t, v, entry{key: "b", rev: 2, op: opPut, created: t0}, t0)
+	for ms := 250; ms <= 3000; ms += 250 { // 3 s disconnected
+		v.hold(t0.Add(time.Duration(ms) * time.Millisecond))
+	}
+	if got := v.expire(t0.Add(3500 * time.Millisecond)); len(got) != 0 {
+		t.Fatalf("expired %v half a TTL after the hold ended, want nothing", got)
+	}
+	// b's heartbeat put half a TTL after the last one (server time),
+	// delivered late: live again, no lapse.
+	kind(t, v, entry{key: "b", rev: 3, op: opPut, created: t0.Add(500 * time.Millisecond)}, t0.Add(3600*time.Millisecond))
+	got := v.expire(t0.Add(4001 * time.Millisecond))
+	if !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("expired %v a TTL after the hold ended, want [a] (b had a heartbeat)", got)
+	}
+}
+
 // TestViewConverges checks the view against a model: a bucket of
 // revisions whose records expire a TTL after their last put (server
 // time), watched by a reader that misses everything while blind. After

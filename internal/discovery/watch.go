@@ -83,8 +83,10 @@ func ResyncEvery(d time.Duration) WatchOption {
 // bucket's contents: after every reconnect (and every resync period) the
 // watcher reads the whole bucket again, reports the records it had missed
 // as Put and those that left meanwhile as Deleted or Expired. A record
-// whose heartbeats stop is reported Expired after the TTL even while NATS
-// is unreachable.
+// whose heartbeats stop is reported Expired after the TTL while the
+// connection is up, even if JetStream does not answer; while the
+// connection is down nothing expires (the silence is the outage's), and
+// the re-read after the reconnect settles what left.
 type Watcher[T any] struct {
 	c      chan Change[T]
 	cancel context.CancelFunc
@@ -231,6 +233,16 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 					kw, stop, err := b.openWatch(ctx)
 					out <- opened{kw: kw, stop: stop, err: err}
 				}(opening)
+			}
+			if !b.connected() {
+				// Disconnected, the watcher hears no heartbeats: that
+				// silence is this router's outage, not its workers'. The
+				// deadlines are held a TTL ahead (a fleet is not dropped
+				// for a NATS blip), and after the reconnect the re-read
+				// reports what really left; a record that expired and
+				// came back meanwhile is still told Expired, then Put.
+				v.hold(now)
+				continue
 			}
 			for _, k := range v.expire(now) {
 				if !send(Change[T]{Kind: Expired, Key: k}) {
