@@ -12,45 +12,13 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
-
-// startupNATS is an external NATS server (JetStream on disk) that can be
-// restarted on the same port with the same store.
-type startupNATS struct {
-	t     *testing.T
-	port  int
-	store string
-	srv   *natsserver.Server
-}
-
-func (n *startupNATS) start() {
-	n.t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: n.store})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		n.t.Fatal("nats server not ready")
-	}
-	n.srv, n.port = srv, srv.Addr().(*net.TCPAddr).Port
-}
-
-func (n *startupNATS) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
 
 // TestStartupSurvivesNATSRestart: routers (internal/service) are started
 // while their external NATS server is down; it comes back a random few
@@ -69,10 +37,8 @@ func TestStartupSurvivesNATSRestart(t *testing.T) {
 			t.Logf("logs (tail):\n%s", logs.tail(200))
 		}
 	}()
-	ns := &startupNATS{t: t, port: -1, store: t.TempDir()}
-	ns.start()
-	defer ns.stop()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", ns.port)
+	ns := natstest.StartRestartable(t)
+	url := ns.URL()
 
 	bc := natsbus.DefaultConfig()
 	bc.URL, bc.ReconnectWait = url, 50*time.Millisecond
@@ -113,7 +79,7 @@ func TestStartupSurvivesNATSRestart(t *testing.T) {
 		// The fault: NATS is down when the router starts, comes back,
 		// and restarts once more a moment later, during the router's
 		// start-up steps (connect, subscribe, registry open and watch).
-		ns.stop()
+		ns.Stop()
 		svc, err := service.New(cfg, service.Options{Logger: log.With("router", round), Registry: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatalf("round %d: New: %v", round, err)
@@ -138,11 +104,11 @@ func TestStartupSurvivesNATSRestart(t *testing.T) {
 		}
 
 		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
-		ns.start()
+		ns.Start(true)
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
-		ns.stop()
+		ns.Stop()
 		time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
-		ns.start()
+		ns.Start(true)
 
 		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		deadline := time.Now().Add(30 * time.Second)
