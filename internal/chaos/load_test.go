@@ -141,7 +141,9 @@ func (l *load) record(o outcome, detail string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outs[o]++
-	if o != outOK && len(l.errs) < 20 {
+	// The first few of each kind, so that a rare kind is not hidden
+	// behind twenty of a common one.
+	if o != outOK && l.outs[o] <= 4 && len(l.errs) < 40 {
 		l.errs = append(l.errs, string(o)+": "+detail)
 	}
 }
@@ -175,7 +177,8 @@ func (l *load) do(base string, prompt []uint32, maxTokens int) (outcome, string)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return outHTTP, fmt.Sprintf("%d %s", resp.StatusCode, b)
+		// Counted per status, the body kept as the detail.
+		return outcome(fmt.Sprintf("%s %d", outHTTP, resp.StatusCode)), string(b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -21,6 +21,7 @@ import (
 var (
 	flagSeed      = flag.Uint64("chaos.seed", 0, "replay one schedule with this seed (0: seeds from the clock)")
 	flagSchedules = flag.Int("chaos.schedules", 0, "number of schedules of the long suite (0: its default)")
+	flagKeepLogs  = flag.Bool("chaos.logs", false, "write every schedule's full logs to $TMPDIR/kvrouter-chaos-SEED.log, passed or not")
 )
 
 func TestMain(m *testing.M) {
@@ -104,9 +105,11 @@ func runSchedule(t *testing.T, s schedule) result {
 		onTimeout = func() { _ = pprof.Lookup("goroutine").WriteTo(&stacks, 2) }
 		defer func() { onTimeout = nil }()
 		defer func() {
-			if t.Failed() {
-				t.Logf("REPLAY: go test -tags chaos -race -run '^%s$' ./internal/chaos/ -chaos.seed=%d", strings.Split(t.Name(), "/")[0], s.seed)
-				t.Logf("logs (tail):\n%s", logs.tail(20000))
+			if t.Failed() || *flagKeepLogs {
+				if t.Failed() {
+					t.Logf("REPLAY: go test -tags chaos -race -run '^%s$' ./internal/chaos/ -chaos.seed=%d", strings.Split(t.Name(), "/")[0], s.seed)
+					t.Logf("logs (tail):\n%s", logs.tail(20000))
+				}
 				path := filepath.Join(os.TempDir(), fmt.Sprintf("kvrouter-chaos-%d.log", s.seed))
 				if err := os.WriteFile(path, []byte(logs.tail(64<<20)+"\n\nGOROUTINES AT FAILURE\n"+stacks.String()), 0o644); err == nil {
 					t.Logf("full logs: %s", path)

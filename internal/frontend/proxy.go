@@ -270,11 +270,20 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	if status == http.StatusServiceUnavailable {
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 	}
+	msg := err.Error()
+	if errors.Is(err, scheduler.ErrNoCandidates) {
+		// No worker while the router is still starting (NATS start-up,
+		// registry not read yet) says so: the client and the operator
+		// see why, not only that there is nobody to serve.
+		if rerr := f.ready(); rerr != nil {
+			msg += " (router not ready: " + rerr.Error() + ")"
+		}
+	}
 	if extra == nil {
-		writeError(rw, status, typ, code, "", err.Error())
+		writeError(rw, status, typ, code, "", msg)
 		return status
 	}
-	e := apiErrorInfo{Message: err.Error(), Type: typ}
+	e := apiErrorInfo{Message: msg, Type: typ}
 	if code != "" {
 		e.Code = &code
 	}

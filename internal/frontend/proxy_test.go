@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -436,5 +437,30 @@ func TestWorkerFailsMidStream(t *testing.T) {
 	fl.waitIdle()
 	if got := fl.metric("kvrouter_frontend_lifecycle_calls_total", "op", "free", "result", "ok"); got != 1 {
 		t.Fatalf("free calls %v", got)
+	}
+}
+
+// TestNoWorkerWhileStartingSaysWhy: a router with no worker answers 503
+// with Retry-After; while it is not ready (NATS start-up, registry not
+// read yet) the message carries the readiness reason, so a client sent
+// to it early sees why.
+func TestNoWorkerWhileStartingSaysWhy(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 0})
+	req := map[string]any{"prompt": "hello there", "max_tokens": 1}
+	fl.readyMu.Lock()
+	fl.ready = errors.New("NATS start-up: opening the worker registry")
+	fl.readyMu.Unlock()
+	resp, body := fl.do("POST", "/v1/completions", req)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(body), "router not ready: NATS start-up: opening the worker registry") ||
+		!strings.Contains(string(body), `"code":"no_worker_available"`) {
+		t.Fatalf("while starting: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	fl.readyMu.Lock()
+	fl.ready = nil
+	fl.readyMu.Unlock()
+	resp, body = fl.do("POST", "/v1/completions", req)
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(body), "not ready") {
+		t.Fatalf("ready, still no worker: %d %s", resp.StatusCode, body)
 	}
 }
