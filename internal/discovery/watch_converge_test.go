@@ -165,6 +165,33 @@ func (m *mirror) holds(t *testing.T, d time.Duration, what string, want map[stri
 	}
 }
 
+// restartSwallowingJS restarts srv as a server without JetStream whose
+// JetStream requests a test subscriber swallows (no reply, as when a
+// reply is lost in a restart), and returns once the watcher has sent one
+// after reconnecting. JetStream stays off until the caller restarts srv.
+func restartSwallowingJS(t *testing.T, srv *natstest.Restartable) {
+	t.Helper()
+	srv.Stop()
+	srv.Start(false)
+	var swallowed atomic.Int64
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher sent no JetStream request after reconnecting")
+		}
+	}
+}
+
 // retry runs fn until it succeeds (the connection may be reconnecting).
 func retry(t *testing.T, what string, fn func(ctx context.Context) error) {
 	t.Helper()
@@ -225,25 +252,7 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	m.waitFor(t, 5*time.Second, "before the restart", map[string]string{"a": "a", "b": "b"})
 
 	// The server restarts as one that swallows every JetStream request.
-	srv.Stop()
-	srv.Start(false)
-	var swallowed atomic.Int64
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher sent no JetStream request after reconnecting")
-		}
-	}
-	nc.Close()
+	restartSwallowingJS(t, srv)
 
 	// JetStream is back. One record expires (its owner stopped), one is
 	// deleted, one is new.
@@ -304,25 +313,7 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	first.Abandon()
 
 	// NATS restarts; the first server back answers no JetStream request.
-	srv.Stop()
-	srv.Start(false)
-	var swallowed atomic.Int64
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { swallowed.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher sent no JetStream request after reconnecting")
-		}
-	}
-	nc.Close()
+	restartSwallowingJS(t, srv)
 	srv.Stop()
 	srv.Start(true)
 
