@@ -165,6 +165,29 @@ func (m *mirror) holds(t *testing.T, d time.Duration, what string, want map[stri
 	}
 }
 
+// watching opens a writer's bucket at writerURL and a watcher's at
+// watcherURL (the same server, possibly through a proxy), both with ttl,
+// and follows the watcher until the test ends.
+func watching(t *testing.T, writerURL, watcherURL string, ttl time.Duration) (*Bucket[WorkerRecord], *mirror) {
+	t.Helper()
+	ctx := context.Background()
+	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, writerURL), "reg", ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, watcherURL), "reg", ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rb.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := follow(w)
+	t.Cleanup(func() { w.Stop(); <-m.done })
+	return wb, m
+}
+
 // restartSwallowingJS restarts srv as a server without JetStream whose
 // JetStream requests a test subscriber swallows (no reply, as when a
 // reply is lost in a restart), and returns once the watcher has sent one
@@ -225,20 +248,7 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	srv := natstest.StartRestartable(t)
 	url := srv.URL()
 	ctx := context.Background()
-	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", testTTL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", testTTL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := rb.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := follow(w)
-	defer func() { w.Stop(); <-m.done }()
+	wb, m := watching(t, url, url, testTTL)
 	expiring, err := wb.Keep(ctx, "a", WorkerRecord{Name: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -291,20 +301,7 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	srv := natstest.StartRestartable(t)
 	url := srv.URL()
 	ctx := context.Background()
-	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", ttl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, url), "reg", ttl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := rb.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := follow(w)
-	defer func() { w.Stop(); <-m.done }()
+	wb, m := watching(t, url, url, ttl)
 	first, err := wb.Keep(ctx, "w", WorkerRecord{Name: "first"})
 	if err != nil {
 		t.Fatal(err)
@@ -356,20 +353,7 @@ func TestWatchWhileCut(t *testing.T) {
 	srv := natstest.StartRestartable(t)
 	p := newCutProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.Port()))
 	ctx := context.Background()
-	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, srv.URL()), "reg", testTTL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, p.url()), "reg", testTTL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := rb.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := follow(w)
-	defer func() { w.Stop(); <-m.done }()
+	wb, m := watching(t, srv.URL(), p.url(), testTTL)
 	leases := map[string]*Lease[WorkerRecord]{}
 	for _, k := range []string{"expires", "deleted", "stays"} {
 		l, err := wb.Keep(ctx, k, WorkerRecord{Name: k})
