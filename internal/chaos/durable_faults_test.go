@@ -127,12 +127,8 @@ func TestChaosDurableFaults(t *testing.T) {
 // mode on in every schedule (newNATSSchedule draws it for half of them).
 // -chaos.schedules sets how many (default 6); -chaos.seed replays one.
 func TestChaosServiceDurableLong(t *testing.T) {
-	n := *flagSchedules
-	if n <= 0 {
-		n = 6
-	}
 	var rs []result
-	for _, seed := range seeds(n) {
+	for _, seed := range seeds(longSchedules(6)) {
 		s := newNATSSchedule(seed, 16)
 		s.durable = true
 		rs = append(rs, runSchedule(t, s))
