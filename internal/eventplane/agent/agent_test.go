@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"io"
 	"log/slog"
 	"maps"
@@ -17,17 +16,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
-	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {

@@ -2,14 +2,15 @@ package vllmzmq
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
-	"slices"
 )
 
 // counter is a Handler that counts events and closes done at a target.

@@ -1,7 +1,6 @@
 package zmqevents_test
 
 import (
-	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"io"
 	"log/slog"
 	"maps"
@@ -9,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
