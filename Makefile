@@ -21,7 +21,8 @@ bench:
 
 .PHONY: fuzz-long browser-test
 
-# fuzz: every Fuzz target for FUZZTIME seconds each (default 3; CI runs this).
+# fuzz: every Fuzz target for FUZZTIME seconds each (default 3). Not part of CI
+# (the gate is deterministic): run it before each submission.
 # Crashers land in the package's testdata/fuzz/ and fail the run: commit them.
 fuzz:
 	GO=$(GO) scripts/fuzz.sh $${FUZZTIME:-3}

@@ -28,6 +28,7 @@ pkgs=$($GO list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' 
 
 failed=()
 total=0
+hiccups=0
 start=$(date +%s)
 for pkg in $pkgs; do
   dir=$($GO list -f '{{.Dir}}' "$pkg")
@@ -37,13 +38,15 @@ for pkg in $pkgs; do
     echo "=== fuzz $pkg $t (${secs}s)"
     if ! $GO test -run '^$' -fuzz "^${t}\$" -fuzztime "${secs}s" -parallel 1 "$pkg" >"/tmp/fuzz.$$.log" 2>&1; then
       cat "/tmp/fuzz.$$.log"
-      # A failure that wrote no crasher input is the fuzzing engine itself
-      # (seen once on a saturated machine: "exit status 1" and no input):
-      # run the target once more before counting it.
+      # A failure that wrote no crasher input and says "context deadline
+      # exceeded" is the fuzzing engine itself (its coordinator missing the
+      # -fuzztime deadline on a saturated machine, seen with FuzzDecodeSnapshot
+      # and FuzzSkip): not a finding. Report it and go on; anything else
+      # (a new crasher, a failing seed entry, a build error) fails the run.
       if [ -z "$(git status --porcelain -- "$dir/testdata/fuzz" 2>/dev/null)" ] &&
-        $GO test -run '^$' -fuzz "^${t}\$" -fuzztime "${secs}s" -parallel 1 "$pkg" >"/tmp/fuzz.$$.log" 2>&1; then
-        echo "fuzz.sh: $t failed without a crasher input, then passed on a second run"
-        tail -n 1 "/tmp/fuzz.$$.log"
+        grep -q 'context deadline exceeded' "/tmp/fuzz.$$.log"; then
+        echo "fuzz.sh: $t: fuzzing engine hiccup (deadline exceeded, no crasher input), not counted"
+        hiccups=$((hiccups + 1))
       else
         failed+=("$pkg $t")
       fi
@@ -54,7 +57,7 @@ for pkg in $pkgs; do
 done
 rm -f "/tmp/fuzz.$$.log"
 
-echo "fuzz.sh: $total targets, ${secs}s each, $(( $(date +%s) - start ))s in all"
+echo "fuzz.sh: $total targets, ${secs}s each, $(( $(date +%s) - start ))s in all, $hiccups engine hiccups"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: FAILED:" >&2
   printf '  %s\n' "${failed[@]}" >&2

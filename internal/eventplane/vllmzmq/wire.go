@@ -74,8 +74,11 @@ func OffsetEndpoint(endpoint string, rank int) (string, error) {
 	case strings.HasPrefix(endpoint, "tcp://"):
 		i := strings.LastIndex(endpoint, ":")
 		port, err := strconv.Atoi(endpoint[i+1:])
-		if err != nil || i < len("tcp://") {
-			return "", fmt.Errorf("endpoint %q has no numeric port", endpoint)
+		if p := endpoint[i+1:]; err != nil || i < len("tcp://") || port < 0 || p[0] == '+' || (len(p) > 1 && p[0] == '0') {
+			return "", fmt.Errorf("endpoint %q has no numeric port (decimal, no sign or leading zeros)", endpoint)
+		}
+		if port+rank > 65535 {
+			return "", fmt.Errorf("endpoint %q: port + rank %d exceeds 65535", endpoint, rank)
 		}
 		if port == 0 {
 			return "", fmt.Errorf("endpoint %q: port 0 cannot be offset per rank", endpoint)

@@ -525,7 +525,7 @@ func TestOffsetEndpoint(t *testing.T) {
 			t.Errorf("OffsetEndpoint(%s) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"ipc:///tmp/x", "tcp://host", "tcp://*:0"} {
+	for _, bad := range []string{"ipc:///tmp/x", "tcp://host", "tcp://*:0", "tcp://*:001", "tcp://*:+5", "tcp://*:65535", "tcp://*:"} {
 		if _, err := OffsetEndpoint(bad, 1); err == nil {
 			t.Errorf("OffsetEndpoint(%q) accepted", bad)
 		}

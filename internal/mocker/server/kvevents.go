@@ -93,9 +93,9 @@ func OffsetEndpoint(endpoint string, offset int) (string, error) {
 		return fmt.Sprintf("%s_dp%d", endpoint, offset), nil
 	case strings.HasPrefix(endpoint, "tcp://"):
 		i := strings.LastIndexByte(endpoint, ':')
-		port, err := strconv.Atoi(endpoint[i+1:])
-		if i < len("tcp://") || err != nil || port < 0 || port > 65535 {
-			return "", fmt.Errorf("kv events endpoint %q has no valid port", endpoint)
+		port, ok := parsePort(endpoint[i+1:])
+		if i < len("tcp://") || !ok {
+			return "", fmt.Errorf("kv events endpoint %q has no valid port (want 0..65535 in decimal, no sign or leading zeros)", endpoint)
 		}
 		if port == 0 {
 			return endpoint, nil
@@ -106,4 +106,21 @@ func OffsetEndpoint(endpoint string, offset int) (string, error) {
 		return endpoint[:i+1] + strconv.Itoa(port+offset), nil
 	}
 	return "", fmt.Errorf("kv events endpoint %q: only tcp:// and inproc:// endpoints can be offset per rank", endpoint)
+}
+
+// parsePort reads a TCP port written the one way ZMQ and vLLM agree on:
+// decimal digits, no sign, no leading zeros (so that the endpoint a rank
+// binds is the text the operator wrote), 0..65535.
+func parsePort(s string) (int, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	port := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		port = port*10 + int(s[i]-'0')
+	}
+	return port, port <= 65535
 }

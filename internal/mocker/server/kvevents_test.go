@@ -35,7 +35,7 @@ func TestOffsetEndpoint(t *testing.T) {
 			t.Errorf("OffsetEndpoint(%q, %d) = %q, %v; want %q", c.in, c.off, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"ipc:///x", "tcp://host", "tcp://*:99999", "tcp://*:65535"} {
+	for _, bad := range []string{"ipc:///x", "tcp://host", "tcp://*:99999", "tcp://*:65535", "tcp://:001", "tcp://*:+5", "tcp://*:-0", "tcp://*:"} {
 		if _, err := OffsetEndpoint(bad, 1); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
