@@ -51,7 +51,7 @@ func drain(t testing.TB, e *Engine) []Output {
 }
 
 func TestTimingPolynomials(t *testing.T) {
-	// Worked values of DESIGN.md §3's polynomials.
+	// Worked values of design §3's polynomials.
 	if got, want := PrefillMs(1000), 4.209989e-7*1e6+1.518344e-2*1000+16.50142; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("PrefillMs(1000) = %v, want %v", got, want)
 	}

@@ -36,7 +36,7 @@ type Config struct {
 	// TrackPrefillTokens includes prompt load in the cost; off makes raw
 	// prefill blocks 0. Default true.
 	TrackPrefillTokens bool
-	// PrefillClamp floors the adjusted prefill at zero, as DESIGN §1 has it:
+	// PrefillClamp floors the adjusted prefill at zero, as design §1 has it:
 	// max(raw − credit, 0). Off, the adjusted prefill may go negative, so a
 	// longer cached prefix keeps lowering the cost even where the credit
 	// already covers the prompt and its queue (with a high

@@ -6,7 +6,7 @@
 // tracker, no clock; randomness from a *rand.Rand the caller seeds) lets the
 // simulator compare policies and lets tests check the arithmetic exactly.
 //
-// The kv cost, per eligible candidate w (DESIGN §1, Dynamo's E3 form):
+// The kv cost, per eligible candidate w (design §1, Dynamo's E3 form):
 //
 //	raw_prefill_blocks = (active_prefill_tokens[w] + input_tokens) / block_size   (0 with prefill tracking off)
 //	decay              = 1 / (1 + overlap_score_credit_decay · excess[w])

@@ -9,7 +9,7 @@ import (
 )
 
 // TestKVCostMatchesFormula draws random knobs and candidates and checks
-// every eligible row's cost against DESIGN §1's formula written out
+// every eligible row's cost against design §1's formula written out
 // independently here, and that temperature 0 picks a cheapest row.
 func TestKVCostMatchesFormula(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {

@@ -31,7 +31,7 @@ func costs(d Decision) []float64 {
 	return out
 }
 
-// TestSeedWorkedExample is DESIGN §1's example: raw prefill 10 blocks on
+// TestSeedWorkedExample is design §1's example: raw prefill 10 blocks on
 // each of three workers, device overlap 2 / 5 / 8, decode blocks 10 / 5 / 9,
 // credit 1.0 -> costs 18 / 10 / 11 and the second worker (index 1, "worker 2"
 // counting from one) is chosen.

@@ -19,7 +19,7 @@
 //     a worker are prefix-closed for every request: if block i of a prompt is
 //     active, so are blocks 0..i-1. The new blocks a candidate request would
 //     add on a worker are therefore all blocks from the worker's first missing
-//     block on (DESIGN §2, prefix semantics). Each worker rank keeps its
+//     block on (design §2, prefix semantics). Each worker rank keeps its
 //     running requests' hashes in a radix trie (edges are runs of hashes
 //     shared by reference, nodes count the requests through them), so
 //     booking, freeing and finding the first missing block are walks over

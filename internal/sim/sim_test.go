@@ -128,7 +128,7 @@ func TestOracleReachesBound(t *testing.T) {
 
 // TestPrefillClampOffOnConversation replays the head of the conversation
 // trace at ×4 on the published fleet (8 default engines) with a high credit
-// and prefill load scale: with DESIGN §1's clamp every worker holding a
+// and prefill load scale: with design §1's clamp every worker holding a
 // sixteenth of a conversation's prefix ties with the one holding all of it,
 // so hits are lost; with the clamp off the longer prefix wins and kv comes
 // within a few percent of the shared-pool bound. It also shows the knob

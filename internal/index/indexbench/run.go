@@ -148,7 +148,7 @@ func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
 
 	// 2. Query latency on the final index, one query at a time: the
 	// requests as they are, then cut to their first 256 blocks (the size
-	// the DESIGN target names).
+	// a design §6 target names).
 	var matched int
 	r.QueryP50us, r.QueryP99us, r.QueryP999us, r.QueryCPUMeanus, matched = timeQueries(x, s.Queries, cfg.Queries, 0)
 	r.QueryMeanDepth = float64(matched) / float64(cfg.Queries)
