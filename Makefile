@@ -3,9 +3,12 @@ GO ?= go
 
 .PHONY: test up build bench fuzz
 
-# test: vet, then every test under the race detector. This is what CI runs.
+# test: vet, staticcheck (pinned in go.mod's tool block; with the chaos tag,
+# which only adds files, so the fault suite is checked too), then every test
+# under the race detector. This is what CI runs.
 test:
 	$(GO) vet ./...
+	$(GO) tool staticcheck -tags chaos ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # up: build and start a local fleet on embedded defaults.

@@ -127,7 +127,6 @@ type natsCluster struct {
 	routers []*natsRouter
 	log     *slog.Logger
 	stats   *counters
-	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
 

@@ -134,12 +134,6 @@ func (c *counters) add(k string, n int) {
 	c.mu.Unlock()
 }
 
-func (c *counters) get(k string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[k]
-}
-
 func (c *counters) snapshot() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -266,7 +266,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 			if stop != nil {
 				stop()
 			}
-			kw, stop, updates = o.kw, o.stop, o.kw.Updates()
+			stop, updates = o.stop, o.kw.Updates()
 			v.begin()
 			resnap, lastSnap, failures = false, time.Now(), 0
 		case e, ok := <-updates:

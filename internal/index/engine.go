@@ -250,9 +250,3 @@ func (t *engineTable) each(f func(k uint64, node uint32, refs uint32)) {
 	}
 }
 
-func (t *engineTable) bytes() int64 {
-	if t == nil {
-		return 0
-	}
-	return int64(len(t.slots))*12 + int64(len(t.multi))*16
-}

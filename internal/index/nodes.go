@@ -226,6 +226,3 @@ func (ns *nodes) setMask(n *node, id uint32, mask uint8) uint8 {
 	return oldMask
 }
 
-func (ns *nodes) bytes() int64 {
-	return int64(len(ns.pages))*pageSize*nodeSize + int64(len(ns.extra))*24 + int64(ns.xlen)*4
-}

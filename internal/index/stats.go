@@ -54,18 +54,3 @@ func (x *Index) Stats() Stats {
 	return s
 }
 
-func (s *Stats) add(o Stats) {
-	s.Events += o.Events
-	s.BlockOps += o.BlockOps
-	s.Invalid += o.Invalid
-	s.UnknownParent += o.UnknownParent
-	s.UnknownRemoval += o.UnknownRemoval
-	s.Conflicts += o.Conflicts
-	s.Evicted += o.Evicted
-	s.Expired += o.Expired
-	s.Pruned += o.Pruned
-	s.Nodes += o.Nodes
-	s.Entries += o.Entries
-	s.Workers += o.Workers
-	s.Bytes += o.Bytes
-}

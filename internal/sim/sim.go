@@ -108,13 +108,12 @@ type worker struct {
 }
 
 type flight struct {
-	issued       time.Duration
-	ttft         time.Duration
-	worker       int
-	prompt       int
-	cached       int
-	gotFirst     bool
-	routerBooked bool
+	issued   time.Duration
+	ttft     time.Duration
+	worker   int
+	prompt   int
+	cached   int
+	gotFirst bool
 }
 
 // run is one simulation's state.

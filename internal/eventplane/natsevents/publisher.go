@@ -46,7 +46,6 @@ type Publisher struct {
 
 	mu   sync.Mutex
 	seq  uint64
-	buf  []byte
 	subs []*nats.Subscription
 }
 

@@ -233,7 +233,7 @@ func (w *Worker) checkIDs(ids []int64) ([]uint32, error) {
 	out := make([]uint32, len(ids))
 	for i, v := range ids {
 		if v < 0 || v >= int64(w.tok.VocabSize()) {
-			return nil, fmt.Errorf("Token id %d is out of vocabulary", v)
+			return nil, vllmText(fmt.Sprintf("Token id %d is out of vocabulary", v))
 		}
 		out[i] = uint32(v)
 	}
@@ -242,6 +242,13 @@ func (w *Worker) checkIDs(ids []int64) ([]uint32, error) {
 
 // maxBatchPrompts bounds the prompts of one completions request.
 const maxBatchPrompts = 1024
+
+// vllmText is an error whose text is vLLM's own, word for word (capitals
+// and full stops included), so clients that match on it see what a real
+// engine says; Go's error-string conventions do not apply to it.
+type vllmText string
+
+func (e vllmText) Error() string { return string(e) }
 
 // checkLength applies vLLM's prompt checks.
 func (w *Worker) checkLength(prompts [][]uint32, maxTok int) error {
@@ -254,11 +261,11 @@ func (w *Worker) checkLength(prompts [][]uint32, maxTok int) error {
 	limit := w.cfg.maxModelLen()
 	for _, p := range prompts {
 		if len(p) == 0 {
-			return errors.New("The prompt cannot be empty.")
+			return vllmText("The prompt cannot be empty.")
 		}
 		if len(p)+maxTok > limit {
-			return fmt.Errorf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				limit, len(p)+maxTok, len(p), maxTok)
+			return vllmText(fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				limit, len(p)+maxTok, len(p), maxTok))
 		}
 	}
 	return nil
