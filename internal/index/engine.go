@@ -249,4 +249,3 @@ func (t *engineTable) each(f func(k uint64, node uint32, refs uint32)) {
 		}
 	}
 }
-

@@ -225,4 +225,3 @@ func (ns *nodes) setMask(n *node, id uint32, mask uint8) uint8 {
 	}
 	return oldMask
 }
-

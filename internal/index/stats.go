@@ -53,4 +53,3 @@ func (x *Index) Stats() Stats {
 	}
 	return s
 }
-
