@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -46,7 +46,7 @@ type WorkerEntry struct {
 	// without the /v1 suffix.
 	URL string
 	// Status is its state and reason.
-	Status discovery.Status
+	Status fleet.Status
 	// LastSequence is the last KV event sequence number applied, when
 	// HasSequence.
 	LastSequence uint64

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
@@ -37,7 +37,7 @@ var _ eventRouter = (*router.Router)(nil)
 // (a rank syncing or recovering, or events silent while serving), then
 // EXACT.
 type workerSet struct {
-	dir    *discovery.Directory
+	dir    *fleet.Directory
 	router eventRouter
 	clock  func() time.Time
 	log    *slog.Logger
@@ -151,14 +151,14 @@ func (r *rankState) blockSizeOK(seq uint64, events []kvevent.Event) {
 	s.updateLocked(r.w)
 }
 
-func newWorkerSet(dir *discovery.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
+func newWorkerSet(dir *fleet.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
 	return &workerSet{dir: dir, router: r, clock: clock, log: log, silent: silent, byID: map[kvevent.WorkerID]*workerState{}}
 }
 
 // add registers an accepted worker whose events come from src. It
 // returns the worker's state, with one rank state per dp rank for workers
 // read from their engine's ZMQ stream. Adding a known id replaces it.
-func (s *workerSet) add(rec discovery.WorkerRecord, src source) *workerState {
+func (s *workerSet) add(rec fleet.WorkerRecord, src source) *workerState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: src != sourceNone,
@@ -222,21 +222,21 @@ func (s *workerSet) touched(id kvevent.WorkerID) {
 
 // planeState records the event plane's report on worker id: EXACT once
 // every rank is recovered, DEGRADED with the reason otherwise.
-func (s *workerSet) planeState(id kvevent.WorkerID, st discovery.State, why string) {
+func (s *workerSet) planeState(id kvevent.WorkerID, st fleet.State, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.byID[id]
 	if w == nil || !w.plane {
 		return
 	}
-	w.planeExact = st == discovery.StateExact
+	w.planeExact = st == fleet.StateExact
 	w.planeWhy = why
 	if w.planeExact && !w.planeSynced {
 		w.planeSynced = true
 		s.log.Info("worker event stream synced", "worker", w.name, "event_plane", true)
 	}
 	switch {
-	case st != discovery.StateDegraded:
+	case st != fleet.StateDegraded:
 	case w.planeSynced:
 		s.log.Warn("worker event stream degraded", "worker", w.name, "reason", why)
 	default: // the initial recovery: expected, not a warning
@@ -263,7 +263,7 @@ func (s *workerSet) remove(id kvevent.WorkerID) {
 }
 
 // updated takes a registered worker's new record (its URL may move).
-func (s *workerSet) updated(rec discovery.WorkerRecord) {
+func (s *workerSet) updated(rec fleet.WorkerRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.byID[rec.ID]; w != nil {
@@ -289,12 +289,12 @@ func (r *rankState) StateChanged(c vllmzmq.StateChange) {
 }
 
 // status derives a worker's state and reason from what is known of it.
-func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
+func (s *workerSet) statusLocked(w *workerState) (fleet.State, string) {
 	if w.down {
-		return discovery.StateDown, w.downWhy
+		return fleet.StateDown, w.downWhy
 	}
 	if !w.exact {
-		return discovery.StateApprox, "no event source: approximate mode"
+		return fleet.StateApprox, "no event source: approximate mode"
 	}
 	var why []string
 	if w.plane && !w.planeExact {
@@ -328,9 +328,9 @@ func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
 		why = append(why, fmt.Sprintf("no events for %s while serving requests", fmtDur(s.silent)))
 	}
 	if len(why) > 0 {
-		return discovery.StateDegraded, strings.Join(why, "; ")
+		return fleet.StateDegraded, strings.Join(why, "; ")
 	}
-	return discovery.StateExact, ""
+	return fleet.StateExact, ""
 }
 
 // updateLocked pushes a worker's derived status to the directory, logging
@@ -338,7 +338,7 @@ func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
 func (s *workerSet) updateLocked(w *workerState) {
 	st, why := s.statusLocked(w)
 	old, _ := s.dir.Get(w.id)
-	if old.Status.State == discovery.StateRefused {
+	if old.Status.State == fleet.StateRefused {
 		return
 	}
 	if old.Status.State == st && old.Status.Reason == why && !old.Status.Since.IsZero() {
@@ -347,7 +347,7 @@ func (s *workerSet) updateLocked(w *workerState) {
 	s.dir.SetStatus(w.id, st, why, s.clock())
 	if old.Status.State != st {
 		lvl := slog.LevelInfo
-		if st == discovery.StateDown || st == discovery.StateDegraded {
+		if st == fleet.StateDown || st == fleet.StateDegraded {
 			lvl = slog.LevelWarn
 		}
 		s.log.Log(context.Background(), lvl, "worker state", "worker", w.name, "from", old.Status.State.String(), "to", st.String(), "reason", why)
@@ -461,7 +461,7 @@ func (s *workerSet) List() []frontend.WorkerEntry {
 	return out
 }
 
-func (s *workerSet) entry(w discovery.Worker) frontend.WorkerEntry {
+func (s *workerSet) entry(w fleet.Worker) frontend.WorkerEntry {
 	e := frontend.WorkerEntry{ID: w.Record.ID, Name: w.Record.Name, URL: w.Record.URL, Status: w.Status,
 		SendDPRank: w.Record.DPSize > 1}
 	s.mu.Lock()

@@ -35,4 +35,4 @@
 // resync period and reports the difference (view.go, a pure core), and
 // reports Expired before a put that comes more than the TTL after the
 // previous one (server times): the record expired in between.
-package discovery
+package fleet
