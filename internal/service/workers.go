@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,13 +28,10 @@ var _ eventRouter = (*router.Router)(nil)
 
 // workerSet owns every worker's state. It turns what the event
 // subscribers, the silence watchdog and the health prober observe into one
-// discovery state per worker (EXACT, DEGRADED, APPROX, DOWN; REFUSED is
-// discovery's own), and it is the front door's Directory.
-//
-// Precedence when several things are wrong at once: REFUSED, then DOWN
-// (not routed at all), then APPROX (no events by design), then DEGRADED
-// (a rank syncing or recovering, or events silent while serving), then
-// EXACT.
+// fleet state per worker (EXACT, DEGRADED, APPROX, DOWN; REFUSED is the
+// directory's own), and it is the front door's Directory. It keeps the
+// facts; fleet.Facts.State derives the state from them (precedence
+// documented there).
 type workerSet struct {
 	dir    *fleet.Directory
 	router eventRouter
@@ -288,55 +284,36 @@ func (r *rankState) StateChanged(c vllmzmq.StateChange) {
 	s.updateLocked(r.w)
 }
 
-// status derives a worker's state and reason from what is known of it.
-func (s *workerSet) statusLocked(w *workerState) (fleet.State, string) {
-	if w.down {
-		return fleet.StateDown, w.downWhy
-	}
-	if !w.exact {
-		return fleet.StateApprox, "no event source: approximate mode"
-	}
-	var why []string
-	if w.plane && !w.planeExact {
-		reason := w.planeWhy
-		if reason == "" {
-			reason = "recovering"
+// factsLocked gathers what is known of w for the fleet model to derive
+// its state from.
+func (s *workerSet) factsLocked(w *workerState) fleet.Facts {
+	f := fleet.Facts{Down: w.down, DownReason: w.downWhy, Events: w.exact,
+		Plane: w.plane, PlaneExact: w.planeExact, PlaneReason: w.planeWhy,
+		Silent: w.silent, SilenceWindow: s.silent}
+	if len(w.ranks) > 0 {
+		f.Ranks = make([]fleet.RankFacts, len(w.ranks))
+		for i, r := range w.ranks {
+			f.Ranks[i] = fleet.RankFacts{Rank: r.worker.Rank, Stream: streamState(r.state), Reason: r.reason, BlockSize: r.blockWhy}
 		}
-		why = append(why, reason)
 	}
-	for _, r := range w.ranks {
-		if r.blockWhy != "" {
-			reason := r.blockWhy
-			if len(w.ranks) > 1 {
-				reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
-			}
-			why = append(why, reason)
-		}
-		if r.state == vllmzmq.StateExact {
-			continue
-		}
-		reason := r.reason
-		if r.state == vllmzmq.StateSyncing {
-			reason = "awaiting initial event recovery (" + reason + ")"
-		}
-		if len(w.ranks) > 1 {
-			reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
-		}
-		why = append(why, reason)
+	return f
+}
+
+// streamState maps a subscriber's state onto the fleet model's.
+func streamState(st vllmzmq.State) fleet.StreamState {
+	switch st {
+	case vllmzmq.StateExact:
+		return fleet.StreamExact
+	case vllmzmq.StateDegraded:
+		return fleet.StreamDegraded
 	}
-	if w.silent {
-		why = append(why, fmt.Sprintf("no events for %s while serving requests", fmtDur(s.silent)))
-	}
-	if len(why) > 0 {
-		return fleet.StateDegraded, strings.Join(why, "; ")
-	}
-	return fleet.StateExact, ""
+	return fleet.StreamSyncing
 }
 
 // updateLocked pushes a worker's derived status to the directory, logging
 // transitions.
 func (s *workerSet) updateLocked(w *workerState) {
-	st, why := s.statusLocked(w)
+	st, why := s.factsLocked(w).State()
 	old, _ := s.dir.Get(w.id)
 	if old.Status.State == fleet.StateRefused {
 		return
@@ -372,11 +349,7 @@ func (s *workerSet) checkSilence(active map[kvevent.WorkerID]int, now time.Time)
 		if w.busySince.IsZero() {
 			w.busySince = now
 		}
-		since := time.Unix(0, w.lastEvent.Load())
-		if w.busySince.After(since) {
-			since = w.busySince
-		}
-		if !w.silent && now.Sub(since) >= s.silent {
+		if !w.silent && fleet.Silent(time.Unix(0, w.lastEvent.Load()), w.busySince, now, s.silent) {
 			w.silent = true
 			w.silentFlag.Store(true)
 			s.updateLocked(w)
@@ -479,11 +452,3 @@ func (s *workerSet) entry(w fleet.Worker) frontend.WorkerEntry {
 }
 
 var _ frontend.Directory = (*workerSet)(nil)
-
-// fmtDur renders whole seconds as "60 s" and shorter spans as Go does.
-func fmtDur(d time.Duration) string {
-	if d >= time.Second && d%time.Second == 0 {
-		return fmt.Sprintf("%d s", d/time.Second)
-	}
-	return d.String()
-}
