@@ -58,7 +58,7 @@ type WorkerEntry struct {
 }
 
 // Directory maps router worker ids to where and how the workers are. The
-// composition root implements it from discovery. Both methods must be safe
+// composition root implements it from the fleet directory. Both methods must be safe
 // for concurrent use and must not block on I/O: Lookup is on every
 // request's path.
 type Directory interface {

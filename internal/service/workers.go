@@ -49,7 +49,7 @@ type workerSet struct {
 }
 
 // workerState is what the service tracks about one worker beyond its
-// discovery record.
+// fleet record: the facts its state is derived from.
 type workerState struct {
 	id    kvevent.WorkerID
 	name  string
