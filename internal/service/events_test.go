@@ -177,6 +177,13 @@ func TestBlockSizeMismatchRefused(t *testing.T) {
 	if n := r.metric("kvrouter_worker_state", "worker", "big-blocks", "state", "REFUSED"); n != 1 {
 		t.Fatalf("kvrouter_worker_state{REFUSED} = %v, want 1", n)
 	}
+	// The directory's own series, read at scrape time from Directory.Stats.
+	if n := r.metric("kvrouter_discovery_workers", "state", "REFUSED"); n != 1 {
+		t.Fatalf("kvrouter_discovery_workers{REFUSED} = %v, want 1", n)
+	}
+	if n := r.metric("kvrouter_discovery_workers"); n != 2 {
+		t.Fatalf("kvrouter_discovery_workers summed over states = %v, want 2 (one worker each)", n)
+	}
 	if !strings.Contains(r.logs.String(), "REFUSED") {
 		t.Fatal("no warning logged")
 	}
