@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 func init() {
@@ -30,7 +31,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	nc := natsbus.DefaultConfig()
 	nc.URL = "nats://127.0.0.1:4222"
 	nc.Name = "kvrouter-agent"
-	rc := discovery.DefaultRegistryConfig()
+	rc := registry.DefaultRegistryConfig()
 	var workerID uint64
 	var hash, logLevel string
 	var noRegister, durableEvents bool
@@ -53,7 +54,7 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.StringVar(&cfg.Publisher.Component, "component", cfg.Publisher.Component, "event-plane component")
 	fs.BoolVar(&cfg.Publisher.Bare, "bare-events", false, "publish bare RouterEvents instead of Dynamo's envelope")
 	fs.IntVar(&cfg.BufferEvents, "event-buffer", cfg.BufferEvents, "events kept for recovery queries")
-	fs.StringVar(&hash, "hash-contract", discovery.DefaultHashContract().String(), "block hashing contract of the published local hashes")
+	fs.StringVar(&hash, "hash-contract", fleet.DefaultHashContract().String(), "block hashing contract of the published local hashes")
 	fs.StringVar(&plane, "event-plane", "nats", "nats: RouterEvents on NATS; zmq: RouterEvents on a ZMQ PUB (--publish-endpoint) with recovery on a ROUTER (--query-endpoint), no NATS")
 	fs.StringVar(&cfg.ZMQ.Endpoint, "publish-endpoint", "tcp://*:5600", "ZMQ PUB endpoint for RouterEvents (--event-plane zmq)")
 	fs.StringVar(&cfg.ZMQ.QueryEndpoint, "query-endpoint", "tcp://*:5601", "ZMQ ROUTER endpoint answering recovery queries (--event-plane zmq)")
@@ -95,12 +96,12 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if cfg.Record.URL == "" {
 		return fail("--url is required")
 	}
-	h, err := discovery.ParseHashContract(hash)
+	h, err := fleet.ParseHashContract(hash)
 	if err != nil {
 		return fail("--hash-contract: %v", err)
 	}
 	cfg.Record.Hash = h
-	cfg.Record.ID = discovery.DeriveID(cfg.Record.Name)
+	cfg.Record.ID = fleet.DeriveID(cfg.Record.Name)
 	if workerID != 0 {
 		cfg.Record.ID = kvevent.WorkerID(workerID)
 	}
@@ -132,9 +133,9 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			return fail("%v", err)
 		}
 	}
-	var reg *discovery.Registry
+	var reg *registry.Registry
 	if cfg.Register {
-		if reg, err = discovery.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
+		if reg, err = registry.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
 			return fail("opening the registry: %v", err)
 		}
 	}
@@ -177,19 +178,19 @@ func natsSecretsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) {
 // in process: local indexer first, recovery answers) and registers itself.
 type mockerNATS struct {
 	nats      natsbus.Config
-	registry  discovery.RegistryConfig
+	registry  registry.RegistryConfig
 	namespace string
 	component string
 	durable   bool
 	bus       *natsbus.Bus
-	reg       *discovery.Registry
-	leases    []*discovery.Lease[discovery.WorkerRecord]
+	reg       *registry.Registry
+	leases    []*registry.Lease[fleet.WorkerRecord]
 }
 
 func (m *mockerNATS) bindFlags(fs *flag.FlagSet) {
 	m.nats = natsbus.DefaultConfig()
 	m.nats.URL, m.nats.Name = "nats://127.0.0.1:4222", "kvrouter-mocker"
-	m.registry = discovery.DefaultRegistryConfig()
+	m.registry = registry.DefaultRegistryConfig()
 	pc := natsevents.DefaultPublisherConfig()
 	fs.StringVar(&m.namespace, "namespace", pc.Namespace, "event-plane namespace (--event-plane nats)")
 	fs.StringVar(&m.component, "component", pc.Component, "event-plane component (--event-plane nats)")
@@ -212,7 +213,7 @@ func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	}
-	if m.reg, err = discovery.OpenRegistry(ctx, m.bus.JetStream(), m.registry, log); err != nil {
+	if m.reg, err = registry.OpenRegistry(ctx, m.bus.JetStream(), m.registry, log); err != nil {
 		m.close()
 		return fmt.Errorf("opening the registry: %w", err)
 	}
@@ -231,7 +232,7 @@ func mockerWorkerID(cfg server.Config) uint64 {
 	if cfg.WorkerID != 0 {
 		return cfg.WorkerID
 	}
-	return uint64(discovery.DeriveID(fmt.Sprintf("mocker-%d", cfg.WorkerID)))
+	return uint64(fleet.DeriveID(fmt.Sprintf("mocker-%d", cfg.WorkerID)))
 }
 
 // serve answers w's recovery queries and registers it under url.
@@ -239,10 +240,10 @@ func (m *mockerNATS) serve(ctx context.Context, s *server.NATSSink, w *server.Wo
 	if err := s.Serve(w); err != nil {
 		return err
 	}
-	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(mockerWorkerID(cfg)), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
+	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(mockerWorkerID(cfg)), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
 		Model: cfg.ServedModelName, URL: url, BlockSize: cfg.Engine.BlockSize, DPSize: uint32(cfg.DataParallelSize),
 		KVCapacityBlocks: uint64(cfg.Engine.NumGPUBlocks), MaxBatchedTokens: uint64(cfg.Engine.MaxNumBatchedTokens),
-		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract(), RegisteredBy: "mocker"}
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "mocker"}
 	if rec.Model == "" {
 		rec.Model = cfg.Model
 	}

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -42,7 +43,7 @@ func TestMockerEventPlaneNATS(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reg, err := discovery.OpenRegistry(ctx, js, discovery.DefaultRegistryConfig(), nil)
+	reg, err := registry.OpenRegistry(ctx, js, registry.DefaultRegistryConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,18 +57,18 @@ func TestMockerEventPlaneNATS(t *testing.T) {
 		done <- run(ctx, []string{"mocker", "--event-plane", "nats", "--nats-url", ns.ClientURL(), "--host", "127.0.0.1", "--port", "0",
 			"--block-size", "4", "--speedup-ratio", "1000", "--worker-id", "77", "--log-level", "error"}, nil, io.Discard, io.Discard)
 	}()
-	var rec discovery.WorkerRecord
+	var rec fleet.WorkerRecord
 	for rec.URL == "" {
 		select {
 		case c := <-w.C():
-			if c.Kind == discovery.Put {
+			if c.Kind == fleet.Put {
 				rec = c.Value
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no registration")
 		}
 	}
-	if rec.ID != 77 || rec.Events.Kind != discovery.EventsNATS || rec.BlockSize != 4 {
+	if rec.ID != 77 || rec.Events.Kind != fleet.EventsNATS || rec.BlockSize != 4 {
 		t.Fatalf("record %+v", rec)
 	}
 	resp, err := http.Post(rec.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"a b c d e f g h i","max_tokens":2}`))

@@ -19,10 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -109,8 +110,8 @@ type worker struct {
 	mu     sync.Mutex
 	srv    *server.Worker
 	sink   *faultySink
-	nc     *nats.Conn                               // nats plane
-	lease  *discovery.Lease[discovery.WorkerRecord] // nats plane
+	nc     *nats.Conn                          // nats plane
+	lease  *registry.Lease[fleet.WorkerRecord] // nats plane
 	faults eventFaults
 	cancel context.CancelFunc
 	done   chan error
@@ -161,7 +162,7 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 	}
 	for k := range cc.workers {
 		w := &worker{c: c, k: k, name: fmt.Sprintf("mock-%d", k+1), events: "tcp://127.0.0.1:0", replay: "tcp://127.0.0.1:0"}
-		w.id = uint64(discovery.DeriveID(w.name))
+		w.id = uint64(fleet.DeriveID(w.name))
 		if w.proxy, err = newProxy("127.0.0.1:1"); err != nil {
 			return nil, err
 		}
@@ -306,10 +307,10 @@ func (w *worker) setFaults(f eventFaults) {
 }
 
 // static is the worker as the routers know it: the proxy's URL.
-func (w *worker) static() discovery.StaticWorker {
+func (w *worker) static() fleet.StaticWorker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return discovery.StaticWorker{Name: w.name, URL: "http://" + w.proxy.addr(), Events: w.events, Replay: w.replay,
+	return fleet.StaticWorker{Name: w.name, URL: "http://" + w.proxy.addr(), Events: w.events, Replay: w.replay,
 		Topic: "kv-events", BlockSize: blockSize, KVBlocks: uint64(w.c.cfg.kvBlocks)}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 // removedMsg is the message internal/service logs when a registered
@@ -187,7 +187,7 @@ func (c *cluster) registrationsFresh(ctx context.Context) (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	kv, err := js.KeyValue(ctx, discovery.DefaultRegistryConfig().Bucket)
+	kv, err := js.KeyValue(ctx, registry.DefaultRegistryConfig().Bucket)
 	if err != nil {
 		return false, fmt.Sprintf("registry bucket: %v", err)
 	}
@@ -195,7 +195,7 @@ func (c *cluster) registrationsFresh(ctx context.Context) (bool, string) {
 		if !w.running() {
 			return false, w.name + " is down"
 		}
-		e, err := kv.Get(ctx, discovery.RecordKey(kvevent.WorkerID(w.id)))
+		e, err := kv.Get(ctx, registry.RecordKey(kvevent.WorkerID(w.id)))
 		if err != nil {
 			return false, fmt.Sprintf("%s's registration: %v", w.name, err)
 		}

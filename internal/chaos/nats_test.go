@@ -18,12 +18,12 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
 
@@ -195,7 +195,7 @@ func (c *natsCluster) startRouter() (*natsRouter, error) {
 	r.nc, r.c = nc, cons
 	mu.Unlock()
 	for _, w := range c.workers {
-		cons.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: w.record()}})
+		cons.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: w.record()}})
 	}
 	return r, nil
 }
@@ -206,9 +206,9 @@ func (r *natsRouter) stop() {
 	r.idx.Close()
 }
 
-func (w *natsWorker) record() discovery.WorkerRecord {
-	return discovery.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: fmt.Sprint(w.id), URL: w.url, BlockSize: blockSize, DPSize: 1,
-		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract()}
+func (w *natsWorker) record() fleet.WorkerRecord {
+	return fleet.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: fmt.Sprint(w.id), URL: w.url, BlockSize: blockSize, DPSize: 1,
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract()}
 }
 
 func (c *natsCluster) startWorker(ctx context.Context, k int, seed uint64) error {

@@ -10,10 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 // natsServer is a NATS server with JetStream that a schedule can stop and
@@ -94,18 +95,18 @@ func (w *worker) register() error {
 	w.mu.Lock()
 	nc, url := w.nc, "http://"+w.proxy.addr()
 	w.mu.Unlock()
-	rec := discovery.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: w.name, Model: modelName, URL: url, BlockSize: blockSize,
-		DPSize: 1, KVCapacityBlocks: uint64(w.c.cfg.kvBlocks), Events: discovery.EventSource{Kind: discovery.EventsNATS},
-		Hash: discovery.DefaultHashContract(), RegisteredBy: "chaos"}
+	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: w.name, Model: modelName, URL: url, BlockSize: blockSize,
+		DPSize: 1, KVCapacityBlocks: uint64(w.c.cfg.kvBlocks), Events: fleet.EventSource{Kind: fleet.EventsNATS},
+		Hash: fleet.DefaultHashContract(), RegisteredBy: "chaos"}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	var lease *discovery.Lease[discovery.WorkerRecord]
+	var lease *registry.Lease[fleet.WorkerRecord]
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var reg *discovery.Registry
-		if reg, err = discovery.OpenRegistry(ctx, js, discovery.RegistryConfig{Bucket: discovery.DefaultRegistryConfig().Bucket, TTL: registryTTL}, w.c.log); err == nil {
+		var reg *registry.Registry
+		if reg, err = registry.OpenRegistry(ctx, js, registry.RegistryConfig{Bucket: registry.DefaultRegistryConfig().Bucket, TTL: registryTTL}, w.c.log); err == nil {
 			lease, err = reg.Register(ctx, rec)
 		}
 		cancel()
@@ -160,7 +161,7 @@ func (w *worker) expire(ctx context.Context, hold time.Duration) error {
 func (c *cluster) restartNATS(ctx context.Context, hold time.Duration) error {
 	type leased struct {
 		w     *worker
-		lease *discovery.Lease[discovery.WorkerRecord]
+		lease *registry.Lease[fleet.WorkerRecord]
 		knew  map[int]uint64
 	}
 	var ls []leased

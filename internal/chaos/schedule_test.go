@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 var (
@@ -359,7 +359,7 @@ func (c *cluster) ready() (bool, string) {
 			return false, fmt.Sprintf("router %d knows %d of %d workers", r.k, n, len(c.workers))
 		}
 		for _, w := range svc.Workers() {
-			if w.Status.State != discovery.StateExact {
+			if w.Status.State != fleet.StateExact {
 				return false, fmt.Sprintf("router %d: %s is %s (%s)", r.k, w.Name, w.Status.State, w.Status.Reason)
 			}
 		}

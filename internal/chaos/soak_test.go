@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -80,9 +80,9 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = mock.Wait() }()
-	var static []discovery.StaticWorker
+	var static []fleet.StaticWorker
 	for k := range workers {
-		static = append(static, discovery.StaticWorker{Name: fmt.Sprintf("mock-%d", k+1),
+		static = append(static, fleet.StaticWorker{Name: fmt.Sprintf("mock-%d", k+1),
 			URL: fmt.Sprintf("http://127.0.0.1:%d", httpBase+k), Events: fmt.Sprintf("tcp://127.0.0.1:%d", evBase+k),
 			Replay: fmt.Sprintf("tcp://127.0.0.1:%d", repBase+k), Topic: "kv-events", BlockSize: blockSize, KVBlocks: 16384})
 		eventually(t, 30*time.Second, "mock worker up", func() (bool, string) {

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -49,12 +49,12 @@ func newStallRig(t *testing.T, idle, shutdown time.Duration) *stallRig {
 	fc.Engine.SpeedupRatio = 20 // a few ms per token: streams last seconds
 	fc.Tokenizer = model.Tokenizer
 	fc.Logger = log
-	fleet, err := service.StartFleet(fc)
+	mock, err := service.StartFleet(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fleet.Stop)
-	px, err := newProxy(strings.TrimPrefix(fleet.Workers[0].URL, "http://"))
+	t.Cleanup(mock.Stop)
+	px, err := newProxy(strings.TrimPrefix(mock.Workers[0].URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func newStallRig(t *testing.T, idle, shutdown time.Duration) *stallRig {
 	cfg.DataDir = t.TempDir()
 	cfg.BlockSize = blockSize
 	cfg.EventPlane.Kind = config.PlaneNone
-	cfg.Workers = []discovery.StaticWorker{{Name: "w1", URL: "http://" + px.addr(), BlockSize: blockSize}}
+	cfg.Workers = []fleet.StaticWorker{{Name: "w1", URL: "http://" + px.addr(), BlockSize: blockSize}}
 	cfg.Events.HealthInterval = 0 // the stall would fail the probes too
 	cfg.Frontend.StreamIdleTimeout = idle
 	cfg.Frontend.ShutdownTimeout = shutdown

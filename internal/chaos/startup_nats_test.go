@@ -59,11 +59,11 @@ func TestStartupSurvivesNATSRestart(t *testing.T) {
 	fc.Tokenizer = model.Tokenizer
 	fc.Logger = log.With("side", "mock")
 	fc.Plane, fc.Bus = config.PlaneNATS, bus
-	fleet, err := service.StartFleet(fc)
+	mock, err := service.StartFleet(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fleet.Stop()
+	defer mock.Stop()
 
 	for round := range 2 {
 		cfg := config.Default()

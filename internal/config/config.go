@@ -9,13 +9,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/replica"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -60,7 +61,7 @@ type Config struct {
 	EventPlane EventPlane
 	// Workers is the static worker list (`workers:` in the file, --worker,
 	// KVROUTER_WORKER). Default none.
-	Workers []discovery.StaticWorker
+	Workers []fleet.StaticWorker
 }
 
 // Router holds the router core's knobs.
@@ -193,7 +194,7 @@ type EventPlane struct {
 	// Registry is the NATS KV bucket workers register in and its heartbeat
 	// TTL (--registry-bucket, --registry-ttl). Defaults "kvrouter-workers"
 	// and 10 s.
-	Registry discovery.RegistryConfig
+	Registry registry.RegistryConfig
 	// Durable reads KV events through a JetStream durable consumer with
 	// index snapshots (--durable-kv-events). Default false.
 	Durable bool
@@ -321,7 +322,7 @@ func Default() Config {
 			NATS:                  natsbus.DefaultConfig(),
 			Namespace:             pc.Namespace,
 			Component:             pc.Component,
-			Registry:              discovery.DefaultRegistryConfig(),
+			Registry:              registry.DefaultRegistryConfig(),
 			SnapshotThreshold:     durable.DefaultConfig().SnapshotThreshold,
 			ReplicaResyncInterval: replica.DefaultConfig().ResyncInterval,
 		},
@@ -489,8 +490,8 @@ func (c Config) FrontendConfig() frontend.Config {
 
 // WorkerRecords turns the static list into validated worker records, with
 // --block-size standing in for a worker's absent block size.
-func (c Config) WorkerRecords() ([]discovery.WorkerRecord, error) {
-	return discovery.BuildStatic(c.Workers, c.BlockSize, discovery.DefaultHashContract())
+func (c Config) WorkerRecords() ([]fleet.WorkerRecord, error) {
+	return fleet.BuildStatic(c.Workers, c.BlockSize, fleet.DefaultHashContract())
 }
 
 // validate checks the event plane's values and combinations.

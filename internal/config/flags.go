@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 // Bind registers every option as a flag on fs, writing into c, whose
@@ -83,7 +83,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&p.ReplicaSync, "router-replica-sync", p.ReplicaSync, "share active-request bookings with the other router replicas over NATS")
 	fs.DurationVar(&p.ReplicaResyncInterval, "router-replica-resync-interval", p.ReplicaResyncInterval, "replica sync: how often every peer's snapshot is fetched and reconciled (0: only on reconnects and holes)")
 
-	fs.Var((*discovery.WorkerFlags)(&c.Workers), "worker",
+	fs.Var((*fleet.WorkerFlags)(&c.Workers), "worker",
 		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
 }
 

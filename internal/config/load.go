@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 // MaxFileBytes caps the size of a config file.
@@ -269,7 +269,7 @@ func setFromNode(f *flag.Flag, v *yaml.Node) error {
 // setWorkers appends the worker entries of a `worker:` list, rejecting
 // unknown keys the way the static list parser does.
 func setWorkers(f *flag.Flag, v *yaml.Node) error {
-	wf, ok := f.Value.(*discovery.WorkerFlags)
+	wf, ok := f.Value.(*fleet.WorkerFlags)
 	if !ok {
 		return errors.New("internal: worker flag has an unexpected type")
 	}
@@ -285,7 +285,7 @@ func setWorkers(f *flag.Flag, v *yaml.Node) error {
 	if err != nil {
 		return err
 	}
-	ws, err := discovery.ParseStaticYAML(bytes.NewReader(b))
+	ws, err := fleet.ParseStaticYAML(bytes.NewReader(b))
 	if err != nil {
 		return err
 	}

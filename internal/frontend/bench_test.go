@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -87,7 +87,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 		if err := r.AddWorker(router.WorkerInfo{ID: id, BlockSize: 16, Mode: router.Approximate}); err != nil {
 			b.Fatal(err)
 		}
-		dir.set(WorkerEntry{ID: id, Name: fmt.Sprint("w", i+1), URL: stub.URL, Status: discovery.Status{State: discovery.StateApprox}})
+		dir.set(WorkerEntry{ID: id, Name: fmt.Sprint("w", i+1), URL: stub.URL, Status: fleet.Status{State: fleet.StateApprox}})
 	}
 	f, err := New(DefaultConfig(), Deps{Router: r, Directory: dir, Tokenizer: testTokenizer(b), ChatTemplate: testTemplate(b),
 		Index: router.NewSerial(x), Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -46,7 +46,7 @@ type WorkerEntry struct {
 	// without the /v1 suffix.
 	URL string
 	// Status is its state and reason.
-	Status discovery.Status
+	Status fleet.Status
 	// LastSequence is the last KV event sequence number applied, when
 	// HasSequence.
 	LastSequence uint64
@@ -58,7 +58,7 @@ type WorkerEntry struct {
 }
 
 // Directory maps router worker ids to where and how the workers are. The
-// composition root implements it from discovery. Both methods must be safe
+// composition root implements it from the fleet directory. Both methods must be safe
 // for concurrent use and must not block on I/O: Lookup is on every
 // request's path.
 type Directory interface {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
@@ -143,7 +143,7 @@ func startMock(t testing.TB, id uint64, speedup float64, sinks ...server.EventSi
 }
 
 // fleet is a front door over n mock workers in approximate mode.
-type fleet struct {
+type testFleet struct {
 	t       testing.TB
 	r       *router.Router
 	idx     *router.Serial
@@ -187,7 +187,7 @@ func (s routerSink) Publish(b server.Batch, _ server.Delivery) error {
 func (routerSink) Restart(int)  {}
 func (routerSink) Close() error { return nil }
 
-func newFleet(t testing.TB, o fleetOpt) *fleet {
+func newFleet(t testing.TB, o fleetOpt) *testFleet {
 	t.Helper()
 	if o.speedup == 0 {
 		o.speedup = 1000
@@ -202,17 +202,17 @@ func newFleet(t testing.TB, o fleetOpt) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &fleet{t: t, idx: router.NewSerial(x), dir: &testDir{}, reg: prometheus.NewRegistry()}
+	fl := &testFleet{t: t, idx: router.NewSerial(x), dir: &testDir{}, reg: prometheus.NewRegistry()}
 	fl.r, err = router.New(rc, fl.idx, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range o.workers {
 		id := uint64(i + 1)
-		mode, status := router.Approximate, discovery.Status{State: discovery.StateApprox, Reason: "no events", Since: time.Now()}
+		mode, status := router.Approximate, fleet.Status{State: fleet.StateApprox, Reason: "no events", Since: time.Now()}
 		var sinks []server.EventSink
 		if o.exact {
-			mode, status = router.Exact, discovery.Status{State: discovery.StateExact, Since: time.Now()}
+			mode, status = router.Exact, fleet.Status{State: fleet.StateExact, Since: time.Now()}
 			sinks = append(sinks, routerSink{r: fl.r, id: kvevent.WorkerID(id)})
 		}
 		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: mode, KVCapacityBlocks: 2048}); err != nil {
@@ -248,7 +248,7 @@ func newFleet(t testing.TB, o fleetOpt) *fleet {
 
 // do sends a request to the front door and returns the response with its
 // whole body read.
-func (fl *fleet) do(method, path string, body any, hdr ...string) (*http.Response, []byte) {
+func (fl *testFleet) do(method, path string, body any, hdr ...string) (*http.Response, []byte) {
 	fl.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -285,7 +285,7 @@ func (fl *fleet) do(method, path string, body any, hdr ...string) (*http.Respons
 }
 
 // activeRequests sums the router's running requests.
-func (fl *fleet) activeRequests() int {
+func (fl *testFleet) activeRequests() int {
 	n := 0
 	for _, l := range fl.r.Loads() {
 		n += l.ActiveRequests
@@ -294,7 +294,7 @@ func (fl *fleet) activeRequests() int {
 }
 
 // waitIdle polls until the router tracks no running request.
-func (fl *fleet) waitIdle() {
+func (fl *testFleet) waitIdle() {
 	fl.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for fl.activeRequests() != 0 {
@@ -308,7 +308,7 @@ func (fl *fleet) waitIdle() {
 // metric sums a metric family's samples in the registry (counter and
 // gauge values, histogram sample counts), over the series whose labels
 // include every given name=value pair.
-func (fl *fleet) metric(name string, labels ...string) float64 {
+func (fl *testFleet) metric(name string, labels ...string) float64 {
 	fl.t.Helper()
 	mfs, err := fl.reg.Gather()
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
@@ -39,7 +39,7 @@ func TestSlowClientCannotPinWorker(t *testing.T) {
 		}
 	}))
 	fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(1), Name: "w1", URL: upstream,
-		Status: discovery.Status{State: discovery.StateApprox, Since: time.Now()}})
+		Status: fleet.Status{State: fleet.StateApprox, Since: time.Now()}})
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(fl.front.URL, "http://"))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
@@ -82,7 +82,7 @@ func newStallWorker(t *testing.T, point, chunks int, gap time.Duration) *stallWo
 
 // stallFleet is a front door with one worker, sw, and the given stream
 // idle timeout.
-func stallFleet(t *testing.T, sw *stallWorker, idle time.Duration, cfg func(*Config)) *fleet {
+func stallFleet(t *testing.T, sw *stallWorker, idle time.Duration, cfg func(*Config)) *testFleet {
 	t.Helper()
 	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
 		c.StreamIdleTimeout = idle
@@ -91,7 +91,7 @@ func stallFleet(t *testing.T, sw *stallWorker, idle time.Duration, cfg func(*Con
 		}
 	}})
 	fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(1), Name: "w1", URL: sw.url,
-		Status: discovery.Status{State: discovery.StateApprox, Since: time.Now()}})
+		Status: fleet.Status{State: fleet.StateApprox, Since: time.Now()}})
 	return fl
 }
 
@@ -212,7 +212,7 @@ func TestStreamIdleTimeoutSparesNonStreamingGeneration(t *testing.T) {
 		_, _ = io.WriteString(rw, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"ok"}]}`)
 	}))
 	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.StreamIdleTimeout = 100 * time.Millisecond }})
-	fl.dir.set(WorkerEntry{ID: 1, Name: "w1", URL: url, Status: discovery.Status{State: discovery.StateApprox, Since: time.Now()}})
+	fl.dir.set(WorkerEntry{ID: 1, Name: "w1", URL: url, Status: fleet.Status{State: fleet.StateApprox, Since: time.Now()}})
 	resp, body := fl.do(http.MethodPost, "/v1/completions", map[string]any{"model": testModel, "prompt": "hi", "max_tokens": 5})
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"ok"`) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)

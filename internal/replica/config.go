@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 // Config configures replica sync. Start from DefaultConfig; New calls
@@ -77,8 +77,8 @@ func (c Config) Validate() error {
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("bucket is required"))
 	}
-	if c.TTL < discovery.MinTTL {
-		errs = append(errs, fmt.Errorf("ttl %v below %v", c.TTL, discovery.MinTTL))
+	if c.TTL < registry.MinTTL {
+		errs = append(errs, fmt.Errorf("ttl %v below %v", c.TTL, registry.MinTTL))
 	}
 	if c.QueueSize < 1 {
 		errs = append(errs, fmt.Errorf("queue size %d below 1", c.QueueSize))

@@ -13,15 +13,15 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
-type fleet struct {
+type testFleet struct {
 	clk     *clock
 	hub     *hub
 	routers []*router.Router
 	cores   []*Core
 }
 
-func newFleet(t testing.TB, replicas, workers int, shadows bool) *fleet {
-	f := &fleet{clk: &clock{now: t0}, hub: &hub{t: t}}
+func newFleet(t testing.TB, replicas, workers int, shadows bool) *testFleet {
+	f := &testFleet{clk: &clock{now: t0}, hub: &hub{t: t}}
 	for i := range replicas {
 		r := newTestRouter(t, uint64(100+i), workers, f.clk.Now)
 		c := NewCore(r, CoreConfig{Shadows: shadows, ShadowTTL: 10 * time.Millisecond}, f.hub.emit)
@@ -40,7 +40,7 @@ func newFleet(t testing.TB, replicas, workers int, shadows bool) *fleet {
 // herd sends rounds × replicas identical-prefix requests, each round one
 // per replica "at the same instant" (no event delivered before the whole
 // burst is routed) and returns the per-worker counts.
-func herd(t *testing.T, f *fleet, workers, rounds int) []int {
+func herd(t *testing.T, f *testFleet, workers, rounds int) []int {
 	t.Helper()
 	bs, shared, n := 16, herdShared, herdLen
 	for _, r := range f.routers {
@@ -157,7 +157,7 @@ func TestSplitWorkloadDrainsToZero(t *testing.T) {
 	}
 }
 
-func (f *fleet) tickAll(now time.Time) {
+func (f *testFleet) tickAll(now time.Time) {
 	for _, c := range f.cores {
 		c.Tick(now)
 	}

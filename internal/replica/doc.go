@@ -13,7 +13,7 @@
 // and a full queue drops (and counts) the event.
 //
 // High availability: each replica announces itself with a heartbeat record
-// in a NATS KV bucket (discovery.Bucket). When a record is deleted
+// in a NATS KV bucket (registry.Bucket). When a record is deleted
 // (graceful stop) or expires (crash), the others free every booking that
 // replica made, so a dead router leaves no phantom load; bookings whose
 // Free was lost also expire in the tracker (sequences). A replica that

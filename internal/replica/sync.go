@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -54,8 +55,8 @@ type Sync struct {
 	started  bool
 	closed   bool
 	subs     []*nats.Subscription
-	lease    *discovery.Lease[Record]
-	watcher  *discovery.Watcher[Record]
+	lease    *registry.Lease[Record]
+	watcher  *registry.Watcher[Record]
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	snapshot time.Duration // how long the start-up snapshot took
@@ -148,9 +149,9 @@ func (s *Sync) Start(ctx context.Context) error {
 		_ = s.teardownLocked(context.Background(), false)
 		return err
 	}
-	var bucket *discovery.Bucket[Record]
+	var bucket *registry.Bucket[Record]
 	err := retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = discovery.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
+		bucket, err = registry.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
 		return err
 	})
 	if err != nil {
@@ -180,9 +181,9 @@ func (s *Sync) Start(ctx context.Context) error {
 				return fail(errors.New("replica sync: replica watch ended"))
 			}
 			switch c.Kind {
-			case discovery.Synced:
+			case fleet.Synced:
 				synced = true
-			case discovery.Put:
+			case fleet.Put:
 				if id, err := strconv.ParseUint(c.Key, 10, 64); err == nil && id != self {
 					peers = append(peers, id)
 					s.core.PeerUp(id)
@@ -348,11 +349,11 @@ func (s *Sync) follow() {
 			continue
 		}
 		switch c.Kind {
-		case discovery.Put:
+		case fleet.Put:
 			if s.core.PeerUp(id) {
 				s.flag(id, reasonReturned)
 			}
-		case discovery.Deleted, discovery.Expired:
+		case fleet.Deleted, fleet.Expired:
 			n := s.core.PeerDown(id, time.Now())
 			s.log.Info("replica left; freed its bookings", "peer", id, "how", c.Kind, "bookings", n)
 		}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
@@ -44,7 +44,7 @@ func newBenchFleet(b *testing.B, n int) *benchFleet {
 			b.Fatal(err)
 		}
 		f.pubs = append(f.pubs, p)
-		cfg.Workers = append(cfg.Workers, discovery.StaticWorker{Name: fmt.Sprintf("w%02d", i),
+		cfg.Workers = append(cfg.Workers, fleet.StaticWorker{Name: fmt.Sprintf("w%02d", i),
 			URL: "http://127.0.0.1:1", Events: p.Endpoint(), Replay: p.ReplayEndpoint()})
 	}
 	svc, err := New(cfg, Options{Logger: discardLog()})
@@ -188,7 +188,7 @@ func BenchmarkStoredToQueryable(b *testing.B) {
 				close(bg)
 			}
 			defer func() { cancel(); <-bg }()
-			target := kvevent.Worker{ID: discovery.DeriveID("w00")}
+			target := kvevent.Worker{ID: fleet.DeriveID("w00")}
 			var sc index.Scores
 			// Warm up: a batch the SUB socket publishes before its
 			// subscription reaches the PUB is lost (and replayed once the

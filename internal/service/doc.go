@@ -1,8 +1,8 @@
 // Package service is kvrouter's composition root: it builds a running
 // router process from a config.Config and runs it.
 //
-// What it wires: the static workers (discovery, which refuses a worker
-// whose block size differs from --block-size loudly: log, metric, REFUSED
+// What it wires: the static workers (the fleet directory, which refuses a
+// worker whose block size differs from --block-size loudly: log, metric, REFUSED
 // state); the router core over the concurrent prefix index; one vLLM-format
 // ZMQ subscriber per event-fed worker rank, whose batches go straight into
 // the index; the HTTP front door (OpenAI API, /v1/route, /v1/query,
@@ -13,8 +13,9 @@
 // `kvrouter up` (which adds a mock fleet, see Fleet) and the end-to-end
 // tests, which must run the real thing on loopback ports.
 //
-// Worker state is the service's to own, because it is the only place that
-// sees every signal: the subscriber's stream state per dp rank (SYNCING,
+// Worker state is the service's to gather, because it is the only place
+// that sees every signal (the rules that turn them into a state are the
+// fleet model's, fleet.Facts.State): the subscriber's stream state per dp rank (SYNCING,
 // EXACT, DEGRADED with the reason: a gap being replayed, a gap replay could
 // not cover, an engine restart), the silence watchdog (an event-fed worker
 // with requests running and no event for --kv-events-silent-after is
@@ -32,8 +33,8 @@
 // The event plane (--event-plane, plane.go) decides where each worker's
 // events come from (sourceOf): with nats (the default) the service starts
 // the embedded NATS server (or connects to --nats-url), watches the worker
-// registry and merges it with the static workers (discovery.Directory.
-// Follow), feeds every Added/Updated/Removed notification to the NATS
+// registry and merges it with the static workers (registry.Follow into
+// the fleet.Directory), feeds every Added/Updated/Removed notification to the NATS
 // consumer (natsevents, or durable in --durable-kv-events mode) and to the
 // router's worker set, and asks every worker rank for what it missed after
 // a reconnect; a removed worker's blocks and bookings are dropped. Static

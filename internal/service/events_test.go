@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
 
@@ -164,7 +164,7 @@ func TestEngineRestart(t *testing.T) {
 // is never routed to, and the others are.
 func TestBlockSizeMismatchRefused(t *testing.T) {
 	r := newRig(t, rigOpt{workers: 1, cfg: func(c *config.Config) {
-		c.Workers = append(c.Workers, discovery.StaticWorker{Name: "big-blocks", URL: "http://127.0.0.1:1",
+		c.Workers = append(c.Workers, fleet.StaticWorker{Name: "big-blocks", URL: "http://127.0.0.1:1",
 			Events: "tcp://127.0.0.1:1", BlockSize: 32})
 	}})
 	st := r.workers()["big-blocks"]
@@ -176,6 +176,13 @@ func TestBlockSizeMismatchRefused(t *testing.T) {
 	}
 	if n := r.metric("kvrouter_worker_state", "worker", "big-blocks", "state", "REFUSED"); n != 1 {
 		t.Fatalf("kvrouter_worker_state{REFUSED} = %v, want 1", n)
+	}
+	// The directory's own series, read at scrape time from Directory.Stats.
+	if n := r.metric("kvrouter_discovery_workers", "state", "REFUSED"); n != 1 {
+		t.Fatalf("kvrouter_discovery_workers{REFUSED} = %v, want 1", n)
+	}
+	if n := r.metric("kvrouter_discovery_workers"); n != 2 {
+		t.Fatalf("kvrouter_discovery_workers summed over states = %v, want 2 (one worker each)", n)
 	}
 	if !strings.Contains(r.logs.String(), "REFUSED") {
 		t.Fatal("no warning logged")

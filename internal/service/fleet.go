@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 // FleetConfig describes a fleet of mock vLLM workers on loopback ports, as
@@ -55,8 +56,8 @@ type FleetConfig struct {
 	// and "backend".
 	Namespace, Component string
 	// Registry is the registry bucket and TTL. Default
-	// discovery.DefaultRegistryConfig().
-	Registry discovery.RegistryConfig
+	// registry.DefaultRegistryConfig().
+	Registry registry.RegistryConfig
 	// ChatTemplate renders chat requests on the workers; give them the
 	// router's so that both count the same tokens. Default nil (the mock
 	// server's ChatML fallback).
@@ -70,7 +71,7 @@ type FleetConfig struct {
 func DefaultFleetConfig() FleetConfig {
 	pc := natsevents.DefaultPublisherConfig()
 	return FleetConfig{Workers: 4, Model: server.DefaultConfig().Model, Engine: mocker.DefaultConfig(), Topic: "kv-events",
-		Plane: FleetEngineZMQ, Namespace: pc.Namespace, Component: pc.Component, Registry: discovery.DefaultRegistryConfig()}
+		Plane: FleetEngineZMQ, Namespace: pc.Namespace, Component: pc.Component, Registry: registry.DefaultRegistryConfig()}
 }
 
 // FleetEngineZMQ is the fleet plane where every worker publishes vLLM-format
@@ -82,7 +83,7 @@ type Fleet struct {
 	// Workers are the running workers, in order.
 	Workers []*FleetWorker
 
-	registry *discovery.Registry
+	registry *registry.Registry
 }
 
 // FleetWorker is one running mock worker.
@@ -104,7 +105,7 @@ type FleetWorker struct {
 	Worker *server.Worker
 
 	sink   server.EventSink
-	lease  *discovery.Lease[discovery.WorkerRecord]
+	lease  *registry.Lease[fleet.WorkerRecord]
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -135,7 +136,7 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 		if cfg.Bus == nil {
 			return nil, errors.New("fleet: the nats plane needs a bus")
 		}
-		reg, err := discovery.OpenRegistry(context.Background(), cfg.Bus.JetStream(), cfg.Registry, log)
+		reg, err := registry.OpenRegistry(context.Background(), cfg.Bus.JetStream(), cfg.Registry, log)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
@@ -158,7 +159,7 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 // on events and replay (port 0: a free one), or on the NATS bus.
 func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, events, replay string) (*FleetWorker, error) {
 	name := fmt.Sprintf("mock-%d", k+1)
-	id := uint64(discovery.DeriveID(name))
+	id := uint64(fleet.DeriveID(name))
 	wlog := log.With("worker", name)
 	fw := &FleetWorker{Name: name, Topic: cfg.Topic, done: make(chan error, 1)}
 	var rsink *server.NATSSink
@@ -223,9 +224,9 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 	fw.URL = "http://" + ln.Addr().String()
 	fw.BlockSize, fw.KVBlocks, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, mw
 	if f.registry != nil {
-		rec := discovery.WorkerRecord{ID: kvevent.WorkerID(id), Name: name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
+		rec := fleet.WorkerRecord{ID: kvevent.WorkerID(id), Name: name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
 			DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), MaxBatchedTokens: uint64(sc.Engine.MaxNumBatchedTokens),
-			Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract(), RegisteredBy: "kvrouter up"}
+			Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "kvrouter up"}
 		if fw.lease, err = f.registry.Register(context.Background(), rec); err != nil {
 			ln.Close()
 			mw.CloseSinks()
@@ -278,14 +279,14 @@ func (w *FleetWorker) RestartEngine(ctx context.Context) error {
 
 // Static returns the worker as a static worker entry for the router
 // (workers on the NATS plane register themselves instead).
-func (w *FleetWorker) Static() discovery.StaticWorker {
-	return discovery.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
+func (w *FleetWorker) Static() fleet.StaticWorker {
+	return fleet.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
 		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks)}
 }
 
 // Static returns every worker as static worker entries.
-func (f *Fleet) Static() []discovery.StaticWorker {
-	out := make([]discovery.StaticWorker, 0, len(f.Workers))
+func (f *Fleet) Static() []fleet.StaticWorker {
+	out := make([]fleet.StaticWorker, 0, len(f.Workers))
 	if f.registry != nil {
 		return out
 	}

@@ -3,12 +3,13 @@ package service
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
-// collector reads the worker states, the index's sizes and counters and
-// the router's counters at scrape time, so they cost nothing between
-// scrapes and can never disagree with /v1/workers.
+// collector reads the worker states and the directory's counts, the
+// index's sizes and counters and the router's counters at scrape time, so
+// they cost nothing between scrapes and can never disagree with
+// /v1/workers.
 type collector struct{ s *Service }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -36,14 +37,23 @@ var (
 		"Requests booked by the router.", nil, nil)
 	routerRejectedDesc = prometheus.NewDesc("kvrouter_router_rejected_total",
 		"Routing decisions that failed (no candidates, all busy, bad request).", nil, nil)
+	dirRefusedDesc = prometheus.NewDesc("kvrouter_discovery_workers_refused_total",
+		"Workers refused because they break the router's contract, by reason (block_size, hash_contract).", []string{"reason"}, nil)
+	dirConflictsDesc = prometheus.NewDesc("kvrouter_discovery_conflicts_total",
+		"Registry records ignored because a static worker or another record has the same id or name.", nil, nil)
+	dirInvalidDesc = prometheus.NewDesc("kvrouter_discovery_invalid_records_total",
+		"Registry records that could not be decoded or failed validation.", nil, nil)
+	dirWorkersDesc = prometheus.NewDesc("kvrouter_discovery_workers",
+		"Known workers by state.", []string{"state"}, nil)
 )
 
-var allStates = []discovery.State{discovery.StateExact, discovery.StateDegraded, discovery.StateApprox, discovery.StateDown, discovery.StateRefused}
+var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.StateApprox, fleet.StateDown, fleet.StateRefused}
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
-		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc} {
+		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
+		dirRefusedDesc, dirConflictsDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
 }
@@ -82,4 +92,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	rs := c.s.router.Stats()
 	counter(routerRoutedDesc, rs.Routed)
 	counter(routerRejectedDesc, rs.Rejected)
+	ds := c.s.dir.Stats()
+	for reason, n := range ds.Refused {
+		counter(dirRefusedDesc, n, reason)
+	}
+	counter(dirConflictsDesc, ds.Conflicts)
+	counter(dirInvalidDesc, ds.Invalid)
+	for st, n := range ds.Workers {
+		gauge(dirWorkersDesc, float64(n), fleet.State(st).String())
+	}
 }

@@ -8,8 +8,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestWorkerStateMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newStateSet(t, dpWorker)
-		id := discovery.DeriveID("w2")
+		id := fleet.DeriveID("w2")
 		const limit = 2
 		window := 60 * time.Second
 		// The model.
@@ -82,19 +82,19 @@ func TestWorkerStateMatchesModel(t *testing.T) {
 			case 4: // time passes without a check
 				s.now = s.now.Add(time.Duration(rapid.IntRange(0, 90).Draw(rt, "idle")) * time.Second)
 			}
-			want := discovery.StateExact
+			want := fleet.StateExact
 			switch {
 			case down:
-				want = discovery.StateDown
+				want = fleet.StateDown
 			case ranks[0] != vllmzmq.StateExact || ranks[1] != vllmzmq.StateExact || silent:
-				want = discovery.StateDegraded
+				want = fleet.StateDegraded
 			}
 			got := s.status("w2")
 			if got.State != want {
 				rt.Fatalf("after op %d: state %s (%q), model says %s (ranks %v, down %v, silent %v)",
 					i, got.State, got.Reason, want, ranks, down, silent)
 			}
-			if (got.State == discovery.StateExact) != (got.Reason == "") {
+			if (got.State == fleet.StateExact) != (got.Reason == "") {
 				rt.Fatalf("state %s with reason %q", got.State, got.Reason)
 			}
 			if s.fr.down[id] != down {

@@ -9,13 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/replica"
 )
 
@@ -35,18 +36,18 @@ const (
 // sourceOf decides where rec's events come from under the configured
 // event plane; why explains a worker left in approximate mode although it
 // declares events.
-func (s *Service) sourceOf(rec discovery.WorkerRecord, origin discovery.Origin) (src source, why string) {
+func (s *Service) sourceOf(rec fleet.WorkerRecord, origin fleet.Origin) (src source, why string) {
 	plane := s.cfg.EventPlane.Kind
 	switch {
-	case s.cfg.Router.NoKVEvents || rec.Events.Kind == discovery.EventsNone || rec.Events.Kind == "":
+	case s.cfg.Router.NoKVEvents || rec.Events.Kind == fleet.EventsNone || rec.Events.Kind == "":
 		return sourceNone, ""
-	case rec.Events.Kind == discovery.EventsZMQ && plane == config.PlaneZMQ:
+	case rec.Events.Kind == fleet.EventsZMQ && plane == config.PlaneZMQ:
 		return sourcePlane, ""
-	case rec.Events.Kind == discovery.EventsZMQ && origin == discovery.OriginStatic:
+	case rec.Events.Kind == fleet.EventsZMQ && origin == fleet.OriginStatic:
 		return sourceEngine, ""
-	case rec.Events.Kind == discovery.EventsZMQ:
+	case rec.Events.Kind == fleet.EventsZMQ:
 		return sourceNone, "a registered worker's engine ZMQ stream is not read (run kvrouter agent next to it, or list it with --worker)"
-	case rec.Events.Kind == discovery.EventsNATS && plane == config.PlaneNATS:
+	case rec.Events.Kind == fleet.EventsNATS && plane == config.PlaneNATS:
 		return sourcePlane, ""
 	default:
 		return sourceNone, fmt.Sprintf("the worker publishes on the NATS event plane but this router runs --event-plane %s", plane)
@@ -90,7 +91,7 @@ func (d durableIndex) Flush() error { return d.s.idx.Flush() }
 // startPlane).
 func (s *Service) newPlane() error {
 	ep := s.cfg.EventPlane
-	onState := func(id kvevent.WorkerID, st discovery.State, why string) { s.workers.planeState(id, st, why) }
+	onState := func(id kvevent.WorkerID, st fleet.State, why string) { s.workers.planeState(id, st, why) }
 	var err error
 	switch {
 	case ep.Kind == config.PlaneNATS && ep.Durable:
@@ -169,16 +170,16 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		s.regSynced.Store(true)
 		return nil, nil
 	}
-	var reg *discovery.Registry
+	var reg *registry.Registry
 	err = s.retry(ctx, "registry", "opening the worker registry", func(ctx context.Context) error {
 		var err error
-		reg, err = discovery.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
+		reg, err = registry.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	var w *discovery.Watcher[discovery.WorkerRecord]
+	var w *registry.Watcher[fleet.WorkerRecord]
 	err = s.retry(ctx, "watch", "watching the worker registry", func(ctx context.Context) error {
 		var err error
 		w, err = reg.Watch(ctx)
@@ -189,7 +190,7 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 	}
 	return func() {
 		defer w.Stop()
-		s.dir.Follow(ctx, w, s.onNote, func() {
+		registry.Follow(ctx, s.dir, w, s.onNote, func() {
 			s.regSynced.Store(true)
 			s.log.Info("worker registry synced", "bucket", reg.Bucket().Name())
 		})
@@ -198,16 +199,16 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 
 // onNote folds one registry notification in: the router's worker set, the
 // service's states and the event plane.
-func (s *Service) onNote(n discovery.Notification) {
+func (s *Service) onNote(n fleet.Notification) {
 	rec := n.Worker.Record
 	switch n.Kind {
-	case discovery.Added:
+	case fleet.Added:
 		if err := s.addWorker(rec, n.Worker.Origin); err != nil {
 			s.log.Warn("registered worker not added", "worker", rec.Name, "err", err)
 			return
 		}
 		s.log.Debug("registered worker added", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
-	case discovery.Removed:
+	case fleet.Removed:
 		s.notifyPlane(n) // drops its blocks first
 		if err := s.router.RemoveWorker(rec.ID); err != nil {
 			s.log.Warn("removing worker", "worker", rec.Name, "err", err)
@@ -215,7 +216,7 @@ func (s *Service) onNote(n discovery.Notification) {
 		s.workers.remove(rec.ID)
 		s.log.Info("worker deregistered or expired: removed, its blocks dropped", "worker", rec.Name, "worker_id", uint64(rec.ID))
 		return
-	case discovery.Updated:
+	case fleet.Updated:
 		// Capacity, ranks or URL may have changed; the event source is
 		// the one the worker was added with.
 		src, _ := s.sourceOf(rec, n.Worker.Origin)
@@ -228,8 +229,8 @@ func (s *Service) onNote(n discovery.Notification) {
 }
 
 // notifyPlane hands a notification to the event plane's consumer.
-func (s *Service) notifyPlane(n discovery.Notification) {
-	if n.Kind != discovery.Removed {
+func (s *Service) notifyPlane(n fleet.Notification) {
+	if n.Kind != fleet.Removed {
 		if src, _ := s.sourceOf(n.Worker.Record, n.Worker.Origin); src != sourcePlane {
 			return
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
 
@@ -64,8 +64,8 @@ func TestNATSDiscoveryAndEvents(t *testing.T) {
 			}
 			// An updated registration (more KV blocks) reaches the router.
 			w1 := r.fleet.Workers[1]
-			rec := discovery.WorkerRecord{ID: discovery.DeriveID(w1.Name), Name: w1.Name, URL: w1.URL, BlockSize: w1.BlockSize,
-				DPSize: 1, KVCapacityBlocks: 12345, Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract()}
+			rec := fleet.WorkerRecord{ID: fleet.DeriveID(w1.Name), Name: w1.Name, URL: w1.URL, BlockSize: w1.BlockSize,
+				DPSize: 1, KVCapacityBlocks: 12345, Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract()}
 			if err := w1.lease.Update(t.Context(), rec); err != nil {
 				t.Fatal(err)
 			}

@@ -10,8 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
 // TestRouterRemovesWorkerExpiredDuringNATSRestart is issue 10 end to end
@@ -40,12 +41,12 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reg, err := discovery.OpenRegistry(ctx, js, cfg.EventPlane.Registry, nil)
+	reg, err := registry.OpenRegistry(ctx, js, cfg.EventPlane.Registry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := discovery.WorkerRecord{Name: "w-expiring", URL: "http://127.0.0.1:9", BlockSize: blockSize, DPSize: 1,
-		Events: discovery.EventSource{Kind: discovery.EventsNone}, Hash: discovery.DefaultHashContract(), RegisteredBy: "test"}
+	rec := fleet.WorkerRecord{Name: "w-expiring", URL: "http://127.0.0.1:9", BlockSize: blockSize, DPSize: 1,
+		Events: fleet.EventSource{Kind: fleet.EventsNone}, Hash: fleet.DefaultHashContract(), RegisteredBy: "test"}
 	listed := func() (bool, string) {
 		_, body := r.get(t, "/v1/workers")
 		return strings.Contains(body, rec.Name), body
@@ -81,7 +82,7 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "record expired on the server", func() (bool, string) {
-		_, err := kv.Get(ctx, discovery.RecordKey(discovery.DeriveID(rec.Name)))
+		_, err := kv.Get(ctx, registry.RecordKey(fleet.DeriveID(rec.Name)))
 		return err != nil, "still there"
 	})
 	again, err := reg.Register(ctx, rec)

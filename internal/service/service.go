@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
@@ -52,7 +52,7 @@ type Service struct {
 
 	idx     *index.Concurrent
 	router  *router.Router
-	dir     *discovery.Directory
+	dir     *fleet.Directory
 	workers *workerSet
 	front   *frontend.Frontend
 	ranks   []*rankState
@@ -66,7 +66,7 @@ type Service struct {
 	rs          *replica.Sync // written by the NATS start-up, read after it
 	fr          *frontRouter  // the front door's router with replica sync
 	unhook      func()
-	staticNotes []discovery.Notification
+	staticNotes []fleet.Notification
 	regSynced   atomic.Bool
 	planeOnce   sync.Once
 
@@ -117,8 +117,8 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("static workers: %w", err)
 	}
-	expect := discovery.Expect{BlockSize: cfg.BlockSize, Hash: discovery.DefaultHashContract()}
-	dir, notes, err := discovery.NewDirectory(expect, recs, s.reg, s.log, s.clock())
+	expect := fleet.Expect{BlockSize: cfg.BlockSize, Hash: fleet.DefaultHashContract()}
+	dir, notes, err := fleet.NewDirectory(expect, recs, s.log, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("building the worker directory: %w", err)
 	}
@@ -174,7 +174,7 @@ func New(cfg config.Config, o Options) (*Service, error) {
 		}
 	}
 	for _, n := range notes {
-		if n.Kind != discovery.Added {
+		if n.Kind != fleet.Added {
 			continue
 		}
 		if err := s.addWorker(n.Worker.Record, n.Worker.Origin); err != nil {
@@ -213,7 +213,7 @@ func New(cfg config.Config, o Options) (*Service, error) {
 // and, when its events are the engine's own ZMQ stream, prepares one
 // subscriber per dp rank (started by Run; only static workers have one).
 // Event-plane workers are handed to the plane's consumer by the caller.
-func (s *Service) addWorker(rec discovery.WorkerRecord, origin discovery.Origin) error {
+func (s *Service) addWorker(rec fleet.WorkerRecord, origin fleet.Origin) error {
 	src, why := s.sourceOf(rec, origin)
 	if why != "" {
 		s.log.Warn("worker declares KV events this router does not read: routed in approximate mode", "worker", rec.Name, "reason", why)
@@ -257,7 +257,7 @@ func (s *Service) addWorker(rec discovery.WorkerRecord, origin discovery.Origin)
 
 // workerInfo is what the router core needs of a worker whose events come
 // from src.
-func workerInfo(rec discovery.WorkerRecord, src source) router.WorkerInfo {
+func workerInfo(rec fleet.WorkerRecord, src source) router.WorkerInfo {
 	mode := router.Approximate
 	if src != sourceNone {
 		mode = router.Exact

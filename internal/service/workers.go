@@ -6,13 +6,12 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
@@ -29,15 +28,12 @@ var _ eventRouter = (*router.Router)(nil)
 
 // workerSet owns every worker's state. It turns what the event
 // subscribers, the silence watchdog and the health prober observe into one
-// discovery state per worker (EXACT, DEGRADED, APPROX, DOWN; REFUSED is
-// discovery's own), and it is the front door's Directory.
-//
-// Precedence when several things are wrong at once: REFUSED, then DOWN
-// (not routed at all), then APPROX (no events by design), then DEGRADED
-// (a rank syncing or recovering, or events silent while serving), then
-// EXACT.
+// fleet state per worker (EXACT, DEGRADED, APPROX, DOWN; REFUSED is the
+// directory's own), and it is the front door's Directory. It keeps the
+// facts; fleet.Facts.State derives the state from them (precedence
+// documented there).
 type workerSet struct {
-	dir    *discovery.Directory
+	dir    *fleet.Directory
 	router eventRouter
 	clock  func() time.Time
 	log    *slog.Logger
@@ -53,7 +49,7 @@ type workerSet struct {
 }
 
 // workerState is what the service tracks about one worker beyond its
-// discovery record.
+// fleet record: the facts its state is derived from.
 type workerState struct {
 	id    kvevent.WorkerID
 	name  string
@@ -151,14 +147,14 @@ func (r *rankState) blockSizeOK(seq uint64, events []kvevent.Event) {
 	s.updateLocked(r.w)
 }
 
-func newWorkerSet(dir *discovery.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
+func newWorkerSet(dir *fleet.Directory, r eventRouter, clock func() time.Time, log *slog.Logger, silent time.Duration) *workerSet {
 	return &workerSet{dir: dir, router: r, clock: clock, log: log, silent: silent, byID: map[kvevent.WorkerID]*workerState{}}
 }
 
 // add registers an accepted worker whose events come from src. It
 // returns the worker's state, with one rank state per dp rank for workers
 // read from their engine's ZMQ stream. Adding a known id replaces it.
-func (s *workerSet) add(rec discovery.WorkerRecord, src source) *workerState {
+func (s *workerSet) add(rec fleet.WorkerRecord, src source) *workerState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &workerState{id: rec.ID, name: rec.Name, url: rec.URL, dp: rec.DPSize > 1, exact: src != sourceNone,
@@ -222,21 +218,21 @@ func (s *workerSet) touched(id kvevent.WorkerID) {
 
 // planeState records the event plane's report on worker id: EXACT once
 // every rank is recovered, DEGRADED with the reason otherwise.
-func (s *workerSet) planeState(id kvevent.WorkerID, st discovery.State, why string) {
+func (s *workerSet) planeState(id kvevent.WorkerID, st fleet.State, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.byID[id]
 	if w == nil || !w.plane {
 		return
 	}
-	w.planeExact = st == discovery.StateExact
+	w.planeExact = st == fleet.StateExact
 	w.planeWhy = why
 	if w.planeExact && !w.planeSynced {
 		w.planeSynced = true
 		s.log.Info("worker event stream synced", "worker", w.name, "event_plane", true)
 	}
 	switch {
-	case st != discovery.StateDegraded:
+	case st != fleet.StateDegraded:
 	case w.planeSynced:
 		s.log.Warn("worker event stream degraded", "worker", w.name, "reason", why)
 	default: // the initial recovery: expected, not a warning
@@ -263,7 +259,7 @@ func (s *workerSet) remove(id kvevent.WorkerID) {
 }
 
 // updated takes a registered worker's new record (its URL may move).
-func (s *workerSet) updated(rec discovery.WorkerRecord) {
+func (s *workerSet) updated(rec fleet.WorkerRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.byID[rec.ID]; w != nil {
@@ -288,57 +284,38 @@ func (r *rankState) StateChanged(c vllmzmq.StateChange) {
 	s.updateLocked(r.w)
 }
 
-// status derives a worker's state and reason from what is known of it.
-func (s *workerSet) statusLocked(w *workerState) (discovery.State, string) {
-	if w.down {
-		return discovery.StateDown, w.downWhy
-	}
-	if !w.exact {
-		return discovery.StateApprox, "no event source: approximate mode"
-	}
-	var why []string
-	if w.plane && !w.planeExact {
-		reason := w.planeWhy
-		if reason == "" {
-			reason = "recovering"
+// factsLocked gathers what is known of w for the fleet model to derive
+// its state from.
+func (s *workerSet) factsLocked(w *workerState) fleet.Facts {
+	f := fleet.Facts{Down: w.down, DownReason: w.downWhy, Events: w.exact,
+		Plane: w.plane, PlaneExact: w.planeExact, PlaneReason: w.planeWhy,
+		Silent: w.silent, SilenceWindow: s.silent}
+	if len(w.ranks) > 0 {
+		f.Ranks = make([]fleet.RankFacts, len(w.ranks))
+		for i, r := range w.ranks {
+			f.Ranks[i] = fleet.RankFacts{Rank: r.worker.Rank, Stream: streamState(r.state), Reason: r.reason, BlockSize: r.blockWhy}
 		}
-		why = append(why, reason)
 	}
-	for _, r := range w.ranks {
-		if r.blockWhy != "" {
-			reason := r.blockWhy
-			if len(w.ranks) > 1 {
-				reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
-			}
-			why = append(why, reason)
-		}
-		if r.state == vllmzmq.StateExact {
-			continue
-		}
-		reason := r.reason
-		if r.state == vllmzmq.StateSyncing {
-			reason = "awaiting initial event recovery (" + reason + ")"
-		}
-		if len(w.ranks) > 1 {
-			reason = fmt.Sprintf("dp rank %d: %s", r.worker.Rank, reason)
-		}
-		why = append(why, reason)
+	return f
+}
+
+// streamState maps a subscriber's state onto the fleet model's.
+func streamState(st vllmzmq.State) fleet.StreamState {
+	switch st {
+	case vllmzmq.StateExact:
+		return fleet.StreamExact
+	case vllmzmq.StateDegraded:
+		return fleet.StreamDegraded
 	}
-	if w.silent {
-		why = append(why, fmt.Sprintf("no events for %s while serving requests", fmtDur(s.silent)))
-	}
-	if len(why) > 0 {
-		return discovery.StateDegraded, strings.Join(why, "; ")
-	}
-	return discovery.StateExact, ""
+	return fleet.StreamSyncing
 }
 
 // updateLocked pushes a worker's derived status to the directory, logging
 // transitions.
 func (s *workerSet) updateLocked(w *workerState) {
-	st, why := s.statusLocked(w)
+	st, why := s.factsLocked(w).State()
 	old, _ := s.dir.Get(w.id)
-	if old.Status.State == discovery.StateRefused {
+	if old.Status.State == fleet.StateRefused {
 		return
 	}
 	if old.Status.State == st && old.Status.Reason == why && !old.Status.Since.IsZero() {
@@ -347,7 +324,7 @@ func (s *workerSet) updateLocked(w *workerState) {
 	s.dir.SetStatus(w.id, st, why, s.clock())
 	if old.Status.State != st {
 		lvl := slog.LevelInfo
-		if st == discovery.StateDown || st == discovery.StateDegraded {
+		if st == fleet.StateDown || st == fleet.StateDegraded {
 			lvl = slog.LevelWarn
 		}
 		s.log.Log(context.Background(), lvl, "worker state", "worker", w.name, "from", old.Status.State.String(), "to", st.String(), "reason", why)
@@ -372,11 +349,7 @@ func (s *workerSet) checkSilence(active map[kvevent.WorkerID]int, now time.Time)
 		if w.busySince.IsZero() {
 			w.busySince = now
 		}
-		since := time.Unix(0, w.lastEvent.Load())
-		if w.busySince.After(since) {
-			since = w.busySince
-		}
-		if !w.silent && now.Sub(since) >= s.silent {
+		if !w.silent && fleet.Silent(time.Unix(0, w.lastEvent.Load()), w.busySince, now, s.silent) {
 			w.silent = true
 			w.silentFlag.Store(true)
 			s.updateLocked(w)
@@ -461,7 +434,7 @@ func (s *workerSet) List() []frontend.WorkerEntry {
 	return out
 }
 
-func (s *workerSet) entry(w discovery.Worker) frontend.WorkerEntry {
+func (s *workerSet) entry(w fleet.Worker) frontend.WorkerEntry {
 	e := frontend.WorkerEntry{ID: w.Record.ID, Name: w.Record.Name, URL: w.Record.URL, Status: w.Status,
 		SendDPRank: w.Record.DPSize > 1}
 	s.mu.Lock()
@@ -479,11 +452,3 @@ func (s *workerSet) entry(w discovery.Worker) frontend.WorkerEntry {
 }
 
 var _ frontend.Directory = (*workerSet)(nil)
-
-// fmtDur renders whole seconds as "60 s" and shorter spans as Go does.
-func fmtDur(d time.Duration) string {
-	if d >= time.Second && d%time.Second == 0 {
-		return fmt.Sprintf("%d s", d/time.Second)
-	}
-	return d.String()
-}

@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
+	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/nats-io/nats.go"
 )
 
@@ -23,7 +24,7 @@ type Config struct {
 	// 0), Name, URL and BlockSize are required; DPStart/DPSize say which
 	// ranks the engine runs (DPSize default 1). Events is set by the agent
 	// (kind nats).
-	Record discovery.WorkerRecord
+	Record fleet.WorkerRecord
 	// Endpoint is the engine's ZMQ PUB endpoint of rank DPStart, e.g.
 	// "tcp://127.0.0.1:5557"; rank DPStart+r listens on port + r. Required.
 	Endpoint string
@@ -49,7 +50,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
 	return Config{Publisher: natsevents.DefaultPublisherConfig(), BufferEvents: localindex.Capacity, Register: true,
-		Record: discovery.WorkerRecord{DPSize: 1, Hash: discovery.DefaultHashContract()}}
+		Record: fleet.WorkerRecord{DPSize: 1, Hash: fleet.DefaultHashContract()}}
 }
 
 // Validate checks the configuration.
@@ -84,7 +85,7 @@ var (
 type Agent struct {
 	cfg   Config
 	conn  *nats.Conn
-	reg   *discovery.Registry
+	reg   *registry.Registry
 	pub   publisher
 	ranks []*rank
 	log   *slog.Logger
@@ -125,7 +126,7 @@ func (r *rank) StateChanged(c vllmzmq.StateChange) {
 
 // New builds an agent publishing on conn and registering in reg (nil: no
 // registration). zm may be nil; log may be nil.
-func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metrics, log *slog.Logger) (*Agent, error) {
+func New(cfg Config, conn *nats.Conn, reg *registry.Registry, zm *vllmzmq.Metrics, log *slog.Logger) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -133,10 +134,10 @@ func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metri
 		log = slog.Default()
 	}
 	if cfg.Record.ID == 0 {
-		cfg.Record.ID = discovery.DeriveID(cfg.Record.Name)
+		cfg.Record.ID = fleet.DeriveID(cfg.Record.Name)
 	}
 	cfg.Record.DPSize = max(cfg.Record.DPSize, 1)
-	cfg.Record.Events = discovery.EventSource{Kind: discovery.EventsNATS}
+	cfg.Record.Events = fleet.EventSource{Kind: fleet.EventsNATS}
 	if cfg.Record.RegisteredBy == "" {
 		cfg.Record.RegisteredBy = "agent"
 	}
@@ -147,7 +148,7 @@ func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metri
 		if err != nil {
 			return nil, err
 		}
-		cfg.Record.Events = discovery.EventSource{Kind: discovery.EventsZMQ, Endpoint: zp.Endpoint(), Replay: zp.QueryEndpoint()}
+		cfg.Record.Events = fleet.EventSource{Kind: fleet.EventsZMQ, Endpoint: zp.Endpoint(), Replay: zp.QueryEndpoint()}
 		pub, reg = zp, nil
 	} else {
 		if conn == nil {
@@ -194,7 +195,7 @@ func New(cfg Config, conn *nats.Conn, reg *discovery.Registry, zm *vllmzmq.Metri
 }
 
 // Record returns the record the agent registers.
-func (a *Agent) Record() discovery.WorkerRecord { return a.cfg.Record }
+func (a *Agent) Record() fleet.WorkerRecord { return a.cfg.Record }
 
 // LocalIndex returns the local indexer of the i-th rank (0-based from
 // DPStart), nil when out of range.
@@ -224,7 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("agent: %w", err)
 		}
 	}
-	var lease *discovery.Lease[discovery.WorkerRecord]
+	var lease *registry.Lease[fleet.WorkerRecord]
 	if a.reg != nil && a.cfg.Register {
 		var err error
 		if lease, err = a.reg.Register(ctx, a.cfg.Record); err != nil {

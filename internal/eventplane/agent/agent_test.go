@@ -19,14 +19,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"github.com/kvrouter/kvrouter/internal/mocker"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
@@ -124,7 +124,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: a.Record()}})
+	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: a.Record()}})
 	w := kvevent.Worker{ID: a.Record().ID}
 
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -193,7 +193,7 @@ func TestAgentOverZMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: a.Record()}})
+	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: a.Record()}})
 	w := kvevent.Worker{ID: a.Record().ID}
 	for i := range 30 {
 		body := fmt.Sprintf(`{"prompt":"q%d a b c d e f g h %d","max_tokens":2}`, i%3, i)

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/nats-io/nats.go/jetstream"
@@ -308,8 +308,8 @@ func (c *Consumer) handle(m jetstream.Msg) {
 // ranks) starts following the worker's ranks with a dump (stream events
 // the dump already reflects are then dropped as duplicates); Removed drops
 // its blocks, as does an Updated record whose events left NATS.
-func (c *Consumer) Notify(n discovery.Notification) {
-	c.tracker.Follow(n, discovery.EventsNATS)
+func (c *Consumer) Notify(n fleet.Notification) {
+	c.tracker.Follow(n, fleet.EventsNATS)
 }
 
 // Workers returns the worker ranks followed.

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -136,8 +136,8 @@ func startRouter(t *testing.T, js jetstream.JetStream, id string, workers ...kve
 	}
 	t.Cleanup(c.Close)
 	for _, w := range workers {
-		c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-			ID: w.ID, Name: fmt.Sprint(w.ID), DPStart: uint32(w.Rank), DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+		c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+			ID: w.ID, Name: fmt.Sprint(w.ID), DPStart: uint32(w.Rank), DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
 	}
 	return &durableRouter{c: c, idx: idx}
 }

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
@@ -85,8 +85,8 @@ func benchFanIn(b *testing.B, routers int) {
 		}
 		defer cons.Close()
 		for _, a := range as {
-			cons.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-				ID: a.w.ID, Name: fmt.Sprint(a.w.ID), DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+			cons.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+				ID: a.w.ID, Name: fmt.Sprint(a.w.ID), DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
 		}
 		cs = append(cs, c)
 	}
@@ -154,8 +154,8 @@ func BenchmarkStoredToQueryableLag(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cons.Close()
-	cons.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-		ID: w.ID, Name: "lag", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+	cons.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+		ID: w.ID, Name: "lag", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
 	time.Sleep(50 * time.Millisecond)
 	lags := make([]time.Duration, 0, b.N)
 	var sc index.Scores

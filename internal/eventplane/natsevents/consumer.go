@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/nats-io/nats.go"
@@ -116,8 +116,8 @@ func (c *Consumer) handle(m *nats.Msg) {
 // its blocks, as does an Updated record whose events left NATS. Workers
 // whose events do not come over NATS are otherwise ignored. Records with a
 // custom Events.Subject are followed on the consumer's one subject.
-func (c *Consumer) Notify(n discovery.Notification) {
-	c.tracker.Follow(n, discovery.EventsNATS)
+func (c *Consumer) Notify(n fleet.Notification) {
+	c.tracker.Follow(n, fleet.EventsNATS)
 }
 
 // Reconnected asks every worker rank for what it missed while the

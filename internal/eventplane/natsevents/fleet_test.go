@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
@@ -28,8 +28,8 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 	v := newView()
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
-	states := map[kvevent.WorkerID]discovery.State{}
-	c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, reg, func(id kvevent.WorkerID, s discovery.State, _ string) {
+	states := map[kvevent.WorkerID]fleet.State{}
+	c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, reg, func(id kvevent.WorkerID, s fleet.State, _ string) {
 		mu.Lock()
 		states[id] = s
 		mu.Unlock()
@@ -49,7 +49,7 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range f.ids {
-			if states[kvevent.WorkerID(id)] != discovery.StateExact {
+			if states[kvevent.WorkerID(id)] != fleet.StateExact {
 				return false
 			}
 		}

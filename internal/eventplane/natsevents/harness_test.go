@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
 	"github.com/kvrouter/kvrouter/internal/mocker"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
@@ -47,7 +47,7 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 }
 
 // fleet is a set of mock workers publishing on NATS.
-type fleet struct {
+type testFleet struct {
 	workers []*server.Worker
 	urls    []string
 	ids     []uint64
@@ -55,15 +55,15 @@ type fleet struct {
 	wg      sync.WaitGroup
 }
 
-func startFleet(t *testing.T, url string, n int, faults server.Faults) *fleet {
+func startFleet(t *testing.T, url string, n int, faults server.Faults) *testFleet {
 	t.Helper()
 	return startFleetOpts(t, url, n, faults)
 }
 
-func startFleetOpts(t *testing.T, url string, n int, faults server.Faults, opts ...nats.Option) *fleet {
+func startFleetOpts(t *testing.T, url string, n int, faults server.Faults, opts ...nats.Option) *testFleet {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fleet{cancel: cancel}
+	f := &testFleet{cancel: cancel}
 	for k := range n {
 		nc := natstest.Connect(t, url, opts...)
 		cfg := server.DefaultConfig()
@@ -105,26 +105,26 @@ func startFleetOpts(t *testing.T, url string, n int, faults server.Faults, opts 
 	return f
 }
 
-func (f *fleet) stop() {
+func (f *testFleet) stop() {
 	f.cancel()
 	f.wg.Wait()
 	http.DefaultClient.CloseIdleConnections()
 }
 
-func (f *fleet) record(k int) discovery.WorkerRecord {
-	return discovery.WorkerRecord{ID: kvevent.WorkerID(f.ids[k]), Name: fmt.Sprintf("w%d", k), URL: f.urls[k], BlockSize: 4, DPSize: 1,
-		Events: discovery.EventSource{Kind: discovery.EventsNATS}, Hash: discovery.DefaultHashContract()}
+func (f *testFleet) record(k int) fleet.WorkerRecord {
+	return fleet.WorkerRecord{ID: kvevent.WorkerID(f.ids[k]), Name: fmt.Sprintf("w%d", k), URL: f.urls[k], BlockSize: 4, DPSize: 1,
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract()}
 }
 
-func (f *fleet) announce(c *natsevents.Consumer) {
+func (f *testFleet) announce(c *natsevents.Consumer) {
 	for k := range f.workers {
-		c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: f.record(k)}})
+		c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: f.record(k)}})
 	}
 }
 
 // traffic sends n prompts drawn from a few shared prefixes to random
 // workers.
-func (f *fleet) traffic(t *testing.T, rng *rand.Rand, n int) {
+func (f *testFleet) traffic(t *testing.T, rng *rand.Rand, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -157,7 +157,7 @@ func (f *fleet) traffic(t *testing.T, rng *rand.Rand, n int) {
 	wg.Wait()
 }
 
-func (f *fleet) reset(t *testing.T, k int) {
+func (f *testFleet) reset(t *testing.T, k int) {
 	resp, err := http.Post(f.urls[k]+"/reset_prefix_cache", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func (f *fleet) reset(t *testing.T, k int) {
 }
 
 // converged reports whether v matches every worker's local indexer.
-func (f *fleet) converged(v *view) (bool, string) {
+func (f *testFleet) converged(v *view) (bool, string) {
 	for k, w := range f.workers {
 		wk := kvevent.Worker{ID: kvevent.WorkerID(f.ids[k])}
 		want, got := truth(w.LocalIndex(0)), v.Get(wk)
@@ -182,7 +182,7 @@ func (f *fleet) converged(v *view) (bool, string) {
 
 // waitConverged polls until v matches the fleet; after half the time it
 // asks for a resync (a loss at the very end of the stream shows no gap).
-func waitConverged(t *testing.T, f *fleet, v *view, c *natsevents.Consumer, d time.Duration) {
+func waitConverged(t *testing.T, f *testFleet, v *view, c *natsevents.Consumer, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	resynced := false
@@ -202,7 +202,7 @@ func waitConverged(t *testing.T, f *fleet, v *view, c *natsevents.Consumer, d ti
 	}
 }
 
-func newConsumer(t *testing.T, nc *nats.Conn, v *view, reg *prometheus.Registry, states func(kvevent.WorkerID, discovery.State, string)) *natsevents.Consumer {
+func newConsumer(t *testing.T, nc *nats.Conn, v *view, reg *prometheus.Registry, states func(kvevent.WorkerID, fleet.State, string)) *natsevents.Consumer {
 	t.Helper()
 	cfg := natsevents.DefaultConsumerConfig()
 	cfg.Recovery.QueryTimeout = 2 * time.Second

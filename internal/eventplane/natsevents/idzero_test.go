@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
@@ -32,11 +32,11 @@ func TestNATSFirstEventIsIDZero(t *testing.T) {
 	}
 	v := newView()
 	var exact atomic.Bool
-	c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, nil, func(_ kvevent.WorkerID, s discovery.State, _ string) {
-		exact.Store(s == discovery.StateExact)
+	c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, nil, func(_ kvevent.WorkerID, s fleet.State, _ string) {
+		exact.Store(s == fleet.StateExact)
 	})
-	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-		ID: w.ID, Name: "w", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
 	natstest.WaitFor(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/nats-io/nats.go"
 )
 

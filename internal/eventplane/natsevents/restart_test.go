@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
@@ -77,8 +77,8 @@ func TestPublisherRestart(t *testing.T) {
 			x, p := start()
 			v := newView()
 			c := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v, nil, nil)
-			c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-				ID: w.ID, Name: "a", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsNATS}}}})
+			c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+				ID: w.ID, Name: "a", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
 			rng := rand.New(rand.NewPCG(5, 6))
 			emit := func(x *localindex.Index, p *natsevents.Publisher, n int) {
 				for range n {
@@ -108,7 +108,7 @@ func TestPublisherRestart(t *testing.T) {
 				t.Fatal("nothing cached: the removal check below would be vacuous")
 			}
 			// Deregistration / heartbeat expiry: every block goes.
-			c.Notify(discovery.Notification{Kind: discovery.Removed, Worker: discovery.Worker{Record: discovery.WorkerRecord{ID: w.ID}}})
+			c.Notify(fleet.Notification{Kind: fleet.Removed, Worker: fleet.Worker{Record: fleet.WorkerRecord{ID: w.ID}}})
 			if got := v.Get(w); len(got) != 0 {
 				t.Fatalf("removed worker still holds %d blocks", len(got))
 			}

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // Answer is what a worker rank's local indexer replies to req:

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // countingApplier counts applied events.

@@ -4,7 +4,7 @@
 // Live events travel over lossy paths (NATS core, ZMQ PUB/SUB): messages get
 // lost while a connection is down, arrive twice, or the publisher restarts
 // and counts its event ids from the start again. Every worker keeps a local
-// indexer (internal/mocker/localindex) that can answer three questions: the
+// indexer (internal/eventplane/localindex) that can answer three questions: the
 // events of an id range, a full dump of its cached blocks, or "you asked for
 // something I do not have" (TooNew, InvalidRange). This package holds
 //

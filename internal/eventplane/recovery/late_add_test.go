@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // TestLateAddReportsState: a worker whose live events arrive before it is
@@ -22,11 +22,11 @@ func TestLateAddReportsState(t *testing.T) {
 	v := &lockedView{n: naive{}}
 	var mu sync.Mutex
 	var added bool
-	var afterAdd []discovery.State
+	var afterAdd []fleet.State
 	cfg := DefaultConfig()
 	cfg.RetryWait = 10 * time.Millisecond
 	cfg.AcceptUnknown = true
-	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s discovery.State, _ string) {
+	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s fleet.State, _ string) {
 		mu.Lock()
 		if added {
 			afterAdd = append(afterAdd, s)
@@ -43,7 +43,7 @@ func TestLateAddReportsState(t *testing.T) {
 	eventually(t, func() bool {
 		tr.stateMu.Lock()
 		defer tr.stateMu.Unlock()
-		return tr.agg[testWorker.ID] == discovery.StateExact
+		return tr.agg[testWorker.ID] == fleet.StateExact
 	}, "EXACT before Add")
 	mu.Lock()
 	added = true
@@ -51,7 +51,7 @@ func TestLateAddReportsState(t *testing.T) {
 	tr.Add(testWorker)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(afterAdd) != 1 || afterAdd[0] != discovery.StateExact {
+	if len(afterAdd) != 1 || afterAdd[0] != fleet.StateExact {
 		t.Fatalf("states reported after the late Add: %v, want [EXACT]", afterAdd)
 	}
 }

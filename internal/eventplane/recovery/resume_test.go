@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 func storedEv(h uint64) kvevent.Event {

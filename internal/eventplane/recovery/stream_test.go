@@ -4,8 +4,8 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"pgregory.net/rapid"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
@@ -31,8 +31,8 @@ type Applier interface {
 // rank is recovered and events flow in order, DEGRADED with a reason while
 // a rank recovers or after a recovery failed. It is called from the
 // tracker's goroutines, one call at a time; it must return quickly. The
-// service maps it onto discovery.Directory.SetStatus.
-type StateFunc func(id kvevent.WorkerID, state discovery.State, reason string)
+// service maps it onto fleet.Directory.SetStatus.
+type StateFunc func(id kvevent.WorkerID, state fleet.State, reason string)
 
 // Config tunes a Tracker.
 type Config struct {
@@ -85,7 +85,7 @@ type Tracker struct {
 	ranks   map[kvevent.Worker]*follower
 	removed map[kvevent.WorkerID]bool                      // removed workers: late events ignored until Add
 	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
-	agg     map[kvevent.WorkerID]discovery.State
+	agg     map[kvevent.WorkerID]fleet.State
 	closed  bool
 	stateMu sync.Mutex
 	wg      sync.WaitGroup
@@ -132,7 +132,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Tracker{cfg: cfg, q: q, a: a, onSt: onState, m: m, log: log, ctx: ctx, cancel: cancel,
 		ranks: map[kvevent.Worker]*follower{}, removed: map[kvevent.WorkerID]bool{}, states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
-		agg: map[kvevent.WorkerID]discovery.State{}}, nil
+		agg: map[kvevent.WorkerID]fleet.State{}}, nil
 }
 
 // Add starts following worker rank w: its events must already be
@@ -326,14 +326,14 @@ func (t *Tracker) Frozen(ctx context.Context, f func(map[kvevent.Worker]Position
 // on plane: Added (or Updated) starts following every rank of the worker
 // (a dump each); Removed drops its blocks, as does an Updated record whose
 // events left the plane. Other workers are ignored.
-func (t *Tracker) Follow(n discovery.Notification, plane discovery.EventKind) {
+func (t *Tracker) Follow(n fleet.Notification, plane fleet.EventKind) {
 	rec := n.Worker.Record
 	switch n.Kind {
-	case discovery.Removed:
+	case fleet.Removed:
 		t.Remove(rec.ID)
-	case discovery.Added, discovery.Updated:
+	case fleet.Added, fleet.Updated:
 		if rec.Events.Kind != plane {
-			if n.Kind == discovery.Updated {
+			if n.Kind == fleet.Updated {
 				t.Remove(rec.ID) // no longer on this plane
 			}
 			return
@@ -487,10 +487,10 @@ func (t *Tracker) report(w kvevent.Worker, exact bool, reason string) {
 	}
 	prevReason, had := rs[w.Rank]
 	rs[w.Rank] = reason
-	state, why := discovery.StateExact, ""
+	state, why := fleet.StateExact, ""
 	for r, rr := range rs {
 		if rr != "" {
-			state, why = discovery.StateDegraded, fmt.Sprintf("rank %d: %s", r, rr)
+			state, why = fleet.StateDegraded, fmt.Sprintf("rank %d: %s", r, rr)
 			break
 		}
 	}
@@ -499,7 +499,7 @@ func (t *Tracker) report(w kvevent.Worker, exact bool, reason string) {
 		return
 	}
 	t.agg[w.ID] = state
-	if ok && prev == state && state == discovery.StateExact {
+	if ok && prev == state && state == fleet.StateExact {
 		return
 	}
 	if t.onSt != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"go.uber.org/goleak"
 )
 
@@ -70,11 +70,11 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 	q.down.Store(true)
 	v := &lockedView{n: naive{}}
 	var mu sync.Mutex
-	var states []discovery.State
+	var states []fleet.State
 	var reasons []string
 	cfg := DefaultConfig()
 	cfg.RetryWait = 10 * time.Millisecond
-	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s discovery.State, why string) {
+	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s fleet.State, why string) {
 		mu.Lock()
 		states, reasons = append(states, s), append(reasons, why)
 		mu.Unlock()
@@ -83,7 +83,7 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	last := func() (discovery.State, string) {
+	last := func() (fleet.State, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(states) == 0 {
@@ -92,15 +92,15 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 		return states[len(states)-1], reasons[len(reasons)-1]
 	}
 	tr.Add(testWorker)
-	eventually(t, func() bool { s, why := last(); return s == discovery.StateDegraded && why != "" }, "DEGRADED with a reason")
+	eventually(t, func() bool { s, why := last(); return s == fleet.StateDegraded && why != "" }, "DEGRADED with a reason")
 	ev := x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: 20}}}})[0]
 	tr.Live(ev, 0)
 	eventually(t, func() bool { _, ok := v.get()[blockKey{0, 2}]; return ok }, "live event applied while degraded")
-	if s, _ := last(); s != discovery.StateDegraded {
+	if s, _ := last(); s != fleet.StateDegraded {
 		t.Fatalf("state %v, want DEGRADED", s)
 	}
 	q.down.Store(false)
-	eventually(t, func() bool { s, _ := last(); return s == discovery.StateExact }, "EXACT after the retried dump")
+	eventually(t, func() bool { s, _ := last(); return s == fleet.StateExact }, "EXACT after the retried dump")
 	if got, want := v.get(), truth(x); !maps.Equal(got, want) {
 		t.Fatalf("view %v, worker %v", got, want)
 	}

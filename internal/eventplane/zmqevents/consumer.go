@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,13 +76,13 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 // Notify folds a directory notification in: Added dials the worker's
 // event endpoint, then asks each rank for a dump; Removed closes it and
 // drops the worker's blocks.
-func (c *Consumer) Notify(n discovery.Notification) {
+func (c *Consumer) Notify(n fleet.Notification) {
 	rec := n.Worker.Record
 	switch n.Kind {
-	case discovery.Removed:
+	case fleet.Removed:
 		c.stop(rec.ID)
 		c.tracker.Remove(rec.ID)
-	case discovery.Added:
+	case fleet.Added:
 		if rec.Events.Endpoint == "" {
 			return
 		}
@@ -96,7 +96,7 @@ func (c *Consumer) Notify(n discovery.Notification) {
 	}
 }
 
-func (c *Consumer) start(rec discovery.WorkerRecord) error {
+func (c *Consumer) start(rec fleet.WorkerRecord) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.workers[rec.ID]; ok {

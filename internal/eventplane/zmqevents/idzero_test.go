@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // Event ids count from 0 (issue 6). A router follows a worker before its
@@ -35,15 +35,15 @@ func TestZMQFirstEventIsIDZero(t *testing.T) {
 	var exact atomic.Bool
 	cfg := zmqevents.DefaultConsumerConfig()
 	cfg.DialRetry = 20 * time.Millisecond
-	c, err := zmqevents.NewConsumer(cfg, v, func(_ kvevent.WorkerID, s discovery.State, _ string) {
-		exact.Store(s == discovery.StateExact)
+	c, err := zmqevents.NewConsumer(cfg, v, func(_ kvevent.WorkerID, s fleet.State, _ string) {
+		exact.Store(s == fleet.StateExact)
 	}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-		ID: w.ID, Name: "w", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsZMQ,
+	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsZMQ,
 			Endpoint: p.Endpoint(), Replay: p.QueryEndpoint()}}}})
 	waitFor(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
 	time.Sleep(100 * time.Millisecond) // let the SUB socket connect (slow joiner)

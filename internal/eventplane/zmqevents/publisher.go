@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // Topic is the first frame of every live event message.

@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 func TestMain(m *testing.M) {
@@ -85,8 +85,8 @@ func TestZMQEventPlane(t *testing.T) {
 	}
 	defer c.Close()
 	for _, pr := range procs {
-		c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-			ID: pr.id, Name: "p", DPSize: 2, Events: discovery.EventSource{Kind: discovery.EventsZMQ,
+		c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+			ID: pr.id, Name: "p", DPSize: 2, Events: fleet.EventSource{Kind: fleet.EventsZMQ,
 				Endpoint: pr.p.Endpoint(), Replay: pr.p.QueryEndpoint()}}}})
 	}
 	rng := rand.New(rand.NewPCG(9, 10))

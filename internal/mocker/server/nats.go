@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 	"github.com/nats-io/nats.go"
 )
 

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
-	"github.com/kvrouter/kvrouter/internal/mocker/localindex"
 )
 
 // errStopped is what a stream gets when the worker stops under it.

@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 )
 
@@ -40,12 +40,11 @@ func ctxT(t *testing.T) context.Context {
 // it produced.
 type fixture struct {
 	reg   *Registry
-	dir   *Directory
-	prom  *prometheus.Registry
-	notes chan Notification
+	dir   *fleet.Directory
+	notes chan fleet.Notification
 }
 
-func newFixture(t *testing.T, static []WorkerRecord) (*fixture, []Notification) {
+func newFixture(t *testing.T, static []fleet.WorkerRecord) (*fixture, []fleet.Notification) {
 	t.Helper()
 	bus := startBus(t)
 	ctx := ctxT(t)
@@ -53,8 +52,7 @@ func newFixture(t *testing.T, static []WorkerRecord) (*fixture, []Notification) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom := prometheus.NewRegistry()
-	dir, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, static, prom, nil, time.Now())
+	dir, initial, err := fleet.NewDirectory(fleet.Expect{BlockSize: 16, Hash: fleet.DefaultHashContract()}, static, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,15 +60,15 @@ func newFixture(t *testing.T, static []WorkerRecord) (*fixture, []Notification) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{reg: reg, dir: dir, prom: prom, notes: make(chan Notification, 100)}
+	f := &fixture{reg: reg, dir: dir, notes: make(chan fleet.Notification, 100)}
 	fctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { dir.Follow(fctx, w, func(n Notification) { f.notes <- n }, nil) })
+	wg.Go(func() { Follow(fctx, dir, w, func(n fleet.Notification) { f.notes <- n }, nil) })
 	t.Cleanup(func() { cancel(); w.Stop(); wg.Wait() })
 	return f, initial
 }
 
-func (f *fixture) next(t *testing.T) Notification {
+func (f *fixture) next(t *testing.T) fleet.Notification {
 	t.Helper()
 	select {
 	case n := <-f.notes:
@@ -78,13 +76,13 @@ func (f *fixture) next(t *testing.T) Notification {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no notification")
 	}
-	return Notification{}
+	return fleet.Notification{}
 }
 
-func rec(name string, blockSize int) WorkerRecord {
-	return WorkerRecord{
+func rec(name string, blockSize int) fleet.WorkerRecord {
+	return fleet.WorkerRecord{
 		Name: name, URL: "http://127.0.0.1:9000", BlockSize: blockSize, DPSize: 1,
-		Events: EventSource{Kind: EventsNATS}, Hash: DefaultHashContract(), RegisteredBy: "test",
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "test",
 	}
 }
 
@@ -97,8 +95,8 @@ func TestRegisterHeartbeatExpireDeregister(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := f.next(t)
-	if n.Kind != Added || n.Worker.Record.Name != "w1" || n.Worker.Record.ID != DeriveID("w1") ||
-		n.Worker.Origin != OriginRegistry || n.Worker.Status.State != StateDegraded {
+	if n.Kind != fleet.Added || n.Worker.Record.Name != "w1" || n.Worker.Record.ID != fleet.DeriveID("w1") ||
+		n.Worker.Origin != fleet.OriginRegistry || n.Worker.Status.State != fleet.StateDegraded {
 		t.Fatalf("first notification: %+v", n)
 	}
 
@@ -108,19 +106,19 @@ func TestRegisterHeartbeatExpireDeregister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := f.next(t); n.Kind != Added || n.Worker.Record.Name != "w2" {
+	if n := f.next(t); n.Kind != fleet.Added || n.Worker.Record.Name != "w2" {
 		t.Fatalf("w2 added: %+v", n)
 	}
 	abandoned := time.Now()
 	l2.Abandon()
 	n = f.next(t)
-	if n.Kind != Removed || n.Worker.Record.Name != "w2" || !strings.Contains(n.Worker.Status.Reason, "expired") || n.Worker.Status.State != StateDown {
+	if n.Kind != fleet.Removed || n.Worker.Record.Name != "w2" || !strings.Contains(n.Worker.Status.Reason, "expired") || n.Worker.Status.State != fleet.StateDown {
 		t.Fatalf("w2 expiry: %+v", n)
 	}
 	if waited := time.Since(abandoned); waited < testTTL-testTTL/3 {
 		t.Errorf("w2 removed after %v, before its TTL could pass", waited)
 	}
-	if _, ok := f.dir.Get(DeriveID("w1")); !ok {
+	if _, ok := f.dir.Get(fleet.DeriveID("w1")); !ok {
 		t.Fatal("heartbeating w1 was dropped")
 	}
 
@@ -129,7 +127,7 @@ func TestRegisterHeartbeatExpireDeregister(t *testing.T) {
 		t.Fatal(err)
 	}
 	n = f.next(t)
-	if n.Kind != Removed || n.Worker.Record.Name != "w1" || n.Worker.Status.Reason != "deregistered" {
+	if n.Kind != fleet.Removed || n.Worker.Record.Name != "w1" || n.Worker.Status.Reason != "deregistered" {
 		t.Fatalf("w1 deregistration: %+v", n)
 	}
 	if ws := f.dir.Workers(); len(ws) != 0 {
@@ -146,7 +144,7 @@ func TestRefusedLoudly(t *testing.T) {
 	}
 	defer bad.Abandon()
 	other := rec("other", 16)
-	other.Hash = HashContract{Scheme: "sha256-cbor"}
+	other.Hash = fleet.HashContract{Scheme: "sha256-cbor"}
 	lo, err := f.reg.Register(ctx, other)
 	if err != nil {
 		t.Fatal(err)
@@ -162,45 +160,46 @@ func TestRefusedLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer good.Abandon()
-	if n := f.next(t); n.Kind != Added || n.Worker.Record.Name != "good" {
+	if n := f.next(t); n.Kind != fleet.Added || n.Worker.Record.Name != "good" {
 		t.Fatalf("only the good worker is added, got %+v", n)
 	}
 	ws := f.dir.Workers()
 	if len(ws) != 3 {
 		t.Fatalf("workers: %+v", ws)
 	}
-	big, _ := f.dir.Get(DeriveID("big"))
-	if big.Status.State != StateRefused || big.Status.Reason != "block size mismatch: block size 32 ≠ 16" {
+	big, _ := f.dir.Get(fleet.DeriveID("big"))
+	if big.Status.State != fleet.StateRefused || big.Status.Reason != "block size mismatch: block size 32 ≠ 16" {
 		t.Errorf("big: %+v", big.Status)
 	}
-	oth, _ := f.dir.Get(DeriveID("other"))
-	if oth.Status.State != StateRefused || !strings.Contains(oth.Status.Reason, "hash contract sha256-cbor ≠ xxh3-1337-v1+lora+ns") {
+	oth, _ := f.dir.Get(fleet.DeriveID("other"))
+	if oth.Status.State != fleet.StateRefused || !strings.Contains(oth.Status.Reason, "hash contract sha256-cbor ≠ xxh3-1337-v1+lora+ns") {
 		t.Errorf("other: %+v", oth.Status)
 	}
-	if got := metricValue(t, f.prom, "kvrouter_discovery_workers_refused_total", "block_size"); got != 1 {
+	st := f.dir.Stats()
+	if got := st.Refused["block_size"]; got != 1 {
 		t.Errorf("block_size refusals = %v, want 1 (heartbeats must not recount)", got)
 	}
-	if got := metricValue(t, f.prom, "kvrouter_discovery_workers_refused_total", "hash_contract"); got != 1 {
+	if got := st.Refused["hash_contract"]; got != 1 {
 		t.Errorf("hash_contract refusals = %v, want 1", got)
 	}
-	if got := metricValue(t, f.prom, "kvrouter_discovery_workers", "REFUSED"); got != 2 {
+	if got := st.Workers[fleet.StateRefused]; got != 2 {
 		t.Errorf("REFUSED gauge = %v", got)
 	}
 	// Fixing the block size lets the worker in.
 	if err := bad.Update(ctx, rec("big", 16)); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.next(t); n.Kind != Added || n.Worker.Record.Name != "big" {
+	if n := f.next(t); n.Kind != fleet.Added || n.Worker.Record.Name != "big" {
 		t.Fatalf("fixed worker: %+v", n)
 	}
 }
 
 func TestStaticAndRegistryMerge(t *testing.T) {
-	static, err := BuildStatic([]StaticWorker{
+	static, err := fleet.BuildStatic([]fleet.StaticWorker{
 		{Name: "s1", URL: "http://10.0.0.1:8000", Events: "tcp://10.0.0.1:5557"},
 		{Name: "s2", URL: "http://10.0.0.2:8000"},
 		{Name: "s3", URL: "http://10.0.0.3:8000", BlockSize: 64},
-	}, 16, DefaultHashContract())
+	}, 16, fleet.DefaultHashContract())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +207,10 @@ func TestStaticAndRegistryMerge(t *testing.T) {
 	if len(initial) != 2 || initial[0].Worker.Record.Name != "s1" || initial[1].Worker.Record.Name != "s2" {
 		t.Fatalf("initial notifications: %+v", initial)
 	}
-	if initial[0].Worker.Status.State != StateDegraded || initial[1].Worker.Status.State != StateApprox {
+	if initial[0].Worker.Status.State != fleet.StateDegraded || initial[1].Worker.Status.State != fleet.StateApprox {
 		t.Errorf("initial states: %v, %v", initial[0].Worker.Status, initial[1].Worker.Status)
 	}
-	if s3, _ := f.dir.Get(DeriveID("s3")); s3.Status.State != StateRefused {
+	if s3, _ := f.dir.Get(fleet.DeriveID("s3")); s3.Status.State != fleet.StateRefused {
 		t.Errorf("static s3 with block size 64: %+v", s3.Status)
 	}
 	ctx := ctxT(t)
@@ -228,14 +227,14 @@ func TestStaticAndRegistryMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ld.Abandon()
-	if n := f.next(t); n.Kind != Added || n.Worker.Record.Name != "d1" {
+	if n := f.next(t); n.Kind != fleet.Added || n.Worker.Record.Name != "d1" {
 		t.Fatalf("want d1 added, got %+v", n)
 	}
-	s1, _ := f.dir.Get(DeriveID("s1"))
-	if s1.Origin != OriginStatic || s1.Record.URL != "http://10.0.0.1:8000" {
+	s1, _ := f.dir.Get(fleet.DeriveID("s1"))
+	if s1.Origin != fleet.OriginStatic || s1.Record.URL != "http://10.0.0.1:8000" {
 		t.Errorf("static s1 replaced: %+v", s1)
 	}
-	if got := metricValue(t, f.prom, "kvrouter_discovery_conflicts_total", ""); got != 1 {
+	if got := f.dir.Stats().Conflicts; got != 1 {
 		t.Errorf("conflicts = %v", got)
 	}
 	names := []string{}
@@ -265,10 +264,10 @@ func TestWatchSeesExistingRecordsThenSynced(t *testing.T) {
 	}
 	defer w.Stop()
 	c := <-w.C()
-	if c.Kind != Put || !c.Initial || c.Value.Name != "early" || c.Key != RecordKey(DeriveID("early")) {
+	if c.Kind != fleet.Put || !c.Initial || c.Value.Name != "early" || c.Key != RecordKey(fleet.DeriveID("early")) {
 		t.Fatalf("first change: %+v", c)
 	}
-	if c := <-w.C(); c.Kind != Synced {
+	if c := <-w.C(); c.Kind != fleet.Synced {
 		t.Fatalf("second change: %+v", c)
 	}
 }
@@ -294,64 +293,34 @@ func TestGenericBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if c := <-w.C(); c.Kind != Synced {
+	if c := <-w.C(); c.Kind != fleet.Synced {
 		t.Fatalf("empty bucket: %+v", c)
 	}
 	if err := b.Put(ctx, "r1", routerRecord{ID: 1, Addr: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if c := <-w.C(); c.Kind != Put || c.Value.Addr != "a" || c.Initial {
+	if c := <-w.C(); c.Kind != fleet.Put || c.Value.Addr != "a" || c.Initial {
 		t.Fatalf("put: %+v", c)
 	}
 	// Garbage in the bucket is reported, not fatal.
 	if _, err := b.kv.Put(ctx, "r2", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	if c := <-w.C(); c.Kind != Invalid || c.Err == nil || c.Key != "r2" {
+	if c := <-w.C(); c.Kind != fleet.Invalid || c.Err == nil || c.Key != "r2" {
 		t.Fatalf("invalid: %+v", c)
 	}
 	if err := b.Delete(ctx, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if c := <-w.C(); c.Kind != Deleted || c.Key != "r1" {
+	if c := <-w.C(); c.Kind != fleet.Deleted || c.Key != "r1" {
 		t.Fatalf("delete: %+v", c)
 	}
-}
-
-// metricValue reads a counter or gauge from the registry: the sample of
-// family name whose only label value is label ("" for an unlabelled one).
-func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			lv := ""
-			if lp := m.GetLabel(); len(lp) > 0 {
-				lv = lp[0].GetValue()
-			}
-			if lv != label {
-				continue
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("metric %s{%s} not found", name, label)
-	return 0
 }
 
 func TestLeaseRefreshOnReconnect(t *testing.T) {
 	bus := startBus(t)
 	ctx := ctxT(t)
-	b, err := OpenBucket[WorkerRecord](ctx, bus.JetStream(), "r", 30*time.Second, nil)
+	b, err := OpenBucket[fleet.WorkerRecord](ctx, bus.JetStream(), "r", 30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,14 +329,14 @@ func TestLeaseRefreshOnReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if c := <-w.C(); c.Kind != Synced {
+	if c := <-w.C(); c.Kind != fleet.Synced {
 		t.Fatalf("%+v", c)
 	}
 	l, err := b.Keep(ctx, "k", rec("a", 16))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := <-w.C(); c.Kind != Put {
+	if c := <-w.C(); c.Kind != fleet.Put {
 		t.Fatalf("first put: %+v", c)
 	}
 	var hook func()
@@ -377,7 +346,7 @@ func TestLeaseRefreshOnReconnect(t *testing.T) {
 	hook() // hooks never block, even when a refresh is already pending
 	select {
 	case c := <-w.C():
-		if c.Kind != Put || c.Key != "k" {
+		if c.Kind != fleet.Put || c.Key != "k" {
 			t.Fatalf("refresh: %+v", c)
 		}
 	case <-time.After(5 * time.Second):

@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"maps"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 // A worked example: a watch interrupted while one record was deleted, one
@@ -17,7 +19,7 @@ func TestViewSnapshotAfterOutage(t *testing.T) {
 	v := newView(ttl)
 	v.begin()
 	for i, k := range []string{"del", "exp", "stay"} {
-		if got := kind(t, v, entry{key: k, rev: uint64(i + 1), op: opPut, created: t0}, t0); got != Put {
+		if got := kind(t, v, entry{key: k, rev: uint64(i + 1), op: opPut, created: t0}, t0); got != fleet.Put {
 			t.Fatalf("initial %s: %v", k, got)
 		}
 	}
@@ -28,23 +30,23 @@ func TestViewSnapshotAfterOutage(t *testing.T) {
 	// del is deleted (rev 5), exp's heartbeats stop, new is put (rev 6),
 	// stay heartbeats (rev 7), and the delete marker of del and the
 	// expiry marker of exp age out of the bucket.
-	if got := kind(t, v, entry{key: "stay", rev: 4, op: opPut, created: t0.Add(time.Second)}, t0.Add(time.Second)); got != Put {
+	if got := kind(t, v, entry{key: "stay", rev: 4, op: opPut, created: t0.Add(time.Second)}, t0.Add(time.Second)); got != fleet.Put {
 		t.Fatalf("heartbeat: %v", got)
 	}
 	// Reconnected at t0+5s, before exp's TTL ran out here: a new snapshot.
 	now := t0.Add(5 * time.Second)
 	v.begin()
-	if got := kind(t, v, entry{key: "new", rev: 6, op: opPut, created: t0.Add(2 * time.Second)}, now); got != Put {
+	if got := kind(t, v, entry{key: "new", rev: 6, op: opPut, created: t0.Add(2 * time.Second)}, now); got != fleet.Put {
 		t.Fatalf("missed put: %v", got)
 	}
-	if got := kind(t, v, entry{key: "stay", rev: 7, op: opPut, created: t0.Add(4 * time.Second)}, now); got != Put {
+	if got := kind(t, v, entry{key: "stay", rev: 7, op: opPut, created: t0.Add(4 * time.Second)}, now); got != fleet.Put {
 		t.Fatalf("missed heartbeat: %v", got)
 	}
 	g := v.end(now)
 	slices.SortFunc(g, func(a, b gone) int { return cmpString(a.key, b.key) })
 	// Both vanished before their TTL ran out here: as far as the watcher
 	// can tell, deleted.
-	if want := []gone{{"del", Deleted}, {"exp", Deleted}}; !slices.Equal(g, want) {
+	if want := []gone{{"del", fleet.Deleted}, {"exp", fleet.Deleted}}; !slices.Equal(g, want) {
 		t.Fatalf("gone = %v, want %v", g, want)
 	}
 	// new's deadline counts from its creation (t0+2s), not from now.
@@ -69,7 +71,7 @@ func TestViewSnapshotAfterOutage(t *testing.T) {
 	}
 	// A snapshot long after stay's last heartbeat, before the local tick.
 	v.begin()
-	if g := v.end(t0.Add(30 * time.Second)); !slices.Equal(g, []gone{{"stay", Expired}}) {
+	if g := v.end(t0.Add(30 * time.Second)); !slices.Equal(g, []gone{{"stay", fleet.Expired}}) {
 		t.Fatalf("gone after the TTL: %v", g)
 	}
 	if len(v.live) != 0 || len(v.dead) != 0 {
@@ -78,7 +80,7 @@ func TestViewSnapshotAfterOutage(t *testing.T) {
 }
 
 // kind observes e and returns the change, failing on a lapse.
-func kind(t *testing.T, v *view, e entry, now time.Time) ChangeKind {
+func kind(t *testing.T, v *view, e entry, now time.Time) fleet.ChangeKind {
 	t.Helper()
 	k, lapsed := v.observe(e, now)
 	if lapsed {
@@ -106,16 +108,16 @@ func TestViewLive(t *testing.T) {
 	v.end(t0)
 	steps := []struct {
 		e    entry
-		want ChangeKind
+		want fleet.ChangeKind
 	}{
-		{entry{key: "a", rev: 1, op: opPut}, Put},
+		{entry{key: "a", rev: 1, op: opPut}, fleet.Put},
 		{entry{key: "a", rev: 1, op: opPut}, 0}, // redelivered
-		{entry{key: "a", rev: 2, op: opPut}, Put},
+		{entry{key: "a", rev: 2, op: opPut}, fleet.Put},
 		{entry{key: "b", rev: 3, op: opDelete}, 0}, // never seen
-		{entry{key: "a", rev: 4, op: opDelete}, Deleted},
+		{entry{key: "a", rev: 4, op: opDelete}, fleet.Deleted},
 		{entry{key: "a", rev: 2, op: opPut}, 0}, // older than the deletion
-		{entry{key: "a", rev: 5, op: opPut}, Put},
-		{entry{key: "a", rev: 6, op: opPurge}, Expired},
+		{entry{key: "a", rev: 5, op: opPut}, fleet.Put},
+		{entry{key: "a", rev: 6, op: opPurge}, fleet.Expired},
 	}
 	for i, s := range steps {
 		if got := kind(t, v, s.e, t0); got != s.want {
@@ -175,9 +177,9 @@ func TestViewConverges(t *testing.T) {
 		reader := map[string]uint64{}  // what the reader holds: key -> revision
 		readerEp := map[string]int{}   // expiries of the key when the reader learned it
 		var rev uint64
-		apply := func(k string, kind ChangeKind, lapsed bool, r uint64) {
+		apply := func(k string, kind fleet.ChangeKind, lapsed bool, r uint64) {
 			if lapsed {
-				if kind != Put {
+				if kind != fleet.Put {
 					t.Fatalf("lapse with %v", kind)
 				}
 				if _, ok := reader[k]; !ok {
@@ -186,7 +188,7 @@ func TestViewConverges(t *testing.T) {
 				delete(reader, k)
 			}
 			switch kind {
-			case Put:
+			case fleet.Put:
 				if old, ok := reader[k]; ok {
 					if old >= r {
 						t.Fatalf("%s reported again at revision %d (reader has %d)", k, r, old)
@@ -196,7 +198,7 @@ func TestViewConverges(t *testing.T) {
 					}
 				}
 				reader[k], readerEp[k] = r, atRev[r]
-			case Deleted, Expired:
+			case fleet.Deleted, fleet.Expired:
 				if _, ok := reader[k]; !ok {
 					t.Fatalf("%s removed but the reader does not hold it", k)
 				}
@@ -256,7 +258,7 @@ func TestViewConverges(t *testing.T) {
 			}
 			if rapid.Bool().Draw(t, "tick") { // the watcher's ticks may lag
 				for _, k := range v.expire(now) {
-					apply(k, Expired, false, 0)
+					apply(k, fleet.Expired, false, 0)
 				}
 			}
 			k := rapid.SampledFrom(keys).Draw(t, "key")

@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"context"
@@ -7,51 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
-
-// ChangeKind says what happened to a key.
-type ChangeKind uint8
-
-// Change kinds.
-const (
-	// Put: the key was created or updated (Value is set).
-	Put ChangeKind = iota + 1
-	// Deleted: the owner deleted the key (or it left the bucket before its
-	// TTL ran out while the watch was interrupted).
-	Deleted
-	// Expired: the key's heartbeats stopped for longer than the TTL.
-	Expired
-	// Synced: every value present when the watch started has been
-	// delivered; later changes are live. Sent once.
-	Synced
-	// Invalid: a value could not be decoded (Err says why); the key is
-	// otherwise ignored.
-	Invalid
-)
-
-var changeNames = [...]string{"", "put", "deleted", "expired", "synced", "invalid"}
-
-// String names the kind.
-func (k ChangeKind) String() string {
-	if int(k) < len(changeNames) && k != 0 {
-		return changeNames[k]
-	}
-	return fmt.Sprintf("ChangeKind(%d)", uint8(k))
-}
-
-// Change is one event of a Watcher.
-type Change[T any] struct {
-	// Kind says what happened.
-	Kind ChangeKind
-	// Key is the record's key (empty for Synced).
-	Key string
-	// Value is the record (Put only).
-	Value T
-	// Initial is true for values present when the watch started.
-	Initial bool
-	// Err is the decoding error (Invalid only).
-	Err error
-}
 
 // DefaultResync is how often a watcher re-reads the whole bucket unless
 // told otherwise (ResyncEvery).
@@ -88,13 +46,13 @@ func ResyncEvery(d time.Duration) WatchOption {
 // connection is down nothing expires (the silence is the outage's), and
 // the re-read after the reconnect settles what left.
 type Watcher[T any] struct {
-	c      chan Change[T]
+	c      chan fleet.Change[T]
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // C returns the channel of changes; it is closed when the watcher stops.
-func (w *Watcher[T]) C() <-chan Change[T] { return w.c }
+func (w *Watcher[T]) C() <-chan fleet.Change[T] { return w.c }
 
 // Stop ends the watch and waits for its goroutine.
 func (w *Watcher[T]) Stop() {
@@ -115,7 +73,7 @@ func (b *Bucket[T]) Watch(ctx context.Context, opts ...WatchOption) (*Watcher[T]
 		cancel()
 		return nil, err
 	}
-	w := &Watcher[T]{c: make(chan Change[T], 64), cancel: cancel, done: make(chan struct{})}
+	w := &Watcher[T]{c: make(chan fleet.Change[T], 64), cancel: cancel, done: make(chan struct{})}
 	go b.watch(ctx, kw, stop, w, cfg)
 	return w, nil
 }
@@ -208,7 +166,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 	failures := 0
 	tick := time.NewTicker(max(b.ttl/4, 10*time.Millisecond))
 	defer tick.Stop()
-	send := func(c Change[T]) bool {
+	send := func(c fleet.Change[T]) bool {
 		select {
 		case w.c <- c:
 			return true
@@ -245,7 +203,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 				continue
 			}
 			for _, k := range v.expire(now) {
-				if !send(Change[T]{Kind: Expired, Key: k}) {
+				if !send(fleet.Change[T]{Kind: fleet.Expired, Key: k}) {
 					return
 				}
 			}
@@ -282,13 +240,13 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 			if e == nil { // end of the snapshot
 				for _, g := range v.end(now) {
 					b.log.Info("record left the bucket while the watch was interrupted", "bucket", b.name, "key", g.key, "as", g.kind.String())
-					if !send(Change[T]{Kind: g.kind, Key: g.key}) {
+					if !send(fleet.Change[T]{Kind: g.kind, Key: g.key}) {
 						return
 					}
 				}
 				if initial {
 					initial = false
-					if !send(Change[T]{Kind: Synced, Initial: true}) {
+					if !send(fleet.Change[T]{Kind: fleet.Synced, Initial: true}) {
 						return
 					}
 				}
@@ -306,7 +264,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 // changes folds entry e into v and returns the changes to report: none,
 // one, or Expired then Put for a record that expired and came back while
 // the watcher was not looking.
-func (b *Bucket[T]) changes(v *view, e jetstream.KeyValueEntry, now time.Time, initial bool) []Change[T] {
+func (b *Bucket[T]) changes(v *view, e jetstream.KeyValueEntry, now time.Time, initial bool) []fleet.Change[T] {
 	en := entry{key: e.Key(), rev: e.Revision(), op: opPut, created: e.Created()}
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
@@ -321,18 +279,18 @@ func (b *Bucket[T]) changes(v *view, e jetstream.KeyValueEntry, now time.Time, i
 	if kind == 0 {
 		return nil
 	}
-	c := Change[T]{Kind: kind, Key: en.key, Initial: initial && kind == Put}
-	if kind != Put {
-		return []Change[T]{c}
+	c := fleet.Change[T]{Kind: kind, Key: en.key, Initial: initial && kind == fleet.Put}
+	if kind != fleet.Put {
+		return []fleet.Change[T]{c}
 	}
-	var out []Change[T]
+	var out []fleet.Change[T]
 	if lapsed {
 		b.log.Info("record expired and was put again while the watch was interrupted", "bucket", b.name, "key", en.key, "revision", en.rev)
-		out = append(out, Change[T]{Kind: Expired, Key: en.key})
+		out = append(out, fleet.Change[T]{Kind: fleet.Expired, Key: en.key})
 	}
 	if err := json.Unmarshal(e.Value(), &c.Value); err != nil {
 		v.forget(en.key, en.rev)
-		return append(out, Change[T]{Kind: Invalid, Key: en.key, Initial: c.Initial, Err: fmt.Errorf("decoding %s/%s: %w", b.name, en.key, err)})
+		return append(out, fleet.Change[T]{Kind: fleet.Invalid, Key: en.key, Initial: c.Initial, Err: fmt.Errorf("decoding %s/%s: %w", b.name, en.key, err)})
 	}
 	if missed {
 		b.log.Info("record missed while the watch was interrupted", "bucket", b.name, "key", en.key, "revision", en.rev)

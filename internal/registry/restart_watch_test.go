@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 // TestWatchSurvivesServerRestart: after the NATS server restarts (same
@@ -41,7 +43,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b, err := OpenBucket[WorkerRecord](ctx, js, "restart", testTTL, nil)
+	b, err := OpenBucket[fleet.WorkerRecord](ctx, js, "restart", testTTL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +58,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		for {
 			select {
 			case c := <-w.C():
-				if c.Kind == Put && c.Value.Name == name {
+				if c.Kind == fleet.Put && c.Value.Name == name {
 					return true
 				}
 			case <-deadline:
@@ -64,7 +66,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 			}
 		}
 	}
-	if err := b.Put(ctx, "k", WorkerRecord{Name: "before"}); err != nil {
+	if err := b.Put(ctx, "k", fleet.WorkerRecord{Name: "before"}); err != nil {
 		t.Fatal(err)
 	}
 	if !seen("before", 5*time.Second) {
@@ -76,7 +78,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 	defer func() { s.Shutdown(); s.WaitForShutdown() }()
 	ok := false
 	for i := 0; i < 40 && !ok; i++ {
-		if err := b.Put(ctx, "k", WorkerRecord{Name: "after"}); err != nil {
+		if err := b.Put(ctx, "k", fleet.WorkerRecord{Name: "after"}); err != nil {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -120,7 +122,7 @@ func TestOpenBucketBounded(t *testing.T) {
 	openTimeout = 300 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
-		_, err := OpenBucket[WorkerRecord](context.Background(), js, "silent", time.Second, nil)
+		_, err := OpenBucket[fleet.WorkerRecord](context.Background(), js, "silent", time.Second, nil)
 		done <- err
 	}()
 	select {

@@ -6,7 +6,8 @@
 // a range of events, or a full dump of the cached blocks when the range has
 // left the buffer (or on first contact).
 //
-// It is the state the event plane serves over NATS request/reply; the mock
-// engine and the agent sidecar own one per (worker, dp rank). It is safe for
+// It is the state the event plane serves over NATS request/reply, so it
+// lives in the event plane: the agent sidecar and the mock worker own one
+// per (worker, dp rank), and the recovery package answers queries from it. It is safe for
 // concurrent use: the engine loop writes, responders read.
 package localindex

@@ -1,15 +1,13 @@
-package discovery
+package fleet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -87,7 +85,6 @@ type Notification struct {
 type Directory struct {
 	expect Expect
 	log    *slog.Logger
-	m      directoryMetrics
 
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*Worker // accepted and refused workers
@@ -96,20 +93,33 @@ type Directory struct {
 	// conflicted holds registry keys already reported as conflicting, so
 	// that heartbeats do not repeat the warning.
 	conflicted map[string]bool
+	// What was refused or ignored (DirectoryStats).
+	refused   map[string]uint64
+	conflicts uint64
+	invalid   uint64
 }
 
-type directoryMetrics struct {
-	refused   *prometheus.CounterVec
-	conflicts prometheus.Counter
-	invalid   prometheus.Counter
-	workers   *prometheus.GaugeVec
+// DirectoryStats is what a Directory has counted, for the metrics the
+// composition root exports at scrape time.
+type DirectoryStats struct {
+	// Refused counts workers refused because they break the router's
+	// contract, by reason: "block_size", "hash_contract" or "contract".
+	// Reasons never seen are absent.
+	Refused map[string]uint64
+	// Conflicts counts registry records ignored because a static worker
+	// or another record has the same id or name.
+	Conflicts uint64
+	// Invalid counts registry records that could not be decoded or failed
+	// validation.
+	Invalid uint64
+	// Workers counts the known workers by state (index: State).
+	Workers [StateRefused + 1]int
 }
 
 // NewDirectory builds a directory holding the static workers and returns
 // an Added notification for each accepted one. Static workers that fail
-// expect are refused loudly like registered ones. Metrics are registered on
-// reg (nil: not exported); log may be nil.
-func NewDirectory(expect Expect, static []WorkerRecord, reg *prometheus.Registry, log *slog.Logger, now time.Time) (*Directory, []Notification, error) {
+// expect are refused loudly like registered ones. log may be nil.
+func NewDirectory(expect Expect, static []WorkerRecord, log *slog.Logger, now time.Time) (*Directory, []Notification, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -121,31 +131,7 @@ func NewDirectory(expect Expect, static []WorkerRecord, reg *prometheus.Registry
 		static:  map[string]kvevent.WorkerID{},
 
 		conflicted: map[string]bool{},
-		m: directoryMetrics{
-			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "kvrouter_discovery_workers_refused_total",
-				Help: "Workers refused because they break the router's contract, by reason (block_size, hash_contract).",
-			}, []string{"reason"}),
-			conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "kvrouter_discovery_conflicts_total",
-				Help: "Registry records ignored because a static worker or another record has the same id or name.",
-			}),
-			invalid: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "kvrouter_discovery_invalid_records_total",
-				Help: "Registry records that could not be decoded or failed validation.",
-			}),
-			workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "kvrouter_discovery_workers",
-				Help: "Known workers by state.",
-			}, []string{"state"}),
-		},
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{d.m.refused, d.m.conflicts, d.m.invalid, d.m.workers} {
-			if err := reg.Register(c); err != nil {
-				return nil, nil, fmt.Errorf("registering discovery metrics: %w", err)
-			}
-		}
+		refused:    map[string]uint64{},
 	}
 	var notes []Notification
 	d.mu.Lock()
@@ -168,7 +154,6 @@ func NewDirectory(expect Expect, static []WorkerRecord, reg *prometheus.Registry
 		w.Status = w.Status.To(st, why, now)
 		notes = append(notes, Notification{Kind: Added, Worker: *w})
 	}
-	d.updateGauge()
 	return d, notes, nil
 }
 
@@ -181,7 +166,7 @@ func (d *Directory) refuse(w *Worker, err error, now time.Time) {
 	case errors.Is(err, ErrHashContractMismatch):
 		reason = "hash_contract"
 	}
-	d.m.refused.WithLabelValues(reason).Inc()
+	d.refused[reason]++
 	w.Status = w.Status.To(StateRefused, err.Error(), now)
 	d.log.Warn("worker REFUSED: it would make routing silently wrong",
 		"worker", w.Record.Name, "worker_id", uint64(w.Record.ID), "origin", w.Origin.String(),
@@ -193,7 +178,6 @@ func (d *Directory) refuse(w *Worker, err error, now time.Time) {
 func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer d.updateGauge()
 	switch c.Kind {
 	case Put:
 		return d.put(c.Key, c.Value, now)
@@ -204,7 +188,7 @@ func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification 
 		delete(d.conflicted, c.Key)
 		return d.remove(c.Key, "registration expired (no heartbeat)", now)
 	case Invalid:
-		d.m.invalid.Inc()
+		d.invalid++
 		d.log.Warn("ignoring undecodable registry record", "key", c.Key, "err", c.Err)
 		return d.remove(c.Key, "registry record became invalid", now)
 	}
@@ -213,7 +197,7 @@ func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification 
 
 func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notification {
 	if err := rec.Validate(); err != nil {
-		d.m.invalid.Inc()
+		d.invalid++
 		d.log.Warn("ignoring invalid registry record", "key", key, "err", err)
 		return d.remove(key, "registry record became invalid", now)
 	}
@@ -223,7 +207,7 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 		}
 		if !d.conflicted[key] {
 			d.conflicted[key] = true
-			d.m.conflicts.Inc()
+			d.conflicts++
 			d.log.Warn("registry record conflicts with a static worker; static wins",
 				"key", key, "name", rec.Name, "worker_id", uint64(rec.ID), "static_worker_id", uint64(sid))
 		}
@@ -232,7 +216,7 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 	if owner, ok := d.ownerKey(rec.ID); ok && owner != key {
 		if !d.conflicted[key] {
 			d.conflicted[key] = true
-			d.m.conflicts.Inc()
+			d.conflicts++
 			d.log.Warn("registry record reuses another record's worker id; ignored",
 				"key", key, "other_key", owner, "worker_id", uint64(rec.ID))
 		}
@@ -319,7 +303,6 @@ func (d *Directory) SetStatus(id kvevent.WorkerID, state State, reason string, n
 		return false
 	}
 	w.Status = w.Status.To(state, reason, now)
-	d.updateGauge()
 	return true
 }
 
@@ -347,41 +330,16 @@ func (d *Directory) Workers() []Worker {
 	return out
 }
 
-func (d *Directory) updateGauge() {
-	var n [StateRefused + 1]int
+// Stats returns what the directory has counted so far and how many known
+// workers are in each state.
+func (d *Directory) Stats() DirectoryStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := DirectoryStats{Refused: maps.Clone(d.refused), Conflicts: d.conflicts, Invalid: d.invalid}
 	for _, w := range d.workers {
-		if int(w.Status.State) < len(n) {
-			n[w.Status.State]++
+		if int(w.Status.State) < len(st.Workers) {
+			st.Workers[w.Status.State]++
 		}
 	}
-	for s := range n {
-		d.m.workers.WithLabelValues(State(s).String()).Set(float64(n[s]))
-	}
-}
-
-// Follow applies the watcher's changes until ctx ends or the watcher
-// stops, handing each notification to sink (on this goroutine, in order).
-// synced, if not nil, is called once when the registry's initial values
-// have all been applied.
-func (d *Directory) Follow(ctx context.Context, w *Watcher[WorkerRecord], sink func(Notification), synced func()) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case c, ok := <-w.C():
-			if !ok {
-				return
-			}
-			if c.Kind == Synced {
-				if synced != nil {
-					synced()
-					synced = nil
-				}
-				continue
-			}
-			for _, n := range d.Apply(c, time.Now()) {
-				sink(n)
-			}
-		}
-	}
+	return st
 }

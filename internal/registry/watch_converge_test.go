@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
@@ -113,7 +114,7 @@ type mirror struct {
 	done chan struct{}
 }
 
-func follow(w *Watcher[WorkerRecord]) *mirror {
+func follow(w *Watcher[fleet.WorkerRecord]) *mirror {
 	m := &mirror{live: map[string]string{}, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -121,9 +122,9 @@ func follow(w *Watcher[WorkerRecord]) *mirror {
 			m.mu.Lock()
 			m.log = append(m.log, c.Kind.String()+" "+c.Key)
 			switch c.Kind {
-			case Put:
+			case fleet.Put:
 				m.live[c.Key] = c.Value.Name
-			case Deleted, Expired, Invalid:
+			case fleet.Deleted, fleet.Expired, fleet.Invalid:
 				delete(m.live, c.Key)
 			}
 			m.mu.Unlock()
@@ -168,14 +169,14 @@ func (m *mirror) holds(t *testing.T, d time.Duration, what string, want map[stri
 // watching opens a writer's bucket at writerURL and a watcher's at
 // watcherURL (the same server, possibly through a proxy), both with ttl,
 // and follows the watcher until the test ends.
-func watching(t *testing.T, writerURL, watcherURL string, ttl time.Duration) (*Bucket[WorkerRecord], *mirror) {
+func watching(t *testing.T, writerURL, watcherURL string, ttl time.Duration) (*Bucket[fleet.WorkerRecord], *mirror) {
 	t.Helper()
 	ctx := context.Background()
-	wb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, writerURL), "reg", ttl, nil)
+	wb, err := OpenBucket[fleet.WorkerRecord](ctx, connectJS(t, writerURL), "reg", ttl, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := OpenBucket[WorkerRecord](ctx, connectJS(t, watcherURL), "reg", ttl, nil)
+	rb, err := OpenBucket[fleet.WorkerRecord](ctx, connectJS(t, watcherURL), "reg", ttl, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,12 +250,12 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	url := srv.URL()
 	ctx := context.Background()
 	wb, m := watching(t, url, url, testTTL)
-	expiring, err := wb.Keep(ctx, "a", WorkerRecord{Name: "a"})
+	expiring, err := wb.Keep(ctx, "a", fleet.WorkerRecord{Name: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer expiring.Abandon()
-	deleted, err := wb.Keep(ctx, "b", WorkerRecord{Name: "b"})
+	deleted, err := wb.Keep(ctx, "b", fleet.WorkerRecord{Name: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,15 +271,15 @@ func TestWatchConvergesAfterLostReply(t *testing.T) {
 	srv.Start(true)
 	expiring.Abandon()
 	retry(t, "deleting b", func(ctx context.Context) error { return deleted.Close(ctx) })
-	var fresh *Lease[WorkerRecord]
+	var fresh *Lease[fleet.WorkerRecord]
 	retry(t, "registering c", func(ctx context.Context) (err error) {
-		fresh, err = wb.Keep(ctx, "c", WorkerRecord{Name: "c"})
+		fresh, err = wb.Keep(ctx, "c", fleet.WorkerRecord{Name: "c"})
 		return err
 	})
 	defer fresh.Abandon()
 	m.waitFor(t, 10*time.Second, "after JetStream came back", map[string]string{"c": "c"})
 	// And it goes on: a new registration, then its expiry.
-	late, err := wb.Keep(ctx, "d", WorkerRecord{Name: "d"})
+	late, err := wb.Keep(ctx, "d", fleet.WorkerRecord{Name: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	url := srv.URL()
 	ctx := context.Background()
 	wb, m := watching(t, url, url, ttl)
-	first, err := wb.Keep(ctx, "w", WorkerRecord{Name: "first"})
+	first, err := wb.Keep(ctx, "w", fleet.WorkerRecord{Name: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 			t.Fatal("the record did not expire on the server")
 		}
 	}
-	again, err := wb.Keep(ctx, "w", WorkerRecord{Name: "again"})
+	again, err := wb.Keep(ctx, "w", fleet.WorkerRecord{Name: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,9 +355,9 @@ func TestWatchWhileCut(t *testing.T) {
 	p := newCutProxy(t, fmt.Sprintf("127.0.0.1:%d", srv.Port()))
 	ctx := context.Background()
 	wb, m := watching(t, srv.URL(), p.url(), testTTL)
-	leases := map[string]*Lease[WorkerRecord]{}
+	leases := map[string]*Lease[fleet.WorkerRecord]{}
 	for _, k := range []string{"expires", "deleted", "stays"} {
-		l, err := wb.Keep(ctx, k, WorkerRecord{Name: k})
+		l, err := wb.Keep(ctx, k, fleet.WorkerRecord{Name: k})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +372,7 @@ func TestWatchWhileCut(t *testing.T) {
 	if err := leases["deleted"].Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	added, err := wb.Keep(ctx, "added", WorkerRecord{Name: "added"})
+	added, err := wb.Keep(ctx, "added", fleet.WorkerRecord{Name: "added"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestWatchResyncRepairsLostConsumer(t *testing.T) {
 	srv := natstest.StartRestartable(t)
 	ctx := context.Background()
 	js := connectJS(t, srv.URL())
-	b, err := OpenBucket[WorkerRecord](ctx, js, "reg", 3*time.Second, nil)
+	b, err := OpenBucket[fleet.WorkerRecord](ctx, js, "reg", 3*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,7 @@ func TestWatchResyncRepairsLostConsumer(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no consumer to delete")
 	}
-	l, err := b.Keep(ctx, "new", WorkerRecord{Name: "new"})
+	l, err := b.Keep(ctx, "new", fleet.WorkerRecord{Name: "new"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,27 @@
-package discovery
+package fleet
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"pgregory.net/rapid"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
+
+// rec is a valid NATS-fed record of name with blockSize.
+func rec(name string, blockSize int) WorkerRecord {
+	return WorkerRecord{
+		Name: name, URL: "http://127.0.0.1:9000", BlockSize: blockSize, DPSize: 1,
+		Events: EventSource{Kind: EventsNATS}, Hash: DefaultHashContract(), RegisteredBy: "test",
+	}
+}
+
+// recordKey stands for a registry key: any string per record will do.
+func recordKey(id kvevent.WorkerID) string { return fmt.Sprintf("%d", uint64(id)) }
 
 func kinds(ns []Notification) []NoteKind {
 	out := []NoteKind{}
@@ -34,15 +45,14 @@ func sameKinds(a []NoteKind, b ...NoteKind) bool {
 
 // Apply without NATS: the directory's rules on a scripted change stream.
 func TestDirectoryApply(t *testing.T) {
-	prom := prometheus.NewRegistry()
-	d, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, nil, prom, nil, time.Unix(0, 0))
+	d, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, nil, nil, time.Unix(0, 0))
 	if err != nil || len(initial) != 0 {
 		t.Fatal(initial, err)
 	}
 	t0 := time.Unix(1000, 0)
 	a := rec("a", 16)
 	a.ID = DeriveID("a")
-	key := RecordKey(a.ID)
+	key := recordKey(a.ID)
 	put := func(k string, r WorkerRecord, at time.Time) []NoteKind {
 		return kinds(d.Apply(Change[WorkerRecord]{Kind: Put, Key: k, Value: r}, at))
 	}
@@ -73,7 +83,7 @@ func TestDirectoryApply(t *testing.T) {
 	if got := put("other", a2, t0.Add(4*time.Second)); !sameKinds(got) {
 		t.Fatalf("second key with the same id: %v", got)
 	}
-	if got := metricValue(t, prom, "kvrouter_discovery_conflicts_total", ""); got != 1 {
+	if got := d.Stats().Conflicts; got != 1 {
 		t.Errorf("conflicts = %v", got)
 	}
 	// Breaking the contract removes an accepted worker.
@@ -96,8 +106,8 @@ func TestDirectoryApply(t *testing.T) {
 	// Undecodable and invalid records are counted and drop what the key held.
 	b := rec("b", 16)
 	b.ID = DeriveID("b")
-	put(RecordKey(b.ID), b, t0)
-	got := kinds(d.Apply(Change[WorkerRecord]{Kind: Invalid, Key: RecordKey(b.ID), Err: errors.New("bad json")}, t0))
+	put(recordKey(b.ID), b, t0)
+	got := kinds(d.Apply(Change[WorkerRecord]{Kind: Invalid, Key: recordKey(b.ID), Err: errors.New("bad json")}, t0))
 	if !sameKinds(got, Removed) {
 		t.Fatalf("invalid: %v", got)
 	}
@@ -105,7 +115,7 @@ func TestDirectoryApply(t *testing.T) {
 	if got := put("x", bad, t0); !sameKinds(got) {
 		t.Fatalf("nameless record: %v", got)
 	}
-	if got := metricValue(t, prom, "kvrouter_discovery_invalid_records_total", ""); got != 2 {
+	if got := d.Stats().Invalid; got != 2 {
 		t.Errorf("invalid = %v", got)
 	}
 	if len(d.Workers()) != 0 {
@@ -118,10 +128,10 @@ func TestNewDirectoryRejectsDuplicateStaticIDs(t *testing.T) {
 	a.ID = 7
 	b := rec("b", 16)
 	b.ID = 7
-	if _, _, err := NewDirectory(Expect{}, []WorkerRecord{a, b}, nil, nil, time.Now()); err == nil {
+	if _, _, err := NewDirectory(Expect{}, []WorkerRecord{a, b}, nil, time.Unix(0, 0)); err == nil {
 		t.Fatal("duplicate static ids accepted")
 	}
-	if _, _, err := NewDirectory(Expect{}, []WorkerRecord{rec("", 16)}, nil, nil, time.Now()); err == nil {
+	if _, _, err := NewDirectory(Expect{}, []WorkerRecord{rec("", 16)}, nil, time.Unix(0, 0)); err == nil {
 		t.Fatal("invalid static record accepted")
 	}
 }
@@ -136,7 +146,7 @@ func TestDirectoryMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, static, nil, nil, time.Unix(0, 0))
+		d, initial, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, static, nil, time.Unix(0, 0))
 		if err != nil || len(initial) != 1 {
 			t.Fatal(initial, err)
 		}

@@ -1,4 +1,4 @@
-package discovery
+package registry
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
@@ -49,7 +50,7 @@ func (c RegistryConfig) Validate() error {
 
 // Registry is the NATS KV registry of workers.
 type Registry struct {
-	b      *Bucket[WorkerRecord]
+	b      *Bucket[fleet.WorkerRecord]
 	resync time.Duration
 }
 
@@ -58,7 +59,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := OpenBucket[WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, log)
+	b, err := OpenBucket[fleet.WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, log)
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +76,9 @@ func RecordKey(id kvevent.WorkerID) string { return strconv.FormatUint(uint64(id
 // Register validates rec (deriving its id from the name when 0) and keeps
 // it registered until the returned lease is closed (deregistration) or
 // abandoned (the record then expires after the TTL).
-func (r *Registry) Register(ctx context.Context, rec WorkerRecord) (*Lease[WorkerRecord], error) {
+func (r *Registry) Register(ctx context.Context, rec fleet.WorkerRecord) (*Lease[fleet.WorkerRecord], error) {
 	if rec.ID == 0 {
-		rec.ID = DeriveID(rec.Name)
+		rec.ID = fleet.DeriveID(rec.Name)
 	}
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("registering: %w", err)
@@ -87,12 +88,12 @@ func (r *Registry) Register(ctx context.Context, rec WorkerRecord) (*Lease[Worke
 
 // Watch watches the registry (see Bucket.Watch), re-reading it every
 // RegistryConfig.Resync.
-func (r *Registry) Watch(ctx context.Context) (*Watcher[WorkerRecord], error) {
+func (r *Registry) Watch(ctx context.Context) (*Watcher[fleet.WorkerRecord], error) {
 	return r.b.Watch(ctx, ResyncEvery(r.resync))
 }
 
 // Bucket returns the underlying bucket.
-func (r *Registry) Bucket() *Bucket[WorkerRecord] { return r.b }
+func (r *Registry) Bucket() *Bucket[fleet.WorkerRecord] { return r.b }
 
 // BindFlags registers --registry-bucket and --registry-ttl on fs, writing
 // into c (whose current values are the defaults shown).

@@ -1,6 +1,10 @@
-package discovery
+package registry
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
+)
 
 // view is what a Watcher has told its reader about a bucket: each live
 // key's revision and the time it expires without a heartbeat. It is the
@@ -72,7 +76,7 @@ func (v *view) snapshotting() bool { return v.snapping }
 // record meanwhile and the reader must first be told Expired. That is how
 // an expiry missed whole (the watcher blind while the record expired and
 // its owner registered again) still reaches the reader.
-func (v *view) observe(e entry, now time.Time) (kind ChangeKind, lapsed bool) {
+func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed bool) {
 	cur, isLive := v.live[e.key]
 	if e.op != opPut {
 		if v.snapping {
@@ -87,9 +91,9 @@ func (v *view) observe(e entry, now time.Time) (kind ChangeKind, lapsed bool) {
 		delete(v.live, e.key)
 		v.dead[e.key] = e.rev
 		if e.op == opDelete {
-			return Deleted, false
+			return fleet.Deleted, false
 		}
-		return Expired, false
+		return fleet.Expired, false
 	}
 	if (isLive && e.rev <= cur.rev) || (!isLive && e.rev <= v.dead[e.key]) {
 		// Already reported (a snapshot re-delivering what the reader
@@ -111,13 +115,13 @@ func (v *view) observe(e entry, now time.Time) (kind ChangeKind, lapsed bool) {
 	if v.snapping {
 		v.seen[e.key] = true
 	}
-	return Put, lapsed
+	return fleet.Put, lapsed
 }
 
 // gone is a key the reader must be told about: Deleted or Expired.
 type gone struct {
 	key  string
-	kind ChangeKind
+	kind fleet.ChangeKind
 }
 
 // end closes the snapshot at now and returns the live keys it lacked:
@@ -135,9 +139,9 @@ func (v *view) end(now time.Time) []gone {
 		}
 		delete(v.live, k)
 		v.dead[k] = lk.rev
-		kind := Deleted
+		kind := fleet.Deleted
 		if !now.Before(lk.deadline) {
-			kind = Expired
+			kind = fleet.Expired
 		}
 		out = append(out, gone{key: k, kind: kind})
 	}
