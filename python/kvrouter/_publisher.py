@@ -224,7 +224,10 @@ class KvEventPublisher:
         self._replay_aborted = 0
         self._stopping = False
 
-        ctx = zmq.Context.instance()
+        # A context of its own: terminating it in shutdown() waits until the
+        # sockets are really closed, so a restarted engine can bind the same
+        # ports at once.
+        ctx = zmq.Context()
         self._ctx = ctx
         socks: list[zmq.Socket] = []
         try:
@@ -258,6 +261,7 @@ class KvEventPublisher:
         except BaseException:
             for s in socks:
                 s.close(linger=0)
+            ctx.term()
             raise
         self._endpoint = _dialable(self._pub)
         self._replay_ep = _dialable(self._router) if self._router is not None else None
@@ -478,6 +482,7 @@ class KvEventPublisher:
             log.warning("KV event publisher thread did not stop within %.1f s", timeout)
             return
         self._wake_tx.close(linger=0)
+        self._ctx.term()  # returns once the sockets are closed and the ports free
 
     def __enter__(self) -> "KvEventPublisher":
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+import zmq
 
 import kvrouter
 from kvrouter import _publisher, _wire
@@ -125,8 +126,14 @@ def test_dp_rank_in_batches_and_endpoints(publisher, ctx):
     for bad in ("tcp://*:0", "tcp://*:x", "ipc:///tmp/kv", "tcp://*:65535"):
         with pytest.raises(ValueError):
             kvrouter.offset_endpoint(bad, 1)
-    pub = publisher(dp_rank=2, endpoint="inproc://kv-py-test", replay_endpoint="inproc://kv-py-test-replay")
-    assert pub.endpoint == "inproc://kv-py-test_dp2"
-    assert pub.replay_endpoint == "inproc://kv-py-test-replay_dp2"
+    # rank 2 binds base + 2: take two free ports and name the bases below them
+    free = []
+    for _ in range(2):
+        s = ctx.socket(zmq.PUB)
+        free.append(s.bind_to_random_port("tcp://127.0.0.1", min_port=20000, max_port=60000))
+        s.close(linger=0)
+    pub = publisher(dp_rank=2, endpoint=f"tcp://127.0.0.1:{free[0] - 2}",
+                    replay_endpoint=f"tcp://127.0.0.1:{free[1] - 2}")
+    assert (pub.endpoint, pub.replay_endpoint) == tuple(f"tcp://127.0.0.1:{p}" for p in free)
     pub.publish_cleared()
     assert msgpack.unpackb(replay(ctx, pub.replay_endpoint, 0)[0][3])[2] == 2
