@@ -1,15 +1,21 @@
 # The README's two commands are `make up` and `make test`.
 GO ?= go
+# PYTHON runs the Python publisher's tests (python/): the first python3 that
+# imports zmq, msgpack and pytest (Debian: python3-zmq python3-msgpack python3-pytest).
+PYTHON ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c 'import zmq, msgpack, pytest' >/dev/null 2>&1 && echo $(p))))
 
 .PHONY: test up build bench fuzz
 
 # test: vet, staticcheck (pinned in go.mod's tool block; with the chaos tag,
 # which only adds files, so the fault suite is checked too), then every test
-# under the race detector. This is what CI runs.
+# under the race detector, then the Python publisher's tests (they build and
+# run kvrouter serve). This is what CI runs.
 test:
 	$(GO) vet ./...
 	$(GO) tool staticcheck -tags chaos ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@test -n "$(PYTHON)" || { echo "make test: no python3 with zmq, msgpack and pytest; apt-get install python3-zmq python3-msgpack python3-pytest (or set PYTHON=...)" >&2; exit 1; }
+	GO=$(GO) $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 # up: build and start a local fleet on embedded defaults.
 up: build

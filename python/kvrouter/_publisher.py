@@ -114,15 +114,23 @@ def _block_hash(value: Any, what: str) -> int:
     return v
 
 
+def _all_ints(values: Any) -> bool:
+    return isinstance(values, (list, tuple)) and all(type(v) is int for v in values)
+
+
 def _block_hashes(values: Any, what: str) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"{what} must be a list of ints, not {type(values).__name__}")
+    if _all_ints(values) and (not values or (min(values) >= _I64_MIN and max(values) < _U64)):
+        return [v + _U64 if v < 0 else v for v in values]  # the common case, fast
     return [_block_hash(v, f"{what}[{i}]") for i, v in enumerate(values)]
 
 
 def _token_ids(values: Any) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"token_ids must be a list of ints, not {type(values).__name__}")
+    if _all_ints(values) and (not values or (min(values) >= 0 and max(values) < _U32)):
+        return list(values)  # the common case, fast
     out = []
     for i, t in enumerate(values):
         if isinstance(t, bool) or not hasattr(t, "__index__"):
