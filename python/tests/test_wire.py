@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
 import msgpack
 import pytest
-import zmq
 
 import kvrouter
 from kvrouter import _publisher, _wire
@@ -126,14 +127,22 @@ def test_dp_rank_in_batches_and_endpoints(publisher, ctx):
     for bad in ("tcp://*:0", "tcp://*:x", "ipc:///tmp/kv", "tcp://*:65535"):
         with pytest.raises(ValueError):
             kvrouter.offset_endpoint(bad, 1)
-    # rank 2 binds base + 2: take two free ports and name the bases below them
-    free = []
-    for _ in range(2):
-        s = ctx.socket(zmq.PUB)
-        free.append(s.bind_to_random_port("tcp://127.0.0.1", min_port=20000, max_port=60000))
-        s.close(linger=0)
-    pub = publisher(dp_rank=2, endpoint=f"tcp://127.0.0.1:{free[0] - 2}",
-                    replay_endpoint=f"tcp://127.0.0.1:{free[1] - 2}")
+    # rank 2 binds base + 2: take two free ports and name the bases below
+    # them (retrying if another process takes one in between)
+    for attempt in range(20):
+        free = []
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                free.append(s.getsockname()[1])
+        try:
+            pub = publisher(dp_rank=2, endpoint=f"tcp://127.0.0.1:{free[0] - 2}",
+                            replay_endpoint=f"tcp://127.0.0.1:{free[1] - 2}")
+            break
+        except OSError:
+            continue
+    else:
+        pytest.fail("no free ports")
     assert (pub.endpoint, pub.replay_endpoint) == tuple(f"tcp://127.0.0.1:{p}" for p in free)
     pub.publish_cleared()
     assert msgpack.unpackb(replay(ctx, pub.replay_endpoint, 0)[0][3])[2] == 2
