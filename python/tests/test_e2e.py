@@ -258,24 +258,28 @@ def free_port() -> int:
 def test_toy_engine_example_agrees_with_the_router(kvrouter_bin, tmp_path):
     # The example as documented: kvrouter serve with the toy engine as a
     # static worker; the engine exits 0 once /v1/query agrees with its cache.
-    events, replay_ep, health = free_port(), free_port(), free_port()
-    worker = (f"name=toy,url=http://127.0.0.1:{health},events=tcp://127.0.0.1:{events},"
-              f"replay=tcp://127.0.0.1:{replay_ep}")
-    serve = Serve(kvrouter_bin, tmp_path / "data", worker)
-    try:
-        env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
-        r = subprocess.run(
-            [sys.executable, str(REPO / "python" / "examples" / "toy_engine.py"),
-             "--events", f"tcp://127.0.0.1:{events}", "--replay", f"tcp://127.0.0.1:{replay_ep}",
-             "--http-port", str(health), "--router", serve.base, "--requests", "40", "--interval", "0.01",
-             "--capacity", "24", "--check"],
-            env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "router agrees" in r.stdout
-        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("prompt ")]
-        assert len(lines) == 40
-        # misses, shared-prefix hits and evictions all happened
-        assert any(" 0 cached" in ln for ln in lines) and any(" 4 cached" in ln for ln in lines)
-        assert any(re.search(r" [1-9]\d* evicted", ln) for ln in lines), r.stdout
-    finally:
-        serve.stop()
+    for attempt in range(3):  # the chosen free ports can be taken in between
+        events, replay_ep, health = free_port(), free_port(), free_port()
+        worker = (f"name=toy,url=http://127.0.0.1:{health},events=tcp://127.0.0.1:{events},"
+                  f"replay=tcp://127.0.0.1:{replay_ep}")
+        serve = Serve(kvrouter_bin, tmp_path / f"data{attempt}", worker)
+        try:
+            env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+            r = subprocess.run(
+                [sys.executable, str(REPO / "python" / "examples" / "toy_engine.py"),
+                 "--events", f"tcp://127.0.0.1:{events}", "--replay", f"tcp://127.0.0.1:{replay_ep}",
+                 "--http-port", str(health), "--router", serve.base, "--requests", "40", "--interval", "0.01",
+                 "--capacity", "24", "--check"],
+                env=env, capture_output=True, text=True, timeout=60)
+        finally:
+            serve.stop()
+        if r.returncode != 0 and "Address already in use" in r.stderr:
+            continue
+        break
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "router agrees" in r.stdout
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("prompt ")]
+    assert len(lines) == 40
+    # misses, shared-prefix hits and evictions all happened
+    assert any(" 0 cached" in ln for ln in lines) and any(" 4 cached" in ln for ln in lines)
+    assert any(re.search(r" [1-9]\d* evicted", ln) for ln in lines), r.stdout
