@@ -208,19 +208,28 @@ def test_serve_indexes_the_python_publisher(kvrouter_bin, health_stub, tmp_path)
         b_tail = list(range(5000, 5000 + 4 * BS))
         b = Chain(a.tokens[:2 * BS] + b_tail, a.hashes[:2] + [7000 + i for i in range(4)])
         c = Chain(list(range(9000, 9000 + 3 * BS)), [-(i + 1) * 12345 for i in range(3)])  # signed hashes
-        chains = {"a": a, "b": b, "c": c}
+        # o's second block is published below a parent that never was: the
+        # publisher warns, the router refuses it, so o has no overlap at all
+        o = Chain(list(range(12000, 12000 + 2 * BS)), [4242, 4343])
+        chains = {"a": a, "b": b, "c": c, "o": o}
 
         pub.publish_stored(a.tokens[:4 * BS], [BS] * 4, a.hashes[:4])
         pub.publish_stored(a.tokens[4 * BS:], [BS] * 2, a.hashes[4:], parent_hash=a.hashes[3])
         pub._skip_live = 1  # test seam: this batch reaches the router only through replay
         dropped = pub.publish_stored(b_tail, [BS] * 4, b.hashes[2:], parent_hash=b.hashes[1])
         pub.publish_removed([a.hashes[4]])
+        with pytest.warns(kvrouter.UnknownParentWarning):
+            pub.publish_stored(o.block(1), [BS], o.hashes[1:], parent_hash=o.hashes[0])
         pub.publish_stored(c.tokens, BS, c.hashes)
         pub.publish_removed([b.hashes[3]])
         assert pub.stats().live_dropped == 1
         wait_overlaps(serve, chains, pub, "after stores, removals and a replayed batch")
         # b's third block was only ever in the replay buffer
         assert expected(chains, pub.held_blocks())[("b", 3)] == 3
+        assert pub.holds(o.hashes[1]) and expected(chains, pub.held_blocks())[("o", 2)] == 0
+        # ... not even as a root block (the later batches converged, so it was seen)
+        alone = serve.post("/v1/query", {"tokens": o.block(1)})
+        assert [w["overlap_blocks"] for w in alone["workers"] if w["worker"] == "py"] == [0]
         assert pub.stats().replayed_batches >= 1
 
         workers = {w["worker"]: w for w in serve.get("/v1/workers")["workers"]}
