@@ -44,7 +44,7 @@ type Worker struct {
 	// PromptTokens, PredictedTokens and ActualTokens are their prompt
 	// tokens, the router's predicted cached tokens and the cached tokens
 	// the worker reported.
-	Requests                                   int
+	Requests                                    int
 	PromptTokens, PredictedTokens, ActualTokens int64
 }
 
@@ -64,7 +64,7 @@ type Request struct {
 	Error bool
 	// HasUsage says the worker reported cached tokens; then
 	// PromptTokens, PredictedTokens and ActualTokens are counted for it.
-	HasUsage                                   bool
+	HasUsage                                    bool
 	PromptTokens, PredictedTokens, ActualTokens int
 }
 
