@@ -110,6 +110,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return http.ErrUseLastResponse
 	}}
 	f.m = newMetrics(f.reg, f)
+	f.initStatus() // the status page's charts (status.go)
 	f.handler = f.routes()
 	return f, nil
 }

@@ -162,7 +162,7 @@ func TestNativeAPI(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 			t.Fatalf("status %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
-		for _, want := range []string{`http-equiv="refresh" content="5"`, "w1", "w2", "w3", "APPROX", "no events", cached, "completions", "candidates, policy kv"} {
+		for _, want := range []string{`"refresh_seconds":5`, "w1", "w2", "w3", "APPROX", "no events", cached, `"endpoint":"completions"`, `"policy":"kv"`} {
 			if !strings.Contains(s, want) {
 				t.Fatalf("status page lacks %q:\n%s", want, s)
 			}

@@ -35,6 +35,7 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Serve accepts connections until Shutdown; it returns nil after a
 // shutdown and the listener's error otherwise.
 func (s *Server) Serve() error {
+	defer s.f.startSampler()() // the status page's charts (status.go)
 	err := s.srv.Serve(s.ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -45,6 +46,7 @@ func (s *Server) Serve() error {
 // ServeTLS is Serve over TLS with the PEM certificate and key files
 // (HTTP/2 offered by ALPN).
 func (s *Server) ServeTLS(certFile, keyFile string) error {
+	defer s.f.startSampler()() // the status page's charts (status.go)
 	err := s.srv.ServeTLS(s.ln, certFile, keyFile)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -111,14 +111,19 @@ type record struct {
 	Decision      decisionJSON
 }
 
-// ring keeps the last N records.
+// ring keeps the last N records for the status page's table and passes
+// every record on to its charts (feed).
 type ring struct {
 	buf  []record
 	next int
 	full bool
+	feed *statusFeed
 }
 
 func (r *ring) add(rec record) {
+	if r.feed != nil {
+		r.feed.finished(rec)
+	}
 	if len(r.buf) == 0 {
 		return
 	}
