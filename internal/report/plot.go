@@ -3,10 +3,13 @@ package report
 import (
 	"errors"
 	"fmt"
+	"image/color"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Plot size: wide enough for a legend of a few policies, readable in docs.
@@ -186,44 +191,177 @@ func windowMeans(times []time.Duration, values []float64, limit int) plotter.XYs
 	return pts
 }
 
-// WriteWorkerLoad draws each worker's load over time as a PNG, one line
-// per worker; long series are averaged over windows (at most 120 points).
+// workerColors are distinct colours, one per worker (repeating after ten:
+// each worker has its own labelled panel anyway).
+var workerColors = []color.RGBA{
+	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
+	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
+	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+}
+
+// niceTicks labels round values: a 1, 2 or 5 × 10^k step giving about N
+// intervals, with as many decimals as the step needs, and unlabelled
+// minor ticks halfway.
+type niceTicks struct{ N int }
+
+// niceStep returns a 1, 2 or 5 × 10^k step for about n intervals of span.
+func niceStep(span float64, n int) float64 {
+	if span <= 0 || n <= 0 {
+		return 1
+	}
+	raw := span / float64(n)
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	switch f := raw / p; {
+	case f <= 1:
+		return p
+	case f <= 2:
+		return 2 * p
+	case f <= 5:
+		return 5 * p
+	}
+	return 10 * p
+}
+
+// Ticks implements plot.Ticker.
+func (t niceTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := niceStep(hi-lo, max(t.N, 1))
+	prec := max(0, int(-math.Floor(math.Log10(step)+1e-9)))
+	var ticks []plot.Tick
+	for i := math.Ceil(lo/step - 1e-9); i*step <= hi+step*1e-9; i++ {
+		v := i * step
+		if v == 0 {
+			v = 0 // not "-0"
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', prec, 64)})
+		if m := v + step/2; m <= hi {
+			ticks = append(ticks, plot.Tick{Value: m})
+		}
+	}
+	return ticks
+}
+
+// Load plot layout: one panel per worker, panelsPerColumn to a column.
+const (
+	panelsPerColumn = 8
+	loadPanelH      = 1.05 * vg.Inch
+	loadColumnW     = 8 * vg.Inch
+	loadTitleH      = 0.6 * vg.Inch
+)
+
+// WriteWorkerLoad draws each worker's load over time as a PNG: small
+// multiples, one panel per worker (in its own colour, named, with its mean
+// and peak) on a shared y scale, with the fleet mean as a grey dashed
+// line in every panel for comparison. Long series are averaged over
+// windows (at most 120 points).
 func WriteWorkerLoad(w io.Writer, load WorkerLoad) error {
 	if len(load.Times) == 0 || len(load.Load) == 0 {
 		return fmt.Errorf("worker load: %w", ErrNoData)
 	}
-	p := plot.New()
-	p.Title.Text = "Per-worker load over time: " + load.Policy
-	p.X.Label.Text = "time (s)"
-	p.Y.Label.Text = load.Quantity
-	if p.Y.Label.Text == "" {
-		p.Y.Label.Text = "load"
+	quantity := load.Quantity
+	if quantity == "" {
+		quantity = "load"
 	}
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
+	n := len(load.Load)
+	series := make([]plotter.XYs, n)
 	top := 0.0
-	for wk, series := range load.Load {
-		pts := windowMeans(load.Times, series, maxLoadPoints)
-		if len(pts) == 0 {
-			continue
-		}
-		for _, pt := range pts {
+	for wk, s := range load.Load {
+		series[wk] = windowMeans(load.Times, s, maxLoadPoints)
+		for _, pt := range series[wk] {
 			top = max(top, pt.Y)
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
-			return fmt.Errorf("worker load %d: %w", wk, err)
+	}
+	// The fleet mean at each (window) time.
+	var mean plotter.XYs
+	for i := range series[0] {
+		sum, k := 0.0, 0
+		for wk := range series {
+			if i < len(series[wk]) {
+				sum += series[wk][i].Y
+				k++
+			}
 		}
-		l.Color = plotutil.Color(wk)
-		l.Dashes = plotutil.Dashes(wk / 7)
-		p.Add(l)
-		if len(load.Load) <= 16 {
-			p.Legend.Add(fmt.Sprintf("worker %d", wk), l)
+		mean = append(mean, plotter.XY{X: series[0][i].X, Y: sum / float64(k)})
+	}
+	xMax := load.Times[len(load.Times)-1].Seconds()
+	yMax := top
+	if yMax <= 0 {
+		yMax = 1
+	}
+	yMax = math.Ceil(yMax/niceStep(yMax, 3)-1e-9) * niceStep(yMax, 3)
+
+	cols := (n + panelsPerColumn - 1) / panelsPerColumn
+	rows := min(n, panelsPerColumn)
+	grid := make([][]*plot.Plot, rows)
+	for r := range grid {
+		grid[r] = make([]*plot.Plot, cols)
+	}
+	for i := range rows * cols {
+		r, c := i%rows, i/rows
+		p := plot.New()
+		p.X.Min, p.X.Max = 0, max(xMax, 1)
+		p.Y.Min, p.Y.Max = 0, yMax
+		p.X.Tick.Marker = niceTicks{N: 6}
+		p.Y.Tick.Marker = niceTicks{N: 2}
+		p.Add(plotter.NewGrid())
+		grid[r][c] = p
+		if r == rows-1 {
+			p.X.Label.Text = "time (s)"
+		} else {
+			p.HideX() // the bottom panel labels the shared axis
+		}
+		if i >= n {
+			p.HideAxes()
+			continue
+		}
+		s := series[i]
+		sum, peak := 0.0, 0.0
+		for _, pt := range s {
+			sum += pt.Y
+			peak = max(peak, pt.Y)
+		}
+		p.Y.Label.Text = fmt.Sprintf("worker %d", i)
+		p.Title.Text = fmt.Sprintf("mean %.1f, peak %.1f", sum/float64(max(len(s), 1)), peak)
+		p.Title.TextStyle.Font.Size = vg.Points(9)
+		p.Title.Padding = vg.Points(1)
+		m, err := plotter.NewLine(mean)
+		if err != nil {
+			return fmt.Errorf("worker load mean: %w", err)
+		}
+		m.Color, m.Dashes, m.Width = color.Gray{Y: 0x80}, []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1)
+		l, err := plotter.NewLine(s)
+		if err != nil {
+			return fmt.Errorf("worker load %d: %w", i, err)
+		}
+		l.Color, l.Width = workerColors[i%len(workerColors)], vg.Points(1.5)
+		p.Add(m, l)
+	}
+
+	width, height := vg.Length(cols)*loadColumnW, vg.Length(rows)*loadPanelH+loadTitleH
+	img := vgimg.New(width, height)
+	dc := draw.New(img)
+	title := plot.New().Title.TextStyle
+	title.Font.Size = vg.Points(13)
+	title.XAlign = draw.XCenter
+	dc.FillText(title, vg.Point{X: width / 2, Y: height - loadTitleH*0.4},
+		fmt.Sprintf("%s per worker over time: %s", quantity, load.Policy))
+	legend := title
+	legend.Font.Size = vg.Points(9)
+	legend.Color = color.Gray{Y: 0x60}
+	dc.FillText(legend, vg.Point{X: width / 2, Y: height - loadTitleH*0.8},
+		"one panel per worker, same scale; grey dashed: the mean over all workers")
+	body := draw.Crop(dc, 0, 0, 0, -loadTitleH)
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(6), PadY: vg.Points(2),
+		PadTop: vg.Points(2), PadBottom: vg.Points(2), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(grid, tiles, body)
+	for r := range grid {
+		for c := range grid[r] {
+			grid[r][c].Draw(canvases[r][c])
 		}
 	}
-	// Room above the lines for the legend.
-	p.Y.Min, p.Y.Max = 0, max(1.35*top, 1)
-	return writePNG(w, p)
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("writing png: %w", err)
+	}
+	return nil
 }
 
 // Files written by WritePlots.

@@ -305,3 +305,71 @@ func TestWindowMeans(t *testing.T) {
 		t.Fatalf("short: %v", got)
 	}
 }
+
+func TestNiceTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		n      int
+		want   []string
+	}{
+		// Steps of 1, 2 or 5 × 10^k, the smallest giving at most n intervals.
+		{0, 20, 2, []string{"0", "10", "20"}},
+		{0, 25, 2, []string{"0", "20"}},
+		{0, 1, 4, []string{"0.0", "0.5", "1.0"}},
+		{0, 0.35, 4, []string{"0.0", "0.1", "0.2", "0.3"}},
+		{-1e-12, 870, 6, []string{"0", "200", "400", "600", "800"}},
+		{-30, 30, 3, []string{"-20", "0", "20"}},
+		{3, 3, 2, []string{"3"}},
+	} {
+		var got []string
+		for _, tk := range (niceTicks{N: c.n}).Ticks(c.lo, c.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("ticks(%v, %v, %d) = %q, want %q", c.lo, c.hi, c.n, got, c.want)
+		}
+	}
+}
+
+// Each worker's panel is drawn in a colour of its own.
+func TestWorkerLoadColours(t *testing.T) {
+	load := WorkerLoad{Policy: "kv", Quantity: "requests in flight"}
+	for i := range 300 {
+		load.Times = append(load.Times, time.Duration(i)*time.Second)
+	}
+	for w := range 8 {
+		s := make([]float64, len(load.Times))
+		for i := range s {
+			s[i] = float64((i + 13*w) % 23)
+		}
+		load.Load = append(load.Load, s)
+	}
+	var buf bytes.Buffer
+	if err := WriteWorkerLoad(&buf, load); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[[3]uint8]int{}
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			seen[[3]uint8{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8)}]++
+		}
+	}
+	for w := range 8 {
+		c := workerColors[w]
+		if seen[[3]uint8{c.R, c.G, c.B}] < 50 {
+			t.Errorf("worker %d's colour %v is (almost) not in the image", w, c)
+		}
+		for v := range w {
+			if workerColors[v] == c {
+				t.Errorf("workers %d and %d share colour %v", v, w, c)
+			}
+		}
+	}
+}
