@@ -41,7 +41,8 @@ fuzz-long:
 	GO=$(GO) scripts/fuzz.sh 60
 
 # browser-test: the status page in headless Debian chromium against `kvrouter up`
-# (installs chromium with apt-get if missing); writes docs/img/status-page.png.
+# (installs chromium with apt-get if missing; needs node). The screenshot goes to
+# /tmp/kvrouter-status-page.png; UPDATE_DOCS_IMG=1 also rewrites docs/img/status-page.png.
 browser-test: build
 	scripts/browser-test.sh bin/kvrouter
 

@@ -64,7 +64,7 @@ type Config struct {
 	// RecentDecisions is how many routing decisions the status page keeps
 	// (a ring). Default 50.
 	RecentDecisions int
-	// StatusRefresh is how often the status page reloads itself.
+	// StatusRefresh is how often the status page fetches its data.
 	// Default 5 s.
 	StatusRefresh time.Duration
 	// UsageCaptureBytes caps how much of a non-streaming response body is
