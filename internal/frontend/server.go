@@ -33,7 +33,8 @@ func (f *Frontend) NewServer(ln net.Listener) *Server {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Serve accepts connections until Shutdown; it returns nil after a
-// shutdown and the listener's error otherwise.
+// shutdown and the listener's error otherwise. While it serves, the
+// workers' load is sampled every 5 s for the status page's charts.
 func (s *Server) Serve() error {
 	defer s.f.startSampler()() // the status page's charts (status.go)
 	err := s.srv.Serve(s.ln)

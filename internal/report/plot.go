@@ -245,7 +245,7 @@ const (
 	panelsPerColumn = 8
 	loadPanelH      = 1.05 * vg.Inch
 	loadColumnW     = 8 * vg.Inch
-	loadTitleH      = 0.6 * vg.Inch
+	loadTitleH      = 0.7 * vg.Inch
 )
 
 // WriteWorkerLoad draws each worker's load over time as a PNG: small
@@ -307,7 +307,10 @@ func WriteWorkerLoad(w io.Writer, load WorkerLoad) error {
 		if r == rows-1 {
 			p.X.Label.Text = "time (s)"
 		} else {
-			p.HideX() // the bottom panel labels the shared axis
+			// The bottom panel labels the shared axis; the others keep
+			// its ticks, invisible, for their grid lines.
+			p.X.Width, p.X.Tick.Length, p.X.Padding = 0, 0, 0
+			p.X.Tick.Label.Font.Size = 0
 		}
 		if i >= n {
 			p.HideAxes()
@@ -350,7 +353,7 @@ func WriteWorkerLoad(w io.Writer, load WorkerLoad) error {
 	dc.FillText(legend, vg.Point{X: width / 2, Y: height - loadTitleH*0.8},
 		"one panel per worker, same scale; grey dashed: the mean over all workers")
 	body := draw.Crop(dc, 0, 0, 0, -loadTitleH)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(6), PadY: vg.Points(2),
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(6), PadY: vg.Points(5),
 		PadTop: vg.Points(2), PadBottom: vg.Points(2), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
 	canvases := plot.Align(grid, tiles, body)
 	for r := range grid {
