@@ -203,6 +203,9 @@ func (f *Frontend) handleStatus(rw http.ResponseWriter, r *http.Request) {
 // into the timeline first, so its last sample is current).
 func (f *Frontend) statusView(now time.Time) statusJSON {
 	views := f.workerViews()
+	if views == nil {
+		views = []workerJSON{} // the page iterates it
+	}
 	f.sample(now, views)
 	d := statusJSON{Model: f.cfg.Model, BlockSize: f.blockSize, RefreshSeconds: f.cfg.StatusRefresh.Seconds(),
 		Now: now.UTC(), Workers: views}

@@ -199,3 +199,15 @@ func TestStatusChartsSpan(t *testing.T) {
 		}
 	}
 }
+
+// With no workers yet the lists are empty, not null (the page iterates
+// them).
+func TestStatusJSONNoWorkers(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 0})
+	_, body := fl.do("GET", "/?format=json", nil)
+	for _, want := range []string{`"workers":[]`, `"recent":[]`, `"t":[`, `"requests":0`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("status JSON lacks %s:\n%s", want, body)
+		}
+	}
+}
