@@ -12,23 +12,22 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-// slotClock runs at real speed from 0.5 s into a chart slot, so that a
-// test's few requests land in one slot whatever the wall clock says.
+// slotClock starts 0.5 s into a chart slot and moves 1 ms per reading,
+// so that a test's few requests land in one slot however slow the machine.
 type slotClock struct {
-	mu    sync.Mutex
-	base  time.Time
-	start time.Time
+	mu  sync.Mutex
+	now time.Time
 }
 
 func newSlotClock() *slotClock {
-	base := time.Unix(1_800_000_000, 0).Truncate(chartStep).Add(500 * time.Millisecond)
-	return &slotClock{base: base, start: time.Now()}
+	return &slotClock{now: time.Unix(1_800_000_000, 0).Truncate(chartStep).Add(500 * time.Millisecond)}
 }
 
-func (c *slotClock) now() time.Time {
+func (c *slotClock) read() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.base.Add(time.Since(c.start))
+	c.now = c.now.Add(time.Millisecond)
+	return c.now
 }
 
 func statusOf(t *testing.T, fl *testFleet) statusJSON {
@@ -49,7 +48,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) 
 func TestStatusJSON(t *testing.T) {
 	fl := newFleet(t, fleetOpt{workers: 3})
 	clk := newSlotClock()
-	fl.f.clock = clk.now
+	fl.f.clock = clk.read
 	prompt := words(7, 80)
 	for range 3 {
 		if resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}); resp.StatusCode != 200 {
@@ -58,7 +57,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 	fl.waitIdle()
 	// A request the router or a worker failed counts as an error.
-	fl.f.finish(record{Time: clk.now(), RequestID: "failed-1", Endpoint: "chat", Status: 502, Outcome: "worker w9 failed", Actual: -1})
+	fl.f.finish(record{Time: clk.read(), RequestID: "failed-1", Endpoint: "chat", Status: 502, Outcome: "worker w9 failed", Actual: -1})
 	d := statusOf(t, fl)
 
 	if d.Model != testModel || d.BlockSize != 16 || d.RefreshSeconds != 5 || d.Requests != 4 || d.InFlight != 0 {
