@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
@@ -22,128 +20,45 @@ import (
 	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
+const agentSummary = "Run next to a vLLM or SGLang engine: forward its ZMQ KV events to the routers, answer their recovery queries and register the worker."
+
 func init() {
-	register("agent", command{summary: "sidecar next to a vLLM/SGLang engine: its ZMQ KV events to NATS, recovery, registration", run: runAgent})
+	register("agent", command{summary: agentSummary, run: runAgent})
 }
 
-func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
-	cfg := agent.DefaultConfig()
-	nc := natsbus.DefaultConfig()
-	nc.URL = "nats://127.0.0.1:4222"
-	nc.Name = "kvrouter-agent"
-	rc := registry.DefaultRegistryConfig()
-	var workerID uint64
-	var hash, logLevel string
-	var noRegister, durableEvents bool
-	var plane string
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.Record.Name, "name", "", "worker name, unique in the fleet (required)")
-	fs.Uint64Var(&workerID, "worker-id", 0, "worker id in KV events (0: derived from --name)")
-	fs.StringVar(&cfg.Record.URL, "url", "", "engine's OpenAI-compatible HTTP base URL, e.g. http://10.0.0.5:8000 (required)")
-	fs.StringVar(&cfg.Record.Model, "model", "", "served model name")
-	fs.IntVar(&cfg.Record.BlockSize, "block-size", 16, "engine KV block size in tokens")
-	dpStart := fs.Uint("data-parallel-start-rank", 0, "first data-parallel rank of the engine")
-	dpSize := fs.Uint("data-parallel-size", 1, "data-parallel ranks of the engine (rank r publishes on endpoint port + r)")
-	fs.Uint64Var(&cfg.Record.KVCapacityBlocks, "kv-capacity-blocks", 0, "engine KV cache size in blocks (0: unknown)")
-	fs.Uint64Var(&cfg.Record.MaxBatchedTokens, "max-num-batched-tokens", 0, "engine max batched tokens per step (0: unknown)")
-	fs.StringVar(&cfg.Endpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "engine ZMQ PUB endpoint of the first rank")
-	fs.StringVar(&cfg.Replay, "kv-events-replay-endpoint", "", "engine ZMQ replay endpoint of the first rank (empty: none)")
-	fs.StringVar(&cfg.Topic, "kv-events-topic", "", "ZMQ topic filter (empty: everything)")
-	fs.StringVar(&cfg.Publisher.Namespace, "namespace", cfg.Publisher.Namespace, "event-plane namespace")
-	fs.StringVar(&cfg.Publisher.Component, "component", cfg.Publisher.Component, "event-plane component")
-	fs.BoolVar(&cfg.Publisher.Bare, "bare-events", false, "publish bare RouterEvents instead of Dynamo's envelope")
-	fs.IntVar(&cfg.BufferEvents, "event-buffer", cfg.BufferEvents, "events kept for recovery queries")
-	fs.StringVar(&hash, "hash-contract", fleet.DefaultHashContract().String(), "block hashing contract of the published local hashes")
-	fs.StringVar(&plane, "event-plane", "nats", "nats: RouterEvents on NATS; zmq: RouterEvents on a ZMQ PUB (--publish-endpoint) with recovery on a ROUTER (--query-endpoint), no NATS")
-	fs.StringVar(&cfg.ZMQ.Endpoint, "publish-endpoint", "tcp://*:5600", "ZMQ PUB endpoint for RouterEvents (--event-plane zmq)")
-	fs.StringVar(&cfg.ZMQ.QueryEndpoint, "query-endpoint", "tcp://*:5601", "ZMQ ROUTER endpoint answering recovery queries (--event-plane zmq)")
-	fs.BoolVar(&noRegister, "no-register", false, "do not register the worker in the NATS KV registry")
-	fs.BoolVar(&durableEvents, "durable-kv-events", false, "make sure the JetStream stream keeping the events exists (routers in durable mode)")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	nc.BindFlags(fs)
-	rc.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+var agentUsage = helpText(agentSummary, "kvrouter agent --name NAME --url URL [flags]",
+	`Reads the engine's ZMQ KV event stream (--kv-events-endpoint, rank r on port + r), keeps the
+worker's local index, and publishes RouterEvents on NATS (--event-plane nats, registering the
+worker in the registry) or on its own ZMQ sockets (--event-plane zmq, for routers with
+--event-plane zmq and a static worker list). Give NATS credentials through KVROUTER_NATS_TOKEN
+etc. rather than flags, which show in the process list.`)
+
+func runAgent(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	a, _, code, ok := load[config.Agent]("agent", agentUsage, args, config.DefaultAgent, stdout, stderr)
+	if !ok {
+		return code
+	}
+	cfg, err := a.AgentConfig()
+	if err != nil { // Validate built it once already
+		fmt.Fprintf(stderr, "kvrouter agent: %v\n", err)
 		return 2
 	}
-	natsSecretsFromEnv(fs, os.LookupEnv)
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "kvrouter agent: "+format+"\n", a...)
-		return 2
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: config.ParseLevel(a.LogLevel)}))
+	if a.EventPlane == config.PlaneZMQ {
+		return runAgentZMQ(ctx, cfg, log, stderr)
 	}
-	if fs.NArg() > 0 {
-		return fail("unexpected arguments %q", fs.Args())
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return fail("--log-level: %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	switch plane {
-	case "zmq":
-		cfg.Register = false
-	case "nats":
-		cfg.ZMQ = zmqevents.PublisherConfig{}
-		if nc.URL == "" {
-			return fail("--nats-url is required (the agent connects to the router's or the fleet's NATS)")
-		}
-	default:
-		return fail("--event-plane %q: want nats or zmq", plane)
-	}
-	if cfg.Record.URL == "" {
-		return fail("--url is required")
-	}
-	h, err := fleet.ParseHashContract(hash)
+	return runAgentNATS(ctx, a, cfg, log, stderr)
+}
+
+// runAgentZMQ runs the agent with its own ZMQ PUB and ROUTER sockets.
+func runAgentZMQ(ctx context.Context, cfg agent.Config, log *slog.Logger, stderr io.Writer) int {
+	a, err := agent.New(cfg, nil, nil, nil, log)
 	if err != nil {
-		return fail("--hash-contract: %v", err)
+		fmt.Fprintf(stderr, "kvrouter agent: %v\n", err)
+		return 1
 	}
-	cfg.Record.Hash = h
-	cfg.Record.ID = fleet.DeriveID(cfg.Record.Name)
-	if workerID != 0 {
-		cfg.Record.ID = kvevent.WorkerID(workerID)
-	}
-	cfg.Record.DPStart, cfg.Record.DPSize = uint32(*dpStart), uint32(*dpSize)
-	cfg.Register = cfg.Register && !noRegister
-	if err := cfg.Validate(); err != nil {
-		return fail("%v", err)
-	}
-	if plane == "zmq" {
-		a, err := agent.New(cfg, nil, nil, nil, log)
-		if err != nil {
-			return fail("%v", err)
-		}
-		ev := a.Record().Events
-		log.Info("agent: list this worker in the routers' static workers", "events", ev.Endpoint, "replay", ev.Replay)
-		if err := a.Run(ctx); err != nil {
-			log.Error("agent stopped", "err", err)
-			return 1
-		}
-		return 0
-	}
-	bus, err := natsbus.Start(nc, log)
-	if err != nil {
-		return fail("connecting to NATS: %v", err)
-	}
-	defer func() { bus.Shutdown(); bus.WaitForShutdown() }()
-	if durableEvents {
-		if _, err := durable.EnsureStream(ctx, bus.JetStream(), cfg.Publisher.Namespace, cfg.Publisher.Component, time.Hour); err != nil {
-			return fail("%v", err)
-		}
-	}
-	var reg *registry.Registry
-	if cfg.Register {
-		if reg, err = registry.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
-			return fail("opening the registry: %v", err)
-		}
-	}
-	a, err := agent.New(cfg, bus.Conn(), reg, nil, log)
-	if err != nil {
-		return fail("%v", err)
-	}
-	a.OnReconnect(bus.OnReconnect)
+	ev := a.Record().Events
+	log.Info("agent: list this worker in the routers' static workers", "events", ev.Endpoint, "replay", ev.Replay)
 	if err := a.Run(ctx); err != nil {
 		log.Error("agent stopped", "err", err)
 		return 1
@@ -151,26 +66,38 @@ func runAgent(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	return 0
 }
 
-// natsSecretFlags are the NATS credentials a sidecar should take from its
-// environment (a Kubernetes Secret) rather than its command line, where
-// they would show in the process list.
-var natsSecretFlags = []string{"nats-token", "nats-user", "nats-password"}
-
-// natsSecretsFromEnv sets each NATS credential flag not given on the
-// command line from KVROUTER_<FLAG> (KVROUTER_NATS_TOKEN, ...), as `serve`
-// does. Applied after parsing so that -h never prints a secret as a
-// default.
-func natsSecretsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, name := range natsSecretFlags {
-		if set[name] {
-			continue
-		}
-		if v, ok := lookup(config.EnvName(name)); ok {
-			_ = fs.Set(name, v) // string flags: never fails
+// runAgentNATS runs the agent on NATS: events, recovery, registration.
+func runAgentNATS(ctx context.Context, a config.Agent, cfg agent.Config, log *slog.Logger, stderr io.Writer) int {
+	fail := func(format string, v ...any) int {
+		fmt.Fprintf(stderr, "kvrouter agent: "+format+"\n", v...)
+		return 1
+	}
+	bus, err := natsbus.Start(a.NATS, log)
+	if err != nil {
+		return fail("connecting to NATS: %v", err)
+	}
+	defer func() { bus.Shutdown(); bus.WaitForShutdown() }()
+	if a.Durable {
+		if _, err := durable.EnsureStream(ctx, bus.JetStream(), cfg.Publisher.Namespace, cfg.Publisher.Component, time.Hour); err != nil {
+			return fail("%v", err)
 		}
 	}
+	var reg *registry.Registry
+	if cfg.Register {
+		if reg, err = registry.OpenRegistry(ctx, bus.JetStream(), a.Registry, log); err != nil {
+			return fail("opening the registry: %v", err)
+		}
+	}
+	ag, err := agent.New(cfg, bus.Conn(), reg, nil, log)
+	if err != nil {
+		return fail("%v", err)
+	}
+	ag.OnReconnect(bus.OnReconnect)
+	if err := ag.Run(ctx); err != nil {
+		log.Error("agent stopped", "err", err)
+		return 1
+	}
+	return 0
 }
 
 // mockerNATS wires `kvrouter mocker --event-plane nats`: each mock worker
@@ -187,22 +114,11 @@ type mockerNATS struct {
 	leases    []*registry.Lease[fleet.WorkerRecord]
 }
 
-func (m *mockerNATS) bindFlags(fs *flag.FlagSet) {
-	m.nats = natsbus.DefaultConfig()
-	m.nats.URL, m.nats.Name = "nats://127.0.0.1:4222", "kvrouter-mocker"
-	m.registry = registry.DefaultRegistryConfig()
-	pc := natsevents.DefaultPublisherConfig()
-	fs.StringVar(&m.namespace, "namespace", pc.Namespace, "event-plane namespace (--event-plane nats)")
-	fs.StringVar(&m.component, "component", pc.Component, "event-plane component (--event-plane nats)")
-	fs.BoolVar(&m.durable, "durable-kv-events", false, "make sure the JetStream stream keeping the events exists (--event-plane nats, routers in durable mode)")
-	m.nats.BindFlags(fs)
-	m.registry.BindFlags(fs)
+func newMockerNATS(m config.Mocker) *mockerNATS {
+	return &mockerNATS{nats: m.NATS, registry: m.Registry, namespace: m.Namespace, component: m.Component, durable: m.Durable}
 }
 
 func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
-	if m.nats.URL == "" {
-		return errors.New("--event-plane nats needs --nats-url")
-	}
 	var err error
 	if m.bus, err = natsbus.Start(m.nats, log); err != nil {
 		return fmt.Errorf("connecting to NATS: %w", err)

@@ -7,8 +7,10 @@ import (
 	"sort"
 )
 
+const benchSummary = "Measure kvrouter: drive an OpenAI endpoint with a workload (bench online, the default) or time the prefix index (bench index)."
+
 func init() {
-	register("bench", command{summary: "run a benchmark: bench [online] (HTTP load), bench index", run: runBench})
+	register("bench", command{summary: benchSummary, run: runBench})
 }
 
 // benchSubs are the benchmarks `kvrouter bench <sub>` runs; each takes the
@@ -21,11 +23,13 @@ var benchSubs = map[string]struct {
 }
 
 func runBench(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		benchUsage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		benchUsage(stdout)
 		return 0
 	}
 	sub, ok := benchSubs[args[0]]
@@ -33,15 +37,14 @@ func runBench(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runBenchOnline(ctx, args, stdin, stdout, stderr) // flags first: the default, online
 	}
 	if !ok {
-		fmt.Fprintf(stderr, "kvrouter bench: unknown benchmark %q\n\n", args[0])
-		benchUsage(stderr)
+		fmt.Fprintf(stderr, "kvrouter bench: unknown benchmark %q\nRun 'kvrouter bench --help' for the benchmarks.\n", args[0])
 		return 2
 	}
 	return sub.run(ctx, args[1:], stdin, stdout, stderr)
 }
 
 func benchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: kvrouter bench <benchmark> [flags]\n\nBenchmarks:")
+	fmt.Fprintln(w, benchSummary+"\n\nUsage: kvrouter bench [<benchmark>] [flags]\n\nBenchmarks:")
 	names := make([]string, 0, len(benchSubs))
 	for n := range benchSubs {
 		names = append(names, n)
@@ -50,5 +53,5 @@ func benchUsage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, benchSubs[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'kvrouter bench <benchmark> -h' for its flags.")
+	fmt.Fprintln(w, "\nRun 'kvrouter bench <benchmark> --help' for its flags.")
 }

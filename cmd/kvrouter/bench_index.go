@@ -3,57 +3,29 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/index/indexbench"
 	"github.com/kvrouter/kvrouter/internal/trace"
 )
 
+const benchIndexSummary = "Time the prefix index on a replayed trace: apply rate, query latency, memory per entry and reads during writes."
+
+var benchIndexUsage = helpText(benchIndexSummary, "kvrouter bench index [flags]",
+	`Replays a Mooncake trace over simulated LRU workers. The one-writer apply rate is over the whole
+stream on a fresh index whose workers are reserved at their capacity first (as the router does
+when a worker joins); the second-half rate of the same run is the steady state.`)
+
 func runBenchIndex(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench index", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	d, rd := indexbench.DefaultConfig(), indexbench.DefaultRunConfig()
-	tr := fs.String("trace", "conversation", "Mooncake trace: an embedded name (conversation, synthetic) or a file path")
-	blockSize := fs.Int("block-size", d.BlockSize, "engine KV block size in tokens")
-	workers := fs.Int("workers", d.Workers, "number of simulated workers")
-	workerBlocks := fs.Int("worker-blocks", d.WorkerBlocks, "KV cache capacity of each worker in blocks (LRU)")
-	requests := fs.Int("requests", 0, "use only the first N trace rows (0 = all)")
-	queries := fs.Int("queries", rd.Queries, "number of individually timed queries")
-	writers := fs.Int("writers", rd.Writers, "writer goroutines of the concurrent index")
-	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: kvrouter bench index [flags]")
-		fmt.Fprintln(stderr, "Replays a Mooncake trace over simulated LRU workers and measures the prefix index:")
-		fmt.Fprintln(stderr, "apply rate, query latency, memory per (worker, block) entry, reads during writes.")
-		fmt.Fprintln(stderr, "The one-writer apply rate is over the whole stream on a fresh index whose workers")
-		fmt.Fprintln(stderr, "are reserved at their capacity first (index.Reserve, as the router does when a worker")
-		fmt.Fprintln(stderr, "joins); the second-half rate of the same run is the steady state.")
-		fs.PrintDefaults()
+	b, _, code, ok := load[config.BenchIndex]("bench index", benchIndexUsage, args, config.DefaultBenchIndex, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "kvrouter bench index: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	cfg := indexbench.Config{BlockSize: *blockSize, Workers: *workers, WorkerBlocks: *workerBlocks, MaxRequests: *requests}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "kvrouter bench index: %v\n", err)
-		return 2
-	}
-	if *queries <= 0 || *writers <= 0 {
-		fmt.Fprintln(stderr, "kvrouter bench index: --queries and --writers must be positive")
-		return 2
-	}
-	reqs, err := trace.Load(*tr)
+	cfg := b.Stream
+	reqs, err := trace.Load(b.Trace)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvrouter bench index: %v\n", err)
 		return 1
@@ -64,16 +36,16 @@ func runBenchIndex(ctx context.Context, args []string, _ io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "kvrouter bench index: building the workload: %v\n", err)
 		return 1
 	}
-	if !*asJSON {
+	if !b.JSON {
 		fmt.Fprintf(stderr, "workload: %d requests, %d events, %d block-ops over %d workers (built in %v)\n",
 			len(s.Queries), len(s.Events), s.BlockOps, s.Workers, time.Since(t0).Round(time.Millisecond))
 	}
-	r, err := indexbench.Run(ctx, s, indexbench.RunConfig{Writers: *writers, Queries: *queries})
+	r, err := indexbench.Run(ctx, s, b.Run)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvrouter bench index: %v\n", err)
 		return 1
 	}
-	if *asJSON {
+	if b.JSON {
 		enc := json.NewEncoder(stdout)
 		if err := enc.Encode(r); err != nil {
 			fmt.Fprintf(stderr, "kvrouter bench index: %v\n", err)

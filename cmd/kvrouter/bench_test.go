@@ -11,7 +11,7 @@ import (
 
 func TestBenchUnknownSub(t *testing.T) {
 	code, _, errs := runCmd(t, "", "bench", "nope")
-	if code != 2 || !strings.Contains(errs, `unknown benchmark "nope"`) || !strings.Contains(errs, "index") {
+	if code != 2 || !strings.Contains(errs, `unknown benchmark "nope"`) || !strings.Contains(errs, "Run 'kvrouter bench --help'") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
 	if code, _, _ := runCmd(t, "", "bench"); code != 2 {

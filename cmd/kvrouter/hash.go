@@ -4,45 +4,34 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 )
 
+const hashSummary = "Print the block hashes a router and a Dynamo-compatible engine compute for a list of token ids."
+
 func init() {
-	register("hash", command{summary: "print Dynamo-compatible block hashes of token ids", run: runHash})
+	register("hash", command{summary: hashSummary, run: runHash})
 }
 
+var hashUsage = helpText(hashSummary, "kvrouter hash [--block-size N] [--lora-name S] [--namespace S] [--json] [TOKEN ...]",
+	`Token ids come from the arguments, or from stdin when there are none; they are separated by white
+space or commas. Only full blocks are hashed. The table has one row per block: its index, the
+local hash of its tokens and the sequence hash of the prefix it ends.`)
+
 func runHash(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("hash", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	blockSize := fs.Int("block-size", 0, "tokens per KV block (required, > 0)")
-	lora := fs.String("lora-name", "", "LoRA adapter name (salts the local hash seed)")
-	ns := fs.String("namespace", "", "cache namespace (salts the local hash seed)")
-	asJSON := fs.Bool("json", false, `print {"block_size":N,"local":[...],"sequence":[...]}`)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: kvrouter hash --block-size N [--lora-name S] [--namespace S] [--json] [TOKEN ...]")
-		fmt.Fprintln(stderr, "Token ids come from the arguments, or from stdin when there are none;")
-		fmt.Fprintln(stderr, "they are separated by white space or commas. Only full blocks are hashed.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *blockSize <= 0 {
-		fmt.Fprintf(stderr, "kvrouter hash: --block-size must be a positive number of tokens (got %d)\n", *blockSize)
-		return 2
+	h, rest, code, ok := load[config.Hash]("hash", hashUsage, args, config.DefaultHash, stdout, stderr)
+	if !ok {
+		return code
 	}
 	var text string
-	if fs.NArg() > 0 {
-		text = strings.Join(fs.Args(), " ")
+	if len(rest) > 0 {
+		text = strings.Join(rest, " ")
 	} else {
 		b, err := io.ReadAll(io.LimitReader(stdin, 1<<30))
 		if err != nil {
@@ -56,17 +45,17 @@ func runHash(_ context.Context, args []string, stdin io.Reader, stdout, stderr i
 		fmt.Fprintf(stderr, "kvrouter hash: %v\n", err)
 		return 2
 	}
-	local, seq, err := kvhash.Hashes(tokens, kvhash.Options{BlockSize: *blockSize, LoRAName: *lora, Namespace: *ns}, nil, nil)
+	local, seq, err := kvhash.Hashes(tokens, kvhash.Options{BlockSize: h.BlockSize, LoRAName: h.LoRAName, Namespace: h.Namespace}, nil, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvrouter hash: %v\n", err)
 		return 2
 	}
-	if *asJSON {
+	if h.JSON {
 		out := struct {
 			BlockSize int      `json:"block_size"`
 			Local     []uint64 `json:"local"`
 			Sequence  []uint64 `json:"sequence"`
-		}{*blockSize, local, seq}
+		}{h.BlockSize, local, seq}
 		if out.Local == nil {
 			out.Local, out.Sequence = []uint64{}, []uint64{}
 		}
@@ -75,6 +64,7 @@ func runHash(_ context.Context, args []string, stdin io.Reader, stdout, stderr i
 		}
 		return 0
 	}
+	fmt.Fprintln(stdout, "block\tlocal_hash\tsequence_hash")
 	for i := range local {
 		fmt.Fprintf(stdout, "%d\t%d\t%d\n", i, local[i], seq[i])
 	}

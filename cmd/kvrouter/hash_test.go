@@ -41,7 +41,7 @@ func TestHashCommandStdinText(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	want := "0\t6665157333201000639\t6665157333201000639\n1\t11721812545976571723\t13351519314849170528\n"
+	want := "block\tlocal_hash\tsequence_hash\n0\t6665157333201000639\t6665157333201000639\n1\t11721812545976571723\t13351519314849170528\n"
 	if out != want {
 		t.Fatalf("got %q want %q", out, want)
 	}

@@ -3,30 +3,29 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
+const serveSummary = "Run the router: send each OpenAI request to the worker whose KV cache holds the longest prefix of its prompt."
+
 func init() {
-	register("serve", command{summary: "run the router: workers from the NATS registry and the static list, their KV events, the OpenAI front door", run: runServe})
+	register("serve", command{summary: serveSummary, run: runServe})
 }
 
-const serveUsage = `Usage: kvrouter serve [flags]
+var serveUsage = helpText(serveSummary, "kvrouter serve [flags]",
+	`Routes to the workers that register in the NATS registry (kvrouter agent, the mocker with
+--event-plane nats) and those listed with --worker (or the config file's workers:), following each
+worker's KV events: RouterEvents on the event plane (NATS by default, embedded unless --nats-url)
+or an engine's own vLLM/SGLang ZMQ stream. See docs/config.md for every option.`)
 
-Routes OpenAI requests to the workers that register in the NATS registry (kvrouter agent, the
-mocker with --event-plane nats) and those listed with --worker (or the config file's workers:),
-following each worker's KV events: RouterEvents on the event plane (NATS by default, embedded
-unless --nats-url) or an engine's own vLLM/SGLang ZMQ stream. See docs/config.md for every option.`
-
-func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
-	cfg, code, ok := loadConfig("serve", serveUsage, args, nil, stderr)
+func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	cfg, _, code, ok := load[config.Config]("serve", serveUsage, args, config.Default, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -57,20 +56,4 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return 1
 	}
 	return 0
-}
-
-// loadConfig reads the layered configuration for a command; on failure it
-// has printed why and returns the exit code (0 for -h).
-func loadConfig(name, usage string, args []string, extra func(*flag.FlagSet), stderr io.Writer) (config.Config, int, bool) {
-	cfg, err := config.Load(args, config.Options{Name: name, Environ: os.Environ(), Output: stderr, Usage: usage, Extra: extra})
-	switch {
-	case err == nil:
-		return cfg, 0, true
-	case errors.Is(err, flag.ErrHelp):
-		return cfg, 0, false
-	case errors.Is(err, config.ErrInvalid):
-		fmt.Fprintf(stderr, "kvrouter %s: %v\n", name, err)
-	}
-	// Other errors are the flag package's, already printed with the usage.
-	return cfg, 2, false
 }

@@ -31,12 +31,16 @@ func TestServeConfigErrors(t *testing.T) {
 		{[]string{"--event-plane", "zmq", "--router-replica-sync"}, 2, "--router-replica-sync needs --event-plane nats"},
 		{[]string{"--event-plane", "kafka"}, 2, "--event-plane"},
 	} {
-		var stderr bytes.Buffer
-		if code := run(context.Background(), append([]string{"serve"}, tc.args...), nil, &bytes.Buffer{}, &stderr); code != tc.code {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append([]string{"serve"}, tc.args...), nil, &stdout, &stderr); code != tc.code {
 			t.Errorf("serve %v: exit %d, want %d (%s)", tc.args, code, tc.code, stderr.String())
 		}
-		if !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("serve %v: stderr does not mention %q:\n%s", tc.args, tc.want, stderr.String())
+		out := stderr.String() // errors on stderr, help on stdout
+		if tc.code == 0 {
+			out = stdout.String()
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("serve %v: output does not mention %q:\n%s", tc.args, tc.want, out)
 		}
 	}
 	var stderr bytes.Buffer

@@ -33,7 +33,7 @@ func TestSimCommand(t *testing.T) {
 	if !bytes.Equal(out.Bytes(), again.Bytes()) {
 		t.Fatal("two runs differ")
 	}
-	if code := run(context.Background(), []string{"sim", "--workload", "nope"}, nil, &out, &bytes.Buffer{}); code != 1 {
+	if code := run(context.Background(), []string{"sim", "--workload", "nope"}, nil, &out, &bytes.Buffer{}); code != 2 {
 		t.Fatalf("bad workload: exit %d", code)
 	}
 }

@@ -2,69 +2,37 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
+const upSummary = "Start a local fleet in one process, mock workers, embedded NATS and the router, to try kvrouter without GPUs."
+
 func init() {
-	register("up", command{summary: "start a local fleet in one process: mock workers, embedded NATS and the router", run: runUp})
+	register("up", command{summary: upSummary, run: runUp})
 }
 
-const upUsage = `Usage: kvrouter up [flags]
-
-Starts, in one process, an embedded NATS server, K mock vLLM workers on loopback ports (the
-embedded Qwen3 tokenizer and chat template) that register in NATS and publish their KV events
-there, and the router on 127.0.0.1:8000, which discovers them. --event-plane zmq runs them
-without NATS (RouterEvents over ZMQ), --event-plane none with vLLM's own ZMQ streams. Ctrl-C
-stops everything. Takes every 'kvrouter serve' option except --worker; see docs/config.md.`
-
-// upFlags are the options only `kvrouter up` has.
-type upFlags struct {
-	workers int
-	noNATS  bool
-	engine  mocker.Config
-}
-
-func (u *upFlags) bind(fs *flag.FlagSet) {
-	fs.IntVar(&u.workers, "workers", u.workers, "mock workers to start")
-	fs.BoolVar(&u.noNATS, "no-nats", u.noNATS, "same as --event-plane none (kept for older scripts)")
-	fs.Float64Var(&u.engine.SpeedupRatio, "speedup-ratio", u.engine.SpeedupRatio, "divide the mock engines' modelled step times by this")
-	fs.IntVar(&u.engine.NumGPUBlocks, "num-gpu-blocks-override", u.engine.NumGPUBlocks, "device KV blocks per mock worker")
-	fs.IntVar(&u.engine.MaxNumSeqs, "max-num-seqs", u.engine.MaxNumSeqs, "max running requests per mock worker")
-	fs.IntVar(&u.engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.engine.MaxNumBatchedTokens, "max tokens per mock engine step")
-}
+var upUsage = helpText(upSummary, "kvrouter up [flags]",
+	`Starts an embedded NATS server, --mock-workers mock vLLM workers on loopback ports (the embedded
+Qwen3 tokenizer and chat template) that register in NATS and publish their KV events there, and
+the router on 127.0.0.1:8000, which discovers them. --event-plane zmq runs them without NATS
+(RouterEvents over ZMQ), --event-plane none with vLLM's own ZMQ streams. Ctrl-C stops everything.
+Takes every 'kvrouter serve' option except the static worker list; see docs/config.md.`)
 
 func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	u := &upFlags{workers: 4, engine: mocker.DefaultConfig()}
-	cfg, code, ok := loadConfig("up", upUsage, args, u.bind, stderr)
+	u, _, code, ok := load[config.Up]("up", upUsage, args, config.DefaultUp, stdout, stderr)
 	if !ok {
 		return code
 	}
+	cfg := u.Router()
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvrouter up: "+format+"\n", a...)
 		return 1
-	}
-	if len(cfg.Workers) > 0 {
-		fmt.Fprintln(stderr, "kvrouter up: runs its own mock workers; use 'kvrouter serve' with --worker for real ones")
-		return 2
-	}
-	if u.noNATS {
-		if cfg.EventPlane.ReplicaSync || cfg.EventPlane.Durable {
-			fmt.Fprintln(stderr, "kvrouter up: --no-nats contradicts --router-replica-sync and --durable-kv-events (both need NATS)")
-			return 2
-		}
-		cfg.EventPlane.Kind = config.PlaneNone
-	}
-	if u.workers < 1 || u.workers > 256 {
-		fmt.Fprintf(stderr, "kvrouter up: --workers %d out of range [1, 256]\n", u.workers)
-		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
 	model, err := service.LoadModel(cfg.TokenizerDir)
@@ -73,10 +41,9 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	}
 
 	fc := service.DefaultFleetConfig()
-	fc.Workers = u.workers
+	fc.Workers = u.MockWorkers
 	fc.Model = cfg.Model
-	fc.Engine = u.engine
-	fc.Engine.BlockSize = cfg.BlockSize
+	fc.Engine = u.FleetEngine()
 	fc.Tokenizer = model.Tokenizer
 	fc.ChatTemplate = model.Template
 	fc.Logger = log.With("component", "mocker")
@@ -139,7 +106,7 @@ kvrouter is up: %d mock workers behind the router at %s (model %s)
 
 Ctrl-C stops everything.
 
-`, u.workers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
+`, u.MockWorkers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
 	if err := svc.Run(ctx, ln); err != nil {
 		return fail("%v", err)
 	}

@@ -78,8 +78,8 @@ type Router struct {
 	// PrefillLoadScale weighs prefill blocks against decode blocks
 	// (--router-prefill-load-scale). Default 1.0.
 	PrefillLoadScale float64
-	// PrefillClamp floors the adjusted prefill blocks at zero, as DESIGN §1
-	// has it (--router-prefill-clamp). False lets them go negative, so a
+	// PrefillClamp floors the adjusted prefill blocks at zero, as the cost
+	// formula in docs/design.md has it (--router-prefill-clamp). False lets them go negative, so a
 	// longer cached prefix keeps lowering the cost where the credit already
 	// covers the prompt (useful with a high --kv-overlap-score-credit).
 	// Default true.

@@ -199,23 +199,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-func TestExtraFlagsTakeLayers(t *testing.T) {
-	var workers int
-	extra := func(fs *flag.FlagSet) { fs.IntVar(&workers, "workers", 4, "mock workers") }
-	p := writeFile(t, "workers: 3\n")
-	// "workers" is the static list key in a serve file, so an `up` file sets
-	// its count through the environment or flags instead.
-	if _, err := Load([]string{"--config", p}, Options{Extra: extra}); err == nil {
-		t.Fatal("a scalar under workers: was accepted")
-	}
-	if _, err := Load(nil, Options{Extra: extra, Environ: []string{"KVROUTER_WORKERS=6"}}); err != nil || workers != 6 {
-		t.Fatalf("env: workers %d, %v", workers, err)
-	}
-	if _, err := Load([]string{"--workers", "2"}, Options{Extra: extra, Environ: []string{"KVROUTER_WORKERS=6"}}); err != nil || workers != 2 {
-		t.Fatalf("flag: workers %d, %v", workers, err)
-	}
-}
-
 // TestEveryOptionDocumented checks that docs/config.md lists every flag
 // with its environment variable, so the reference cannot fall behind.
 func TestEveryOptionDocumented(t *testing.T) {

@@ -12,6 +12,13 @@ import (
 // current values are shown as the defaults. The flag names are the YAML
 // keys and, in upper snake case after KVROUTER_, the environment variables.
 func (c *Config) Bind(fs *flag.FlagSet) {
+	c.bindRouter(fs)
+	fs.Var((*fleet.WorkerFlags)(&c.Workers), "worker",
+		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
+}
+
+// bindRouter registers every option but the static worker list.
+func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.File, "config", c.File, "YAML config file; its keys are these flag names (env KVROUTER_CONFIG)")
 	fs.StringVar(&c.Host, "host", c.Host, "address the HTTP front door listens on")
 	fs.IntVar(&c.Port, "port", c.Port, "HTTP port of the front door (0: a free port)")
@@ -26,7 +33,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&r.Temperature, "router-temperature", r.Temperature, "softmax temperature over normalised costs (0: cheapest worker)")
 	fs.Float64Var(&r.OverlapScoreCredit, "kv-overlap-score-credit", r.OverlapScoreCredit, "cost credit in blocks per cached device block")
 	fs.Float64Var(&r.PrefillLoadScale, "router-prefill-load-scale", r.PrefillLoadScale, "weight of prefill blocks against decode blocks")
-	fs.BoolVar(&r.PrefillClamp, "router-prefill-clamp", r.PrefillClamp, "floor the adjusted prefill at 0 (DESIGN §1); false lets a longer cached prefix keep lowering the cost at high credit")
+	fs.BoolVar(&r.PrefillClamp, "router-prefill-clamp", r.PrefillClamp, "floor the adjusted prefill blocks at 0 (docs/design.md, the cost formula); false lets a longer cached prefix keep lowering the cost at high credit")
 	fs.BoolVar(&r.TrackActiveBlocks, "router-track-active-blocks", r.TrackActiveBlocks, "count running requests' KV blocks in the cost (the decode term)")
 	fs.Float64Var(&r.HostCacheHitWeight, "router-host-cache-hit-weight", r.HostCacheHitWeight, "credit per host-memory block beyond the device prefix")
 	fs.Float64Var(&r.DiskCacheHitWeight, "router-disk-cache-hit-weight", r.DiskCacheHitWeight, "credit per disk block beyond the device prefix")
@@ -83,8 +90,6 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&p.ReplicaSync, "router-replica-sync", p.ReplicaSync, "share active-request bookings with the other router replicas over NATS")
 	fs.DurationVar(&p.ReplicaResyncInterval, "router-replica-resync-interval", p.ReplicaResyncInterval, "replica sync: how often every peer's snapshot is fetched and reconciled (0: only on reconnects and holes)")
 
-	fs.Var((*fleet.WorkerFlags)(&c.Workers), "worker",
-		"static worker, repeatable: name=w1,url=http://10.0.0.5:8000,events=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,block-size=16,dp-size=1,topic=kv")
 }
 
 // listValue is a comma-separated list flag; each Set replaces the list, so

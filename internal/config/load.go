@@ -18,93 +18,145 @@ import (
 // MaxFileBytes caps the size of a config file.
 const MaxFileBytes = 1 << 20
 
+// ErrUsage wraps a command line the flag parser refuses (an unknown flag,
+// a malformed value, a stray argument): the caller prints it with a hint
+// to --help, not the whole flag list.
+var ErrUsage = errors.New("bad command line")
+
+// Command is one subcommand's typed configuration: Bind registers its
+// options as flags writing into the receiver (whose current values are the
+// defaults shown by --help), Validate checks the values once every layer is
+// applied.
+type Command interface {
+	Bind(fs *flag.FlagSet)
+	Validate() error
+}
+
 // Options tell Load where the layers come from.
 type Options struct {
-	// Name is the command name shown in usage and errors ("serve").
+	// Name is the command name shown in usage and errors ("serve",
+	// "bench online").
 	Name string
 	// Environ is the environment as "KEY=value" strings (os.Environ());
 	// nil means none.
 	Environ []string
-	// Output receives usage and flag errors; nil discards them.
+	// Output receives the help text on -h/--help; nil discards it.
 	Output io.Writer
-	// Defaults returns the starting values; nil means Default.
+	// Defaults returns the starting values of Load; nil means Default.
 	Defaults func() Config
-	// Extra registers the command's own flags (for `kvrouter up`); they
-	// take part in every layer like the others.
-	Extra func(fs *flag.FlagSet)
-	// Usage, when set, is printed before the flag list on -h.
+	// Usage, when set, is printed before the flag list on -h. Its first
+	// line says in one sentence what the command is for.
 	Usage string
+	// Args accepts positional arguments after the flags (returned by
+	// LoadCommand); without it they are an ErrUsage error.
+	Args bool
 }
 
-// Load builds the configuration from defaults, the YAML file named by
-// --config (or KVROUTER_CONFIG), KVROUTER_* environment variables and the
-// flags in args, in that order of precedence, and validates it once.
-// It returns flag.ErrHelp when args ask for help. Errors name the key and
-// where it came from.
+// Load builds the `kvrouter serve` configuration from defaults, the YAML
+// file named by --config (or KVROUTER_CONFIG), KVROUTER_* environment
+// variables and the flags in args, in that order of precedence, and
+// validates it once. See LoadCommand.
 func Load(args []string, o Options) (Config, error) {
 	defaults := o.Defaults
 	if defaults == nil {
 		defaults = Default
 	}
-	out := o.Output
-	if out == nil {
-		out = io.Discard
-	}
-	// First pass: the flags alone, to find --config and report bad flags
-	// (with usage) before reading anything.
+	c, _, err := LoadCommand(args, defaults, o)
+	return c, err
+}
+
+// LoadCommand builds any subcommand's configuration T from defaults(),
+// the YAML file named by --config (or KVROUTER_CONFIG), KVROUTER_*
+// environment variables and the flags in args, later layers winning, and
+// validates it once. It returns the positional arguments when o.Args is
+// set. On -h it writes the help to o.Output and returns flag.ErrHelp; a
+// command line the parser refuses is an ErrUsage error, a value refused by
+// a check an ErrInvalid one, both naming the key and where it came from.
+func LoadCommand[T any, P interface {
+	*T
+	Command
+}](args []string, defaults func() T, o Options) (T, []string, error) {
+	var zero T
+	// First pass: the flags alone, on the defaults, to find --config and
+	// refuse a bad command line before reading anything (and so that -h
+	// shows the defaults, never a secret from the environment).
 	probe := defaults()
-	pfs := newFlagSet(o, &probe, out)
+	var probeFile string
+	pfs := newFlagSet(o, P(&probe), &probeFile)
 	if err := pfs.Parse(args); err != nil {
-		return Config{}, err
+		if errors.Is(err, flag.ErrHelp) {
+			writeHelp(o, pfs)
+			return zero, nil, err
+		}
+		return zero, nil, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	if pfs.NArg() > 0 {
-		return Config{}, fmt.Errorf("%w: unexpected arguments %s", ErrInvalid, quoteList(pfs.Args()))
+	if pfs.NArg() > 0 && !o.Args {
+		return zero, nil, fmt.Errorf("%w: unexpected arguments %s", ErrUsage, quoteList(pfs.Args()))
 	}
 	env := envMap(o.Environ)
-	file := probe.File
+	file := pfs.Lookup("config").Value.String()
 	if !isSet(pfs, "config") {
 		file = env[EnvName("config")]
 	}
 
 	c := defaults()
-	fs := newFlagSet(o, &c, io.Discard)
+	var cFile string
+	fs := newFlagSet(o, P(&c), &cFile)
 	if file != "" {
 		b, err := readFile(file)
 		if err != nil {
-			return Config{}, err
+			return zero, nil, err
 		}
 		if err := applyYAML(fs, b); err != nil {
-			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrInvalid, file, err)
+			return zero, nil, fmt.Errorf("%w: config file %s: %w", ErrInvalid, file, err)
 		}
 	}
 	if err := applyEnv(fs, env); err != nil {
-		return Config{}, err
+		return zero, nil, err
 	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return zero, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	c.File = file
-	if err := c.Validate(); err != nil {
-		return Config{}, err
+	if f, ok := any(&c).(interface{ setFile(string) }); ok {
+		f.setFile(file)
 	}
-	return c, nil
+	if err := P(&c).Validate(); err != nil {
+		if !errors.Is(err, ErrInvalid) {
+			err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return zero, nil, err
+	}
+	return c, fs.Args(), nil
 }
 
-func newFlagSet(o Options, c *Config, out io.Writer) *flag.FlagSet {
+// newFlagSet binds c's options, and --config when c has none of its own.
+// Parse errors are returned, never printed: the caller prints one line.
+func newFlagSet(o Options, c Command, file *string) *flag.FlagSet {
 	fs := flag.NewFlagSet(o.Name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c.Bind(fs)
-	if o.Extra != nil {
-		o.Extra(fs)
-	}
-	fs.Usage = func() {
-		if o.Usage != "" {
-			fmt.Fprintln(out, o.Usage+"\n")
-		}
-		fmt.Fprintf(out, "Every flag may also be set in the --config YAML file (same name) or as KVROUTER_<NAME> in the environment; flags win.\n\n")
-		fs.PrintDefaults()
+	if fs.Lookup("config") == nil {
+		fs.StringVar(file, "config", "", configFlagUsage)
 	}
 	return fs
+}
+
+const configFlagUsage = "YAML config file; its keys are these flag names (env KVROUTER_CONFIG)"
+
+// writeHelp prints the command's help: its usage text, then every flag.
+func writeHelp(o Options, fs *flag.FlagSet) {
+	out := o.Output
+	if out == nil {
+		return
+	}
+	if o.Usage != "" {
+		fmt.Fprintln(out, strings.TrimRight(o.Usage, "\n")+"\n")
+	}
+	fmt.Fprintf(out, "Flags (each also a key of the --config YAML file and a KVROUTER_<NAME> environment variable; flags win):\n\n")
+	fs.SetOutput(out)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 func isSet(fs *flag.FlagSet, name string) bool {
@@ -172,8 +224,12 @@ func applyEnv(fs *flag.FlagSet, env map[string]string) error {
 		}
 	})
 	var unknown []string
+	other := knownEnv()
 	for k := range env {
-		if !known[k] {
+		// A variable another subcommand reads (KVROUTER_API_KEYS in the
+		// shell of `kvrouter bench`) is not this one's business; one no
+		// subcommand reads is a typo.
+		if !known[k] && !other[k] {
 			unknown = append(unknown, k)
 		}
 	}
@@ -219,11 +275,13 @@ func applyYAML(fs *flag.FlagSet, b []byte) error {
 			return fmt.Errorf("line %d: key \"config\" cannot be set inside a config file", k.Line)
 		}
 		name := key
-		switch key {
-		case "workers":
-			name = "worker" // the list's key is plural; the flag is repeated
-		case "worker":
-			return fmt.Errorf("line %d: the static worker list is written \"workers:\"", k.Line)
+		if static := fs.Lookup("worker") != nil; static {
+			switch key {
+			case "workers":
+				name = "worker" // the list's key is plural; the flag is repeated
+			case "worker":
+				return fmt.Errorf("line %d: the static worker list is written \"workers:\"", k.Line)
+			}
 		}
 		f := fs.Lookup(name)
 		if f == nil {
