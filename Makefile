@@ -21,7 +21,9 @@ test:
 up: build
 	./bin/kvrouter up
 
+# build: bin/kvrouter, stamped with the commit it is built from (kvrouter --version).
 build:
+	@echo "building bin/kvrouter (the first build compiles every dependency and takes a few minutes; later ones are cached)"
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvrouter ./cmd/kvrouter
 
 # bench: the micro-benchmarks of every hot path (see docs/benchmarks.md).

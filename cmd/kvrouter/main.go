@@ -44,25 +44,38 @@ func register(name string, c command) {
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
-	interrupts(cancel, os.Stderr, func() { os.Exit(130) })
+	stop := interrupts(cancel, os.Stderr, func() { os.Exit(130) })
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
 	cancel()
 	os.Exit(code)
 }
 
-// interrupts turns the first SIGINT/SIGTERM into a graceful stop (cancel)
-// and the second into exit, at once, for an operator who will not wait.
-func interrupts(cancel context.CancelFunc, stderr io.Writer, exit func()) {
+// interrupts turns the first SIGINT/SIGTERM into a graceful stop (cancel;
+// the router then says how many requests it waits for, and how long) and
+// the second into exit, at once, for an operator who will not wait. stop
+// restores the default handling.
+func interrupts(cancel func(), stderr io.Writer, exit func()) (stop func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
 	go func() {
-		<-sigs
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
 		fmt.Fprintln(stderr, "kvrouter: stopping gracefully; press Ctrl-C again to exit at once")
 		cancel()
-		<-sigs
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
 		fmt.Fprintln(stderr, "kvrouter: second interrupt: exiting now")
 		exit()
 	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 // run dispatches to a subcommand; split from main so tests can call it.

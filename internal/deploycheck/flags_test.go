@@ -62,11 +62,12 @@ func kvrouterBinary(t *testing.T) string {
 // flagLine matches a flag in flag.PrintDefaults output ("  -name type").
 var flagLine = regexp.MustCompile(`(?m)^  -([A-Za-z0-9][A-Za-z0-9._-]*)`)
 
-// definedFlags runs `kvrouter <sub> -h` and reads the flag names it prints;
+// definedFlags runs `kvrouter <sub> -h` and reads the flag names it prints
+// on stdout;
 // ok is false when the binary does not know the subcommand.
 func definedFlags(t *testing.T, bin, sub string) (flags map[string]bool, ok bool) {
 	t.Helper()
-	code, _, stderr := runBinary(t, bin, []string{sub, "-h"}, nil)
+	code, stdout, stderr := runBinary(t, bin, []string{sub, "-h"}, nil)
 	if code != 0 {
 		if strings.Contains(stderr, "unknown command") {
 			return nil, false
@@ -74,11 +75,11 @@ func definedFlags(t *testing.T, bin, sub string) (flags map[string]bool, ok bool
 		t.Fatalf("kvrouter %s -h exited %d:\n%s", sub, code, stderr)
 	}
 	flags = map[string]bool{}
-	for _, m := range flagLine.FindAllStringSubmatch(stderr, -1) {
+	for _, m := range flagLine.FindAllStringSubmatch(stdout, -1) { // help goes to stdout
 		flags[m[1]] = true
 	}
 	if len(flags) == 0 {
-		t.Fatalf("kvrouter %s -h listed no flags:\n%s", sub, stderr)
+		t.Fatalf("kvrouter %s -h listed no flags:\n%s", sub, stdout)
 	}
 	return flags, true
 }

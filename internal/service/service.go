@@ -333,7 +333,8 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-fatal:
 		s.log.Error("giving up: NATS start-up cannot succeed with this configuration", "err", serveErr)
 	}
-	s.log.Info("shutting down: no new connections; waiting for in-flight requests", "timeout", s.cfg.Frontend.ShutdownTimeout)
+	s.log.Info(fmt.Sprintf("shutting down: no new connections; waiting up to %v for %d in-flight requests", s.cfg.Frontend.ShutdownTimeout, s.inFlight()),
+		"timeout", s.cfg.Frontend.ShutdownTimeout)
 	if err := srv.Shutdown(context.Background()); err != nil {
 		s.log.Warn("in-flight requests did not finish in time; they were closed and their bookings freed", "err", err)
 	}
@@ -353,6 +354,16 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("kvrouter stopped")
 	return serveErr
+}
+
+// inFlight counts the requests booked on the workers (with replica sync,
+// the peers' bookings too).
+func (s *Service) inFlight() int {
+	n := 0
+	for _, l := range s.router.Loads() {
+		n += l.ActiveRequests
+	}
+	return n
 }
 
 // Close stops the event plane's consumers, the NATS connection (and the
