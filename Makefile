@@ -61,4 +61,4 @@ chaos:
 # through one router to 8 mock workers on loopback; reports errors, p99
 # overhead and the router's RSS and goroutines sampled across the run.
 soak: build
-	$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestSoak$$' -v ./internal/chaos/ -soak.seconds=$${SOAK_SECONDS:-60} 2>&1 | grep -v '^        time='
+	$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestSoak$$' -v ./internal/chaos/ -soak.bin=$(CURDIR)/bin/kvrouter -soak.seconds=$${SOAK_SECONDS:-60} 2>&1 | grep -v '^        time='

@@ -128,7 +128,7 @@ func TestChaosDurableFaults(t *testing.T) {
 // -chaos.schedules sets how many (default 6); -chaos.seed replays one.
 func TestChaosServiceDurableLong(t *testing.T) {
 	var rs []result
-	for _, seed := range seeds(longSchedules(6)) {
+	for _, seed := range seeds(longSchedules(6, 1)) {
 		s := newNATSSchedule(seed, 16)
 		s.durable = true
 		rs = append(rs, runSchedule(t, s))

@@ -4,10 +4,15 @@ package chaos
 
 import "testing"
 
-// longSchedules is -chaos.schedules, or def when it is not set.
-func longSchedules(def int) int {
-	if *flagSchedules > 0 {
+// longSchedules is -chaos.schedules, or when it is not set def, or short
+// under -short (the short chaos run: `go test -short -tags chaos`, each
+// long suite cut to a schedule or two, under 3 minutes in all).
+func longSchedules(def, short int) int {
+	switch {
+	case *flagSchedules > 0:
 		return *flagSchedules
+	case testing.Short():
+		return short
 	}
 	return def
 }
@@ -17,7 +22,7 @@ func longSchedules(def int) int {
 // replays one.
 func TestChaosLong(t *testing.T) {
 	var rs []result
-	for _, seed := range seeds(longSchedules(12)) {
+	for _, seed := range seeds(longSchedules(12, 2)) {
 		rs = append(rs, runSchedule(t, newSchedule(seed, 16)))
 	}
 	report(t, rs)
@@ -28,7 +33,7 @@ func TestChaosLong(t *testing.T) {
 // are drawn per schedule; NATS restarts and registry expiry join the faults.
 func TestChaosServiceNATSLong(t *testing.T) {
 	var rs []result
-	for _, seed := range seeds(longSchedules(12)) {
+	for _, seed := range seeds(longSchedules(12, 1)) {
 		rs = append(rs, runSchedule(t, newNATSSchedule(seed, 16)))
 	}
 	report(t, rs)
@@ -38,7 +43,7 @@ func TestChaosServiceNATSLong(t *testing.T) {
 // natsevents publishers and consumers; see nats_test.go).
 func TestChaosNATSLong(t *testing.T) {
 	var rs []result
-	for _, seed := range seeds(longSchedules(12)) {
+	for _, seed := range seeds(longSchedules(12, 3)) {
 		rs = append(rs, runNATSSchedule(t, seed, 24))
 	}
 	report(t, rs)

@@ -32,10 +32,53 @@ import (
 )
 
 var (
-	flagSoakSeconds = flag.Int("soak.seconds", 60, "soak: how long kvrouter bench drives the router")
-	flagSoakClients = flag.Int("soak.clients", 1000, "soak: concurrent streaming clients")
-	flagSoakBin     = flag.String("soak.bin", "../../bin/kvrouter", "soak: the kvrouter binary (make build)")
+	flagSoakSeconds = flag.Int("soak.seconds", 60, "soak: how long kvrouter bench drives the router (10 under -short)")
+	flagSoakClients = flag.Int("soak.clients", 1000, "soak: concurrent streaming clients (200 under -short)")
+	flagSoakBin     = flag.String("soak.bin", "", "soak: the kvrouter binary (empty: built from this checkout into a temporary directory)")
 )
+
+// soakBinary is -soak.bin, or kvrouter built from this checkout with the
+// go command that runs the test, into dir; the test is skipped, saying
+// why, when there is no go command to build with.
+func soakBinary(t *testing.T, dir string) string {
+	t.Helper()
+	if *flagSoakBin != "" {
+		bin, err := filepath.Abs(*flagSoakBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("-soak.bin: %v", err)
+		}
+		return bin
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Skipf("no go command to build kvrouter with (%v): give a binary with -soak.bin", err)
+		}
+	}
+	bin := filepath.Join(dir, "kvrouter")
+	build := exec.Command(goBin, "build", "-o", bin, "../../cmd/kvrouter")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	t0 := time.Now()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kvrouter: %v\n%s", err, out)
+	}
+	t.Logf("built %s in %v", bin, time.Since(t0).Round(time.Millisecond))
+	return bin
+}
+
+// soakFlag is the value of an int flag, or short under -short when the
+// flag was not given.
+func soakFlag(name string, v *int, short int) int {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if testing.Short() && !given {
+		return short
+	}
+	return *v
+}
 
 // sample is the router process's footprint at one moment.
 type sample struct {
@@ -53,13 +96,7 @@ type sample struct {
 // back to zero, goroutines and RSS flat across the run, and reports the
 // router's added latency.
 func TestSoak(t *testing.T) {
-	bin, err := filepath.Abs(*flagSoakBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%v: run `make build` first (or -soak.bin)", err)
-	}
+	bin := soakBinary(t, t.TempDir())
 	const workers = 8
 	httpBase, evBase, repBase := freeRuns(t, 3, workers)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -144,8 +181,8 @@ func TestSoak(t *testing.T) {
 		}
 	})
 
-	secs := *flagSoakSeconds
-	clients := *flagSoakClients
+	secs := soakFlag("soak.seconds", flagSoakSeconds, 10)
+	clients := soakFlag("soak.clients", flagSoakClients, 200)
 	benchArgs := []string{"bench", "online", "--url", url, "--workload", "prefix-ratio", "--requests", "10000000",
 		"--isl", "1024", "--osl", "24", "--prefix-ratio", "0.5", "--num-prefix-prompts", "64",
 		"--closed-loop", strconv.Itoa(clients), "--max-conns", strconv.Itoa(clients + 64),
