@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -42,6 +43,28 @@ func TestBenchOnlineCommand(t *testing.T) {
 	if len(res) != 1 || res[0]["requests"] != 6.0 || res[0]["failed"] != 0.0 || res[0]["max_worker_share"] != 0.5 ||
 		res[0]["bound_hit_ratio"].(float64) <= 0 || prompts != 6 {
 		t.Fatalf("result %v after %d prompts", res, prompts)
+	}
+	// Without --bound-workers the table says the bound is not known
+	// rather than printing a bound of 0; with it, the bound is a number.
+	for _, tc := range []struct {
+		extra []string
+		na    bool
+	}{{nil, true}, {[]string{"--bound-workers", "2"}, false}} {
+		var table bytes.Buffer
+		targs := append([]string{"bench", "--url", srv.URL, "--workload", "prefix-ratio", "--isl", "300", "--osl", "2",
+			"--num-prefix-prompts", "1", "--max-requests", "2", "--closed-loop", "1"}, tc.extra...)
+		if code := run(context.Background(), targs, nil, &table, io.Discard); code != 0 {
+			t.Fatalf("%v: exit %d", tc.extra, code)
+		}
+		var row []string
+		for l := range strings.SplitSeq(table.String(), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == "online" {
+				row = f
+			}
+		}
+		if len(row) < 15 || (row[13] == "n/a") != tc.na || (row[14] == "n/a") != tc.na {
+			t.Errorf("%v: want the bound columns n/a: %v, got the row %q:\n%s", tc.extra, tc.na, row, table.String())
+		}
 	}
 	if code := run(context.Background(), []string{"bench", "--url", "ftp://x"}, nil, &out, &errb); code != 2 {
 		t.Fatalf("bad url: exit %d", code)
