@@ -128,6 +128,10 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, stderr.String())
 	}
+	// The stop says what it waits for, and for how long.
+	if !strings.Contains(stderr.String(), "waiting up to 30s for 0 in-flight requests") {
+		t.Fatalf("no shutdown line with the in-flight count and the timeout:\n%s", stderr.String())
+	}
 }
 
 // TestUpStartsFleetAndRouter runs `kvrouter up` on each event plane: the

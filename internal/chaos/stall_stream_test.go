@@ -33,6 +33,7 @@ type stallRig struct {
 	px     *proxy
 	cancel context.CancelFunc
 	done   chan error
+	logs   *logBuf // the router's
 }
 
 func newStallRig(t *testing.T, idle, shutdown time.Duration) *stallRig {
@@ -69,8 +70,8 @@ func newStallRig(t *testing.T, idle, shutdown time.Duration) *stallRig {
 	cfg.Events.HealthInterval = 0 // the stall would fail the probes too
 	cfg.Frontend.StreamIdleTimeout = idle
 	cfg.Frontend.ShutdownTimeout = shutdown
-	r := &stallRig{reg: prometheus.NewRegistry(), px: px, done: make(chan error, 1)}
-	if r.svc, err = service.New(cfg, service.Options{Logger: log, Registry: r.reg}); err != nil {
+	r := &stallRig{reg: prometheus.NewRegistry(), px: px, done: make(chan error, 1), logs: &logBuf{}}
+	if r.svc, err = service.New(cfg, service.Options{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Registry: r.reg}); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -208,5 +209,9 @@ func TestShutdownDuringStalledStream(t *testing.T) {
 	}
 	if n := r.bookings(); n != 0 {
 		t.Errorf("%d bookings left after shutdown", n)
+	}
+	// The stop said what it waited for: the one stalled stream.
+	if want := "waiting up to 500ms for 1 in-flight requests"; !strings.Contains(r.logs.tail(1<<20), want) {
+		t.Errorf("the router's shutdown log lacks %q:\n%s", want, r.logs.tail(4000))
 	}
 }
