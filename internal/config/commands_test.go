@@ -91,8 +91,9 @@ func TestUpFleetSizeKey(t *testing.T) {
 			t.Errorf("%q: mock workers %d, %v; want 3", body, u.MockWorkers, err)
 		}
 	}
-	if _, _, err := LoadCommand[Up]([]string{"--config", writeFile(t, "workers: [{name: a, url: 'http://h:1'}]\n")}, DefaultUp, Options{Name: "up"}); err == nil {
-		t.Error("up accepted a static worker list")
+	if _, _, err := LoadCommand[Up]([]string{"--config", writeFile(t, "workers: [{name: a, url: 'http://h:1'}]\n")}, DefaultUp, Options{Name: "up"}); err == nil ||
+		!strings.Contains(err.Error(), "mock-workers") {
+		t.Errorf("up with a static worker list: %v, want an error pointing at mock-workers", err)
 	}
 	_, _, err := LoadCommand[Up]([]string{"--worker", "name=w1,url=http://h:1"}, DefaultUp, Options{Name: "up"})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "-worker") {

@@ -282,6 +282,8 @@ func applyYAML(fs *flag.FlagSet, b []byte) error {
 			case "worker":
 				return fmt.Errorf("line %d: the static worker list is written \"workers:\"", k.Line)
 			}
+		} else if key == "workers" && v.Kind == yaml.SequenceNode {
+			return fmt.Errorf("line %d: a static worker list is for kvrouter serve; this command starts its own workers (mock-workers: N)", k.Line)
 		}
 		f := fs.Lookup(name)
 		if f == nil {
