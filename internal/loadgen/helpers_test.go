@@ -1,5 +1,0 @@
-package loadgen
-
-import "log/slog"
-
-func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
