@@ -152,4 +152,3 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
-
