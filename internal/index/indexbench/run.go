@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 )
 
 // RunConfig tunes the measurements.
@@ -199,9 +200,9 @@ type concurrentResult struct {
 // half is applied.
 func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (concurrentResult, error) {
 	var res concurrentResult
-	cfg := index.DefaultConcurrentConfig()
+	cfg := liveindex.DefaultConfig()
 	cfg.Writers = writers
-	c, err := index.NewConcurrent(cfg)
+	c, err := liveindex.New(cfg)
 	if err != nil {
 		return res, err
 	}
