@@ -9,7 +9,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/index/indexbench"
+	"github.com/kvrouter/kvrouter/internal/indexbench"
 	"github.com/kvrouter/kvrouter/internal/trace"
 )
 
