@@ -4,8 +4,8 @@
 // convention.
 //
 // For each core package (kvhash, the index tree, sequences, the
-// scheduler, the mocker engine, the recovery stream, the replica core
-// and the fleet model) the test fails when
+// scheduler, the mocker engine, the recovery stream, the replica core,
+// the vLLM batch sequencer and the fleet model) the test fails when
 //
 //   - the package, or any non-standard package it depends on, imports
 //     net, os, os/exec or syscall, or reaches one of them through a

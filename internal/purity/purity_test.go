@@ -36,6 +36,7 @@ var core = []struct {
 	{pkg: "internal/mocker"},
 	{pkg: "internal/eventplane/recovery/stream"},
 	{pkg: "internal/replica/core"},
+	{pkg: "internal/eventplane/vllmzmq/batchseq"},
 	{pkg: "internal/fleet", optional: true},
 }
 
