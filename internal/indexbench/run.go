@@ -160,7 +160,7 @@ func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
 		return r, err
 	}
 
-	// 3. Concurrent index, no readers.
+	// 3. Live index (liveindex), no readers.
 	cr, err := concurrentRun(ctx, s, cfg.Writers, 0)
 	if err != nil {
 		return r, err
