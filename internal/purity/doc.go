@@ -5,7 +5,8 @@
 //
 // For each core package (kvhash, the index tree, sequences, the
 // scheduler, the mocker engine, the recovery stream, the replica core,
-// the vLLM batch sequencer and the fleet model) the test fails when
+// the vLLM batch sequencer, the fleet model and the status page's
+// timeline) the test fails when
 //
 //   - the package, or any non-standard package it depends on, imports
 //     net, os, os/exec or syscall, or reaches one of them through a

@@ -35,6 +35,7 @@ var core = []string{
 	"internal/eventplane/vllmzmq/batchseq",
 	"internal/replica/core",
 	"internal/fleet",
+	"internal/timeline",
 }
 
 // forbidden are the imports that mean I/O or processes.
