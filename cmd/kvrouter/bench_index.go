@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
-	"github.com/kvrouter/kvrouter/internal/index/indexbench"
+	"github.com/kvrouter/kvrouter/internal/indexbench"
 	"github.com/kvrouter/kvrouter/internal/trace"
 )
 

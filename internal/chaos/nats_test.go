@@ -21,8 +21,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
-	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
@@ -103,11 +103,11 @@ func (p *wirePublisher) Close() error { return p.inner.Close() }
 // natsRouter is a router's NATS path: a consumer feeding its own index.
 type natsRouter struct {
 	nc  *nats.Conn
-	idx *index.Concurrent
+	idx *liveindex.Index
 	c   *natsevents.Consumer
 }
 
-type idxApplier struct{ x *index.Concurrent }
+type idxApplier struct{ x *liveindex.Index }
 
 func (a idxApplier) ApplyEvent(ev kvevent.Event) error { return a.x.Apply(ev) }
 
@@ -161,7 +161,7 @@ func (c *natsCluster) connect(onReconnect func()) (*nats.Conn, error) {
 }
 
 func (c *natsCluster) startRouter() (*natsRouter, error) {
-	x, err := index.NewConcurrent(index.DefaultConcurrentConfig())
+	x, err := liveindex.New(liveindex.DefaultConfig())
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
-	"github.com/kvrouter/kvrouter/internal/index/indexbench"
+	"github.com/kvrouter/kvrouter/internal/indexbench"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/loadgen"
 	"github.com/kvrouter/kvrouter/internal/mocker"

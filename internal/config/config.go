@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/registry"
@@ -302,7 +303,7 @@ func Default() Config {
 			TrackActiveBlocks:  rc.Sequences.TrackActiveBlocks,
 			HostCacheHitWeight: sc.HostCacheHitWeight,
 			DiskCacheHitWeight: sc.DiskCacheHitWeight,
-			EventThreads:       index.DefaultConcurrentConfig().Writers,
+			EventThreads:       liveindex.DefaultConfig().Writers,
 			TTLSecs:            ic.ApproxTTL.Seconds(),
 			MaxTreeSize:        ic.ApproxMaxBlocks,
 			PruneTargetRatio:   ic.PruneRatio,
@@ -457,8 +458,8 @@ func (c Config) RouterConfig() router.Config {
 }
 
 // IndexConfig is the concurrent prefix index's configuration.
-func (c Config) IndexConfig() index.ConcurrentConfig {
-	ic := index.DefaultConcurrentConfig()
+func (c Config) IndexConfig() liveindex.Config {
+	ic := liveindex.DefaultConfig()
 	ic.Writers = c.Router.EventThreads
 	ic.Index.ApproxTTL = time.Duration(c.Router.TTLSecs * float64(time.Second))
 	ic.Index.ApproxMaxBlocks = c.Router.MaxTreeSize

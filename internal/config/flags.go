@@ -96,7 +96,10 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 // a later layer overrides an earlier one.
 type listValue []string
 
-var _ flag.Value = (*listValue)(nil)
+var (
+	_ flag.Value = (*listValue)(nil)
+	_ flag.Value = (*fleet.WorkerFlags)(nil)
+)
 
 func (l *listValue) String() string {
 	if l == nil {

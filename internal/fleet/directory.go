@@ -3,7 +3,6 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"sort"
 	"sync"
@@ -79,12 +78,27 @@ type Notification struct {
 	Worker Worker
 }
 
+// Logger is what a Directory reports through: *slog.Logger satisfies it.
+// The fleet model does no I/O itself (a test in package purity checks
+// it); the caller's logger does, and importing log/slog here would pull
+// package os in.
+type Logger interface {
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+}
+
+// discard is the Logger of a Directory given none.
+type discard struct{}
+
+func (discard) Info(string, ...any) {}
+func (discard) Warn(string, ...any) {}
+
 // Directory merges the static list with the registry, checks every worker
 // against the router's expectations and keeps each worker's status. It is
 // safe for concurrent use.
 type Directory struct {
 	expect Expect
-	log    *slog.Logger
+	log    Logger
 
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*Worker // accepted and refused workers
@@ -119,9 +133,9 @@ type DirectoryStats struct {
 // NewDirectory builds a directory holding the static workers and returns
 // an Added notification for each accepted one. Static workers that fail
 // expect are refused loudly like registered ones. log may be nil.
-func NewDirectory(expect Expect, static []WorkerRecord, log *slog.Logger, now time.Time) (*Directory, []Notification, error) {
+func NewDirectory(expect Expect, static []WorkerRecord, log Logger, now time.Time) (*Directory, []Notification, error) {
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = discard{}
 	}
 	d := &Directory{
 		expect:  expect,

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -244,10 +243,10 @@ func parseCount(v string, max uint64) (uint64, error) {
 }
 
 // WorkerFlags is a repeatable --worker flag (a flag.Value): each use adds
-// one static worker; a name used twice is an error.
+// one static worker; a name used twice is an error. The compile-time
+// guard is in package config, its consumer: importing flag here would
+// pull package os into the pure fleet model.
 type WorkerFlags []StaticWorker
-
-var _ flag.Value = (*WorkerFlags)(nil)
 
 // String renders the workers back in flag form, names sorted.
 func (w *WorkerFlags) String() string {

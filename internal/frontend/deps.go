@@ -9,6 +9,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/sequences"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
@@ -105,7 +106,7 @@ type ChatTemplate interface {
 var _ ChatTemplate = (*chattemplate.Template)(nil)
 
 // Index answers /v1/query: every worker rank's leading overlap with a list
-// of local block hashes, per tier. *index.Concurrent satisfies it (and
+// of local block hashes, per tier. *liveindex.Index satisfies it (and
 // also reports each rank's indexed block count). It must be safe for
 // concurrent use.
 type Index interface {
@@ -119,8 +120,8 @@ type indexedCounter interface {
 }
 
 var (
-	_ Index          = (*index.Concurrent)(nil)
-	_ indexedCounter = (*index.Concurrent)(nil)
+	_ Index          = (*liveindex.Index)(nil)
+	_ indexedCounter = (*liveindex.Index)(nil)
 )
 
 // Deps are the front door's collaborators, wired by the composition root.

@@ -2,8 +2,6 @@ package index
 
 import (
 	"math/rand/v2"
-	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -135,70 +133,4 @@ func benchRecord(b *testing.B, op func(i int)) {
 		i++
 	}
 	ct.stop()
-}
-
-// BenchmarkRouteApprox8k is the index's share of Route for workers in
-// approximate mode, on the Concurrent index (2 writers) as the router uses
-// it: query a 512-block prompt, then Record it on a worker (a fresh
-// 384-block tail each time, the clock moving 120 s / 512 per call), flat
-// out. The writers apply the recordings under the write lock while the
-// next queries wait for the read lock, so the query percentiles show what
-// a long recording costs the routing path. Reports p50/p99 of the query
-// (wall and thread CPU) next to ns/op for query + record.
-func BenchmarkRouteApprox8k(b *testing.B) {
-	cc := DefaultConcurrentConfig()
-	cc.Writers = 2
-	c, err := NewConcurrent(cc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	prompts := recordPrompts(4096)
-	now := t0
-	step := 120 * time.Second / 512
-	var s Scores
-	for i := range 1024 { // warm up into the steady state
-		now = now.Add(step)
-		c.Query(prompts[i], &s)
-		_ = c.Record(kvevent.Worker{ID: kvevent.WorkerID(i % 64)}, slices.Clone(prompts[i]), now)
-	}
-	if err := c.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var wall, cpu []time.Duration
-	n := 1024
-	b.ReportAllocs()
-	for b.Loop() {
-		p := prompts[n%len(prompts)]
-		if lap := uint64(n / len(prompts)); lap > 0 {
-			for j := 128; j < len(p); j++ { // a new tail every lap
-				p[j] ^= lap * 0x9e3779b97f4a7c15
-			}
-		}
-		now = now.Add(step)
-		c0, ok := threadClock()
-		t := time.Now()
-		c.Query(p, &s)
-		wall = append(wall, time.Since(t))
-		if c1, ok1 := threadClock(); ok && ok1 {
-			cpu = append(cpu, c1-c0)
-		}
-		_ = c.Record(kvevent.Worker{ID: kvevent.WorkerID(n % 64)}, slices.Clone(p), now)
-		n++
-	}
-	b.StopTimer()
-	_ = c.Flush()
-	reportPercentiles(b, wall, "query-ns")
-	reportPercentiles(b, cpu, "query-cpu-ns")
-}
-
-func reportPercentiles(b *testing.B, xs []time.Duration, unit string) {
-	if len(xs) == 0 {
-		return
-	}
-	slices.Sort(xs)
-	b.ReportMetric(float64(xs[len(xs)/2].Nanoseconds()), "p50-"+unit)
-	b.ReportMetric(float64(xs[len(xs)*99/100].Nanoseconds()), "p99-"+unit)
 }

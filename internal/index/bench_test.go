@@ -90,26 +90,6 @@ func BenchmarkQuery256Blocks100Workers(b *testing.B) {
 	ct.stop()
 }
 
-func BenchmarkConcurrentQuery256Blocks100Workers(b *testing.B) {
-	c, err := NewConcurrent(DefaultConcurrentConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	chains, evs := queryEvents()
-	for _, ev := range evs {
-		_ = c.Apply(ev)
-	}
-	_ = c.Flush()
-	var s Scores
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		c.Query(chains[i%len(chains)], &s)
-		i++
-	}
-}
-
 // BenchmarkApply stores a 64-block chain and removes it again (128
 // block-ops per iteration) on one of 100 workers, on a single writer.
 func BenchmarkApply(b *testing.B) {

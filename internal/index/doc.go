@@ -69,19 +69,8 @@
 //
 // # Concurrency
 //
-// Index is single-threaded. Concurrent is one Index behind a read-write
-// lock with N writer goroutines: a worker (all its dp ranks) is pinned to
-// one writer, so its events apply in order, and Cleared/RemoveWorker reach
-// the writer holding all its ranks. A writer takes the write lock for a
-// batch of whole operations (about 64 blocks), so a query, which runs
-// on the caller's goroutine under the read lock, never sees half an event.
-// Applying a block is mostly waiting for cache misses in its worker's
-// engine-hash table, so a writer first loads the batch's slots under the
-// read lock (next to queries, and only when that lock is free at once),
-// and holds the write lock only for the rest.
-// Our first version sharded the tree by worker (one tree and lock per
-// writer); we dropped it: a query must then walk every shard, so its cost
-// multiplies by the shard count (it measured several times slower on the
-// 100-worker query benchmark), and on a 2-core machine the extra write
-// parallelism buys little because apply is memory-bound. Flush waits until everything enqueued is applied.
+// Index is single-threaded and does no I/O, starts no goroutines and reads
+// no clock (a test in package purity checks it). The router's concurrent
+// wrapper, one Index behind a read-write lock fed by writer goroutines, is
+// package liveindex; Prefetch is the one method that exists for it.
 package index

@@ -63,7 +63,7 @@ type holderKey struct {
 // Index is the single-threaded prefix index: exact workers fed by events,
 // approximate workers fed by the router's own decisions, and
 // predict-on-route shadows, in one tree. It is not safe for concurrent
-// use; Concurrent wraps it for that. It does no I/O and reads no clock.
+// use; package liveindex wraps it for that. It does no I/O and reads no clock.
 type Index struct {
 	cfg      Config
 	ns       *nodes
@@ -442,11 +442,14 @@ func (x *Index) remove(ev *kvevent.Event) error {
 // would not stay cached until they are applied.
 const prefetchLimit = 4 * prefetchRun
 
-// prefetch loads the memory that applying ev will touch first (engine-hash
-// slots, and for a removal the nodes) and returns a meaningless sum to keep
-// the loads alive. It only reads, so it is safe with concurrent readers;
-// Concurrent calls it under the read lock to shorten its write lock holds.
-func (x *Index) prefetch(ev *kvevent.Event) uint32 {
+// Prefetch loads the memory that applying ev will touch first (engine-hash
+// slots, and for a removal the nodes) and returns a meaningless sum: the
+// caller keeps it (adds it to a field) so the loads are not optimised
+// away. It changes nothing and only reads, so it is safe next to
+// concurrent readers; package liveindex calls it under the read lock just
+// before Apply, to shorten its write lock holds. At most prefetchLimit
+// blocks of ev are touched.
+func (x *Index) Prefetch(ev *kvevent.Event) uint32 {
 	if int(ev.Tier) >= kvevent.NumTiers {
 		return 0
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-// target is what the property suite drives: the plain index or the
-// concurrent one (flushed before every query).
+// target is what the property suite drives: the plain index, or the
+// plain index reserving as it goes.
 type target interface {
 	apply(kvevent.Event)
 	removeWorker(kvevent.WorkerID)
@@ -28,21 +28,6 @@ func (p plain) stats() Stats                     { return p.x.Stats() }
 func (p plain) query(local []uint64) []Score {
 	var s Scores
 	p.x.Query(local, &s)
-	out := append([]Score(nil), s.List...)
-	sortScores(out)
-	return out
-}
-
-type conc struct{ c *Concurrent }
-
-func (p conc) apply(ev kvevent.Event)           { _ = p.c.Apply(ev) }
-func (p conc) removeWorker(id kvevent.WorkerID) { _ = p.c.RemoveWorker(id) }
-func (p conc) dump() []kvevent.Event            { _ = p.c.Flush(); return p.c.Dump() }
-func (p conc) stats() Stats                     { _ = p.c.Flush(); return p.c.Stats() }
-func (p conc) query(local []uint64) []Score {
-	_ = p.c.Flush()
-	var s Scores
-	p.c.Query(local, &s)
 	out := append([]Score(nil), s.List...)
 	sortScores(out)
 	return out
@@ -185,27 +170,5 @@ func newPlain(t interface{ Fatalf(string, ...any) }) target {
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		checkAgainstModel(t, newPlain(t), func() target { return newPlain(t) })
-	})
-}
-
-func TestConcurrentMatchesModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		var opened []*Concurrent
-		mk := func() target {
-			cfg := DefaultConcurrentConfig()
-			cfg.Writers = 3
-			c, err := NewConcurrent(cfg)
-			if err != nil {
-				t.Fatalf("NewConcurrent: %v", err)
-			}
-			opened = append(opened, c)
-			return conc{c}
-		}
-		defer func() {
-			for _, c := range opened {
-				c.Close()
-			}
-		}()
-		checkAgainstModel(t, mk(), mk)
 	})
 }

@@ -40,28 +40,6 @@ func TestReserveMatchesModel(t *testing.T) {
 	})
 }
 
-func TestConcurrentReserveMatchesModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		var opened []*Concurrent
-		mk := func() target {
-			cfg := DefaultConcurrentConfig()
-			cfg.Writers = 3
-			c, err := NewConcurrent(cfg)
-			if err != nil {
-				t.Fatalf("NewConcurrent: %v", err)
-			}
-			opened = append(opened, c)
-			return reserving{target: conc{c}, t: t, reserve: c.Reserve}
-		}
-		defer func() {
-			for _, c := range opened {
-				c.Close()
-			}
-		}()
-		checkAgainstModel(t, mk(), mk)
-	})
-}
-
 func deviceSlots(x *Index, w kvevent.Worker) int {
 	id, ok := x.byKey[holderKey{w, kindExact}]
 	if !ok || x.holders[id].engine[kvevent.TierDevice] == nil {
@@ -137,17 +115,9 @@ func TestReserveSizesTableAndKeepsIt(t *testing.T) {
 
 func TestReserveRefusesOutOfRange(t *testing.T) {
 	x := mustNew(t, DefaultConfig())
-	c, err := NewConcurrent(DefaultConcurrentConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	for _, n := range []int{-1, MaxReserveBlocks + 1} {
 		if err := x.Reserve(w1, n); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Index.Reserve(%d) = %v, want ErrInvalid", n, err)
-		}
-		if err := c.Reserve(w1, n); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Concurrent.Reserve(%d) = %v, want ErrInvalid", n, err)
 		}
 	}
 	if len(x.reserved) != 0 {

@@ -220,7 +220,8 @@ func TestSnapshotRebuildsBookings(t *testing.T) {
 		}
 	}
 	f.hub.flush()
-	late := NewCore(newTestRouter(t, 999, 3, f.clk.Now), CoreConfig{}, nil)
+	lateRouter := newTestRouter(t, 999, 3, f.clk.Now)
+	late := NewCore(lateRouter, CoreConfig{}, nil)
 	f.hub.cores = append(f.hub.cores, late)
 	late.BeginResync(100)
 	late.BeginResync(101)
@@ -244,10 +245,10 @@ func TestSnapshotRebuildsBookings(t *testing.T) {
 	}
 	f.hub.pending = free3
 	f.hub.flush()
-	if diff := cmp.Diff(f.routers[0].Loads(), late.r.Loads()); diff != "" {
+	if diff := cmp.Diff(f.routers[0].Loads(), lateRouter.Loads()); diff != "" {
 		t.Fatalf("late joiner's load differs (-peer +late):\n%s", diff)
 	}
-	if reqs, _ := loadSum(late.r); reqs != 8 {
+	if reqs, _ := loadSum(lateRouter); reqs != 8 {
 		t.Fatalf("late joiner holds %d requests, want 8", reqs)
 	}
 }

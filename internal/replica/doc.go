@@ -59,5 +59,6 @@
 // by TestHerdingShadows (docs/benchmarks.md "Replica sync").
 //
 // Core is the pure part (no I/O, no goroutines, time passed in) used by
-// the offline simulator and the tests; Sync is the NATS edge around it.
+// the offline simulator and the tests; it lives in the subpackage core,
+// re-exported here. Sync is the NATS edge around it.
 package replica

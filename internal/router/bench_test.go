@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 )
 
 // BenchmarkRoute measures Route end to end — hashing a 16 k-token prompt,
@@ -36,9 +36,9 @@ func benchRoute(b *testing.B, bs int) {
 		shared   = 4096
 		prompt   = 16384
 	)
-	cc := index.DefaultConcurrentConfig()
+	cc := liveindex.DefaultConfig()
 	cc.Writers = 2
-	x, err := index.NewConcurrent(cc)
+	x, err := liveindex.New(cc)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,7 @@
 // (they need no router state); scoring and booking run under it, so two
 // concurrent Route calls always see each other's bookings. Index writes
 // (events, approximate records) are whatever the Index implementation makes
-// them: asynchronous with index.Concurrent, synchronous with Serial.
+// them: asynchronous with liveindex.Index, synchronous with Serial.
 //
 // Lifecycle events (AddRequest, MarkPrefillCompleted, Free), each stamped
 // with the router id, go to an Observer for replica sync; ApplyRemote

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 )
 
 // Index is what the router needs from the prefix index.
@@ -30,7 +31,7 @@ type Index interface {
 }
 
 var (
-	_ Index = (*index.Concurrent)(nil)
+	_ Index = (*liveindex.Index)(nil)
 	_ Index = (*Serial)(nil)
 )
 

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
 )
@@ -160,9 +161,9 @@ func TestConcurrentBookingsSeeEachOther(t *testing.T) {
 // index from many goroutines (route, publish events, mark, free) while
 // workers come and go; afterwards every worker's load is exactly zero.
 func TestConcurrentRouteAndFree(t *testing.T) {
-	cc := index.DefaultConcurrentConfig()
+	cc := liveindex.DefaultConfig()
 	cc.Writers = 2
-	x, err := index.NewConcurrent(cc)
+	x, err := liveindex.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
-	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/replica"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -50,7 +50,7 @@ type Service struct {
 	reg   *prometheus.Registry
 	clock func() time.Time
 
-	idx     *index.Concurrent
+	idx     *liveindex.Index
 	router  *router.Router
 	dir     *fleet.Directory
 	workers *workerSet
@@ -128,7 +128,7 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	ic.OnError = func(w kvevent.Worker, err error) {
 		s.log.Debug("index refused an operation", "worker", w.String(), "err", err)
 	}
-	if s.idx, err = index.NewConcurrent(ic); err != nil {
+	if s.idx, err = liveindex.New(ic); err != nil {
 		return nil, fmt.Errorf("building the index: %w", err)
 	}
 	ok := false
@@ -433,7 +433,7 @@ func (s *Service) Handler() http.Handler { return s.front.Handler() }
 func (s *Service) Router() *router.Router { return s.router }
 
 // Index returns the prefix index.
-func (s *Service) Index() *index.Concurrent { return s.idx }
+func (s *Service) Index() *liveindex.Index { return s.idx }
 
 // Registry returns the registry /metrics serves.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }

@@ -23,7 +23,7 @@ import (
 const SnapshotObject = "radix-state"
 
 // Index is what the durable consumer needs from the router's index: apply
-// events in order and dump the exact state. index.Concurrent satisfies it;
+// events in order and dump the exact state. liveindex.Index satisfies it;
 // an index with a Flush method is flushed before each dump.
 type Index interface {
 	Apply(ev kvevent.Event) error

@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -37,8 +38,8 @@ func canonical(evs []kvevent.Event) []string {
 	return out
 }
 
-func newIndex(t *testing.T) *index.Concurrent {
-	idx, err := index.NewConcurrent(index.DefaultConcurrentConfig())
+func newIndex(t *testing.T) *liveindex.Index {
+	idx, err := liveindex.New(liveindex.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 			}
 		}
 	}
-	start := func(id string, reset bool) (*durable.Consumer, *index.Concurrent) {
+	start := func(id string, reset bool) (*durable.Consumer, *liveindex.Index) {
 		cfg := durable.DefaultConfig()
 		cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.ResetStates = id, 50, 50*time.Millisecond, reset
 		idx := newIndex(t)
@@ -115,7 +116,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 		t.Cleanup(c.Close)
 		return c, idx
 	}
-	same := func(idx *index.Concurrent) func() bool {
+	same := func(idx *liveindex.Index) func() bool {
 		return func() bool {
 			_ = idx.Flush()
 			return cmp.Equal(canonical(idx.Dump()), canonical(ref.Dump()))

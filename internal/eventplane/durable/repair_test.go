@@ -13,9 +13,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
-	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,7 +118,7 @@ func truthOf(ps ...*proc) []string {
 // durableRouter is one router's durable consumer and index.
 type durableRouter struct {
 	c   *durable.Consumer
-	idx *index.Concurrent
+	idx *liveindex.Index
 }
 
 func startRouter(t *testing.T, js jetstream.JetStream, id string, workers ...kvevent.Worker) *durableRouter {

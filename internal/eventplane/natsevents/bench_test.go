@@ -13,12 +13,13 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
 
 // counted applies to a concurrent index and counts events.
 type counted struct {
-	idx *index.Concurrent
+	idx *liveindex.Index
 	n   atomic.Int64
 }
 
@@ -28,7 +29,7 @@ func (c *counted) ApplyEvent(ev kvevent.Event) error {
 }
 
 func newCounted(b *testing.B) *counted {
-	idx, err := index.NewConcurrent(index.DefaultConcurrentConfig())
+	idx, err := liveindex.New(liveindex.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}

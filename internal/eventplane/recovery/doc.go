@@ -15,7 +15,10 @@
 //   - Answer, the worker side: what a local indexer replies to a Request;
 //   - Stream, the pure router-side state machine of one worker rank:
 //     duplicates dropped, gaps turned into range queries, dumps turned into
-//     "clear, then replay", publisher restarts detected;
+//     "clear, then replay", publisher restarts detected. It and the
+//     messages it speaks (Request, Reply) live in the subpackage stream,
+//     which does no I/O, starts no goroutines and reads no clock; this
+//     package re-exports their names;
 //   - Tracker, which runs one Stream per worker rank on its own goroutine,
 //     asks the worker through a transport's Querier and applies the result
 //     to the router's index through an Applier.

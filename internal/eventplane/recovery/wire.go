@@ -25,104 +25,13 @@ const DefaultPartBytes = 512 << 10
 // maxParts bounds the number of parts one reply may announce.
 const maxParts = 1 << 16
 
-// Kind is what a Reply says.
-type Kind uint8
-
-// Reply kinds.
-const (
-	// KindEvents: the requested range, from the ring buffer.
-	KindEvents Kind = iota + 1
-	// KindTreeDump: a full dump of the worker's cached blocks, plus the id
-	// of the last real event it reflects.
-	KindTreeDump
-	// KindTooNew: the range starts past the newest event the worker has.
-	KindTooNew
-	// KindInvalidRange: the range ends before it starts.
-	KindInvalidRange
-	// KindError: the worker could not answer (Err says why).
-	KindError
-)
-
-var kindNames = [...]string{KindEvents: "events", KindTreeDump: "tree_dump", KindTooNew: "too_new",
-	KindInvalidRange: "invalid_range", KindError: "error"}
-
-// String returns the kind's wire name.
-func (k Kind) String() string {
-	if int(k) < len(kindNames) && kindNames[k] != "" {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
 func parseKind(s string) (Kind, bool) {
-	for k, n := range kindNames {
-		if n != "" && n == s {
-			return Kind(k), true
+	for k := KindEvents; k <= KindError; k++ {
+		if k.String() == s {
+			return k, true
 		}
 	}
 	return 0, false
-}
-
-// Request asks one worker rank for events. Both ends are inclusive; no
-// start means "send a full dump", no end means "up to the newest".
-type Request struct {
-	// Worker is the worker rank asked.
-	Worker kvevent.Worker
-	// HasStart says Start is set; without it the worker sends a dump.
-	HasStart bool
-	// Start is the first event id wanted.
-	Start uint64
-	// HasEnd says End is set; without it the range runs to the newest.
-	HasEnd bool
-	// End is the last event id wanted.
-	End uint64
-}
-
-// DumpRequest asks w for a full dump.
-func DumpRequest(w kvevent.Worker) Request { return Request{Worker: w} }
-
-// RangeRequest asks w for events from..to.
-func RangeRequest(w kvevent.Worker, from, to uint64) Request {
-	return Request{Worker: w, HasStart: true, Start: from, HasEnd: true, End: to}
-}
-
-// String renders the request for logs.
-func (r Request) String() string {
-	switch {
-	case !r.HasStart:
-		return fmt.Sprintf("%v dump", r.Worker)
-	case !r.HasEnd:
-		return fmt.Sprintf("%v [%d..]", r.Worker, r.Start)
-	}
-	return fmt.Sprintf("%v [%d..%d]", r.Worker, r.Start, r.End)
-}
-
-// Reply is a worker's answer to a Request.
-type Reply struct {
-	// Kind says what the reply is.
-	Kind Kind
-	// Events are the range's events (KindEvents) or the dump's stored
-	// events, parents before children (KindTreeDump).
-	Events []kvevent.Event
-	// LastEventID is the worker's newest real event id (KindTreeDump: the
-	// last event the dump reflects). Ids count from 0, so 0 is a real id
-	// unless NoEvents says otherwise.
-	LastEventID uint64
-	// NoEvents says the worker has numbered no event yet (a dump of an
-	// empty local indexer): the next event it publishes is id 0. On the
-	// wire, last_event_id is nil.
-	NoEvents bool
-	// NewestAvailable is the worker's newest event id (KindTooNew).
-	NewestAvailable uint64
-	// Start and End echo the requested range (KindTooNew,
-	// KindInvalidRange).
-	Start, End uint64
-	// Err says why the worker could not answer (KindError).
-	Err string
-	// PublisherID is the answering process's envelope publisher id (0:
-	// unknown); a change tells the router the publisher restarted even
-	// when none of its live events got through.
-	PublisherID uint64
 }
 
 // EncodeRequest returns r as a msgpack map with named fields:

@@ -19,6 +19,10 @@
 // sequence goes backwards (engine restart), the worker rank is cleared
 // (blocks we may have missed removals for must not be routed to) and its
 // state is DEGRADED with a reason until the stream is contiguous again.
+// Those rules are the pure state machine in the subpackage batchseq,
+// tested without sockets; the Subscriber owns the sockets, the goroutines,
+// the decoder, the metrics and the logs, and runs the replays the machine
+// asks for.
 //
 // Sockets come from github.com/go-zeromq/zmq4 (pure Go, no cgo) with
 // infinite dial retries and automatic reconnect.

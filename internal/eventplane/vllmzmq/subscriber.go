@@ -11,39 +11,23 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq/batchseq"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
-	"github.com/zeebo/xxh3"
 )
 
-// State is how far the router can trust a worker rank's indexed blocks.
-type State uint8
+// State is how far the router can trust a worker rank's indexed blocks
+// (batchseq.State: the stream's rules live in the pure package batchseq).
+type State = batchseq.State
 
-// Subscriber states. They map onto the router's worker states: Syncing and
-// Exact are EXACT once synced, Degraded is DEGRADED.
+// Subscriber states (see batchseq.StateSyncing and the others). They map
+// onto the router's worker states: Syncing and Exact are EXACT once
+// synced, Degraded is DEGRADED.
 const (
-	// StateSyncing: not connected yet, or the initial replay is running.
-	StateSyncing State = iota
-	// StateExact: every batch since the last clear was applied in order.
-	StateExact
-	// StateDegraded: a gap is being recovered, or the rank was cleared
-	// because events were lost, and the stream has not yet proved
-	// contiguous again.
-	StateDegraded
+	StateSyncing  = batchseq.StateSyncing
+	StateExact    = batchseq.StateExact
+	StateDegraded = batchseq.StateDegraded
 )
-
-// String returns SYNCING, EXACT or DEGRADED.
-func (s State) String() string {
-	switch s {
-	case StateSyncing:
-		return "SYNCING"
-	case StateExact:
-		return "EXACT"
-	case StateDegraded:
-		return "DEGRADED"
-	}
-	return "STATE(" + strconv.Itoa(int(s)) + ")"
-}
 
 // StateChange reports a new state of one worker rank's stream.
 type StateChange struct {
@@ -141,17 +125,10 @@ type Status struct {
 	Connected bool
 }
 
-// dedupWindow is how many recent batches are remembered (sequence and
-// payload hash) to tell a duplicate from an engine restart.
-const dedupWindow = 1024
-
-type recent struct {
-	seq, hash uint64
-	ok        bool
-}
-
 // Subscriber consumes one engine rank's event stream. Create it with
-// NewSubscriber and run it with Run.
+// NewSubscriber and run it with Run. The stream's rules (order, gaps,
+// duplicates, restarts, states) are a batchseq.Machine; the subscriber
+// owns the sockets, the goroutines, the decoder and the reporting.
 type Subscriber struct {
 	cfg SubscriberConfig
 	h   Handler
@@ -160,13 +137,9 @@ type Subscriber struct {
 	m   workerMetrics
 	rp  replayer // nil without a replay endpoint
 
-	// Stream state, owned by the Run goroutine.
-	last       uint64
-	hasLast    bool
-	recovering bool // cleared after lost events; EXACT at the next contiguous batch
-	suspect    bool // the connection dropped; the next batch may be a new engine's
+	// Owned by the Run goroutine.
+	seq        *batchseq.Machine
 	warnedRank bool // logged a dp-rank mismatch once
-	ring       [dedupWindow]recent
 
 	mu     sync.Mutex
 	status Status
@@ -198,6 +171,24 @@ func NewSubscriber(cfg SubscriberConfig, h Handler) (*Subscriber, error) {
 	return s, nil
 }
 
+// machine returns the stream's state machine, made on first use so that
+// it sees whether a replayer is set (tests set rp after NewSubscriber).
+func (s *Subscriber) machine() *batchseq.Machine {
+	if s.seq == nil {
+		s.seq = batchseq.New(output{s}, s.rp != nil)
+	}
+	return s.seq
+}
+
+// drive runs the replays the machine asks for, one after another.
+func (s *Subscriber) drive(ctx context.Context, st batchseq.Step) {
+	m := s.machine()
+	for st.Replay {
+		err := s.rp.Replay(ctx, st.From, m.ReplayBatch)
+		st = m.ReplayDone(err, ctx.Err() != nil)
+	}
+}
+
 // Status returns a snapshot; safe from any goroutine.
 func (s *Subscriber) Status() Status {
 	s.mu.Lock()
@@ -208,7 +199,7 @@ func (s *Subscriber) Status() Status {
 // Run connects, syncs and applies the stream until ctx is cancelled; it
 // returns nil then. Run must be called once.
 func (s *Subscriber) Run(ctx context.Context) error {
-	s.setState(StateSyncing, "connecting to "+s.cfg.Endpoint)
+	s.machine().Syncing("connecting to " + s.cfg.Endpoint)
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
 		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
 	defer sub.Close()
@@ -292,25 +283,13 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 // initialSync replays whatever the publisher still buffers, so a router
 // that starts next to a running engine sees its recent blocks.
 func (s *Subscriber) initialSync(ctx context.Context) {
-	if s.rp == nil {
-		s.setState(StateExact, "no replay endpoint: blocks stored before the router connected are invisible until stored again")
-		return
-	}
-	n, err := s.replay(ctx, 0)
-	switch {
-	case err != nil:
-		s.setState(StateExact, fmt.Sprintf("initial replay failed (%v): earlier blocks are invisible until stored again", err))
-	case n == 0:
-		s.setState(StateExact, "initial replay: publisher has nothing buffered")
-	default:
-		s.setState(StateExact, fmt.Sprintf("initial replay applied %d batches up to sequence %d", n, s.last))
-	}
+	s.drive(ctx, s.machine().Start())
 }
 
 // live handles one message from the SUB socket.
 func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 	if m.Frames == nil {
-		s.suspect = true // the connection dropped (see read)
+		s.machine().Disconnected() // the connection dropped (see read)
 		return
 	}
 	topic, seq, payload, ok := splitLive(m.Frames)
@@ -322,119 +301,17 @@ func (s *Subscriber) live(ctx context.Context, m zmq4.Msg) {
 	if !bytes.HasPrefix(topic, []byte(s.cfg.Topic)) {
 		return
 	}
-	if s.suspect {
-		// The connection dropped: the engine process may have restarted,
-		// and a new engine's sequence can pass or even continue the old
-		// one. Ask its replay buffer whether it still has our last batch.
-		s.suspect = false
-		if s.hasLast && !s.sameEngine(ctx) {
-			s.lost(StateDegraded, fmt.Sprintf("publisher reconnected (sequence %d after %d) and could not be shown to be the same engine; its blocks were cleared", seq, s.last), s.m.clearRestart)
-			s.hasLast = false
-			if s.rp != nil {
-				if _, err := s.replay(ctx, 0); err != nil {
-					s.log.Info("replay after reconnect failed", "err", err)
-				}
-			}
-			s.resume(ctx, seq, payload)
-			s.recovering = true
-			return
-		}
-	}
-	switch {
-	case !s.hasLast:
-		if seq > 0 && s.rp != nil {
-			// Joined late: fetch what the publisher still has.
-			if _, err := s.replay(ctx, 0); err != nil {
-				s.log.Info("replay on first contact failed", "err", err)
-			}
-		}
-		s.resume(ctx, seq, payload)
-		if st := s.Status(); st.State == StateSyncing {
-			s.setState(StateExact, fmt.Sprintf("joined the stream at sequence %d", seq))
-		}
-	case seq == s.last+1:
-		s.apply(seq, payload)
-	case seq <= s.last:
-		if s.duplicate(seq, payload) {
-			s.m.duplicates.Inc()
-			return
-		}
-		s.lost(StateDegraded, fmt.Sprintf("sequence went back from %d to %d: the engine restarted; its blocks were cleared", s.last, seq), s.m.clearRestart)
-		s.hasLast = false
-		if seq > 0 && s.rp != nil {
-			if _, err := s.replay(ctx, 0); err != nil {
-				s.log.Info("replay after restart failed", "err", err)
-			}
-		}
-		s.resume(ctx, seq, payload)
-		s.recovering = true
-	default:
-		s.gap(ctx, seq, payload)
-	}
+	s.drive(ctx, s.machine().Live(seq, payload))
 }
 
-// resume hands on a live batch after a resync replay: applied if it
-// extends the stream, dropped if the replay already applied it, a gap if
-// the replay stopped short of it.
-func (s *Subscriber) resume(ctx context.Context, seq uint64, payload []byte) {
-	switch {
-	case !s.hasLast || seq == s.last+1:
-		s.apply(seq, payload)
-	case seq <= s.last:
-	default:
-		s.gap(ctx, seq, payload)
-	}
-}
+// output is the subscriber as the machine's Output.
+type output struct{ s *Subscriber }
 
-// gap recovers the sequences between the last applied one and seq.
-func (s *Subscriber) gap(ctx context.Context, seq uint64, payload []byte) {
-	from, to := s.last+1, seq-1
-	s.m.gaps.Inc()
-	span := fmt.Sprintf("%d–%d", from, to)
-	if from == to {
-		span = strconv.FormatUint(from, 10)
-	}
-	s.setState(StateDegraded, "recovering sequences "+span+" by replay")
-	why := "no replay endpoint"
-	if s.rp != nil {
-		_, err := s.replay(ctx, from)
-		switch {
-		case s.last >= to:
-			if seq > s.last {
-				s.apply(seq, payload)
-			}
-			s.recovering = false
-			s.setState(StateExact, "replay recovered sequences "+span)
-			return
-		case err != nil:
-			why = err.Error()
-		default:
-			why = "replay ended early"
-		}
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	s.lost(StateDegraded, fmt.Sprintf("replay could not cover sequences %s (%s); the worker rank was cleared", span, why), s.m.clearGap)
-	s.last = seq - 1
-	s.apply(seq, payload)
-	s.recovering = true
-}
+var _ batchseq.Output = output{}
 
-// lost clears the worker rank after events were lost.
-func (s *Subscriber) lost(st State, reason string, c interface{ Inc() }) {
-	c.Inc()
-	s.log.Warn("KV events lost; clearing the worker rank", "reason", reason)
-	s.dec.Reset()
-	s.h.Apply(s.last, []kvevent.Event{{Worker: s.cfg.Worker, Kind: kvevent.Cleared}})
-	s.setState(st, reason)
-}
-
-// apply decodes one in-order batch and hands its events on.
-func (s *Subscriber) apply(seq uint64, payload []byte) {
-	contiguous := s.hasLast && seq == s.last+1
-	s.last, s.hasLast = seq, true
-	s.ring[seq%dedupWindow] = recent{seq: seq, hash: xxh3.Hash(payload), ok: true}
+// Batch decodes one in-order batch and hands its events on.
+func (o output) Batch(seq uint64, payload []byte) error {
+	s := o.s
 	s.m.lastSeq.Set(float64(seq))
 	s.mu.Lock()
 	s.status.LastSeq, s.status.HasSeq = seq, true
@@ -443,9 +320,7 @@ func (s *Subscriber) apply(seq uint64, payload []byte) {
 	res, err := s.dec.Decode(payload)
 	if err != nil {
 		s.m.malformed.Inc()
-		s.lost(StateDegraded, fmt.Sprintf("batch %d could not be decoded (%v); the worker rank was cleared", seq, err), s.m.clearMalformed)
-		s.recovering = true
-		return
+		return err
 	}
 	s.m.batches.Inc()
 	if res.DPRank != nil && *res.DPRank != int64(s.cfg.Worker.Rank) && !s.warnedRank {
@@ -464,35 +339,53 @@ func (s *Subscriber) apply(seq uint64, payload []byte) {
 		s.m.applied.Add(float64(len(res.Events)))
 		s.h.Apply(seq, res.Events)
 	}
-	if s.recovering && contiguous {
-		s.recovering = false
-		s.setState(StateExact, fmt.Sprintf("stream contiguous again at sequence %d", seq))
+	return nil
+}
+
+// Clear drops every block of the worker rank.
+func (o output) Clear(seq uint64) {
+	o.s.dec.Reset()
+	o.s.h.Apply(seq, []kvevent.Event{{Worker: o.s.cfg.Worker, Kind: kvevent.Cleared}})
+}
+
+// StateChanged records and reports a new state.
+func (o output) StateChanged(st State, reason string) {
+	s := o.s
+	s.mu.Lock()
+	s.status.State, s.status.Reason = st, reason
+	s.mu.Unlock()
+	s.log.Info("KV event stream state", "state", st.String(), "reason", reason)
+	s.h.StateChanged(StateChange{Worker: s.cfg.Worker, State: st, Reason: reason})
+}
+
+// Count moves the counter's metric.
+func (o output) Count(c batchseq.Counter) {
+	m := &o.s.m
+	switch c {
+	case batchseq.Gaps:
+		m.gaps.Inc()
+	case batchseq.Duplicates:
+		m.duplicates.Inc()
+	case batchseq.ClearRestart:
+		m.clearRestart.Inc()
+	case batchseq.ClearGap:
+		m.clearGap.Inc()
+	case batchseq.ClearMalformed:
+		m.clearMalformed.Inc()
+	case batchseq.ReplayOK:
+		m.replayOK.Inc()
+	case batchseq.ReplayFailed:
+		m.replayFailed.Inc()
 	}
 }
 
-// sameEngine reports whether the publisher's replay buffer still holds the
-// last batch applied, byte for byte: then it is the same engine process.
-// Without a replay socket it cannot be shown.
-func (s *Subscriber) sameEngine(ctx context.Context) bool {
-	r := s.ring[s.last%dedupWindow]
-	if s.rp == nil || !r.ok || r.seq != s.last {
-		return false
+// Note logs a line of the machine's.
+func (o output) Note(l batchseq.Level, msg string, args ...any) {
+	if l == batchseq.Warn {
+		o.s.log.Warn(msg, args...)
+		return
 	}
-	same, first := false, true
-	err := s.rp.Replay(ctx, s.last, func(seq uint64, payload []byte) bool {
-		if first {
-			first = false
-			same = seq == s.last && xxh3.Hash(payload) == r.hash
-		}
-		return false
-	})
-	return err == nil && same
-}
-
-// duplicate reports whether seq was applied recently with the same payload.
-func (s *Subscriber) duplicate(seq uint64, payload []byte) bool {
-	r := s.ring[seq%dedupWindow]
-	return r.ok && r.seq == seq && s.last-seq < dedupWindow && r.hash == xxh3.Hash(payload)
+	o.s.log.Info(msg, args...)
 }
 
 // replayer fetches batches from a publisher's replay buffer. Stream logic
@@ -578,47 +471,5 @@ func (r *dealerReplayer) replay(ctx context.Context, from uint64, fn func(uint64
 			// unread at Close.
 			wanted = fn(seq, payload)
 		}
-	}
-}
-
-// replay asks for every batch from `from` on and applies those that extend
-// the stream; a later batch than the next one needed is a hole, which
-// replay cannot fill. It returns how many batches it applied.
-func (s *Subscriber) replay(ctx context.Context, from uint64) (int, error) {
-	applied := 0
-	var hole error
-	err := s.rp.Replay(ctx, from, func(seq uint64, payload []byte) bool {
-		switch {
-		case !s.hasLast || seq == s.last+1:
-			s.apply(seq, payload)
-			applied++
-		case seq <= s.last:
-			// already applied
-		default:
-			hole = fmt.Errorf("the publisher's buffer resumes at sequence %d (buffer overrun or lost batches)", seq)
-			return false
-		}
-		return true
-	})
-	if err == nil {
-		err = hole
-	}
-	if err != nil {
-		s.m.replayFailed.Inc()
-		return applied, err
-	}
-	s.m.replayOK.Inc()
-	return applied, nil
-}
-
-// setState records and reports a state when it changes.
-func (s *Subscriber) setState(st State, reason string) {
-	s.mu.Lock()
-	changed := s.status.State != st || s.status.Reason != reason
-	s.status.State, s.status.Reason = st, reason
-	s.mu.Unlock()
-	if changed {
-		s.log.Info("KV event stream state", "state", st.String(), "reason", reason)
-		s.h.StateChanged(StateChange{Worker: s.cfg.Worker, State: st, Reason: reason})
 	}
 }

@@ -113,7 +113,7 @@ func benchApplyFrom(b *testing.B, s *Stream, from int, reserved bool) {
 }
 
 // BenchmarkReadersWhileWriting applies the second half of the whole
-// trace's stream through a Concurrent index (4 writers) while one reader
+// trace's stream through a live index (liveindex, 4 writers) while one reader
 // queries flat out: queries/s and the reader's wall-clock p50/p99, lock
 // waits included.
 func BenchmarkReadersWhileWriting(b *testing.B) {

@@ -5,4 +5,8 @@
 //
 // Building the stream (Build) is separate from measuring (Run) so the
 // event generation cost never counts as index time.
+//
+// It lives outside internal/index because it reads the clock and the OS
+// (CPU time) and starts goroutines, which the pure index must not; it
+// drives both index.Index and liveindex.Index.
 package indexbench

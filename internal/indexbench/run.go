@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/index"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 )
 
 // RunConfig tunes the measurements.
@@ -159,7 +160,7 @@ func Run(ctx context.Context, s *Stream, cfg RunConfig) (Result, error) {
 		return r, err
 	}
 
-	// 3. Concurrent index, no readers.
+	// 3. Live index (liveindex), no readers.
 	cr, err := concurrentRun(ctx, s, cfg.Writers, 0)
 	if err != nil {
 		return r, err
@@ -199,9 +200,9 @@ type concurrentResult struct {
 // half is applied.
 func concurrentRun(ctx context.Context, s *Stream, writers, readers int) (concurrentResult, error) {
 	var res concurrentResult
-	cfg := index.DefaultConcurrentConfig()
+	cfg := liveindex.DefaultConfig()
 	cfg.Writers = writers
-	c, err := index.NewConcurrent(cfg)
+	c, err := liveindex.New(cfg)
 	if err != nil {
 		return res, err
 	}

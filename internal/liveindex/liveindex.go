@@ -1,4 +1,4 @@
-package index
+package liveindex
 
 import (
 	"errors"
@@ -6,13 +6,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-// ConcurrentConfig tunes a Concurrent index.
-type ConcurrentConfig struct {
-	// Index configures the underlying index. Default DefaultConfig().
-	Index Config
+// Config tunes a live Index.
+type Config struct {
+	// Index configures the underlying index. Default index.DefaultConfig().
+	Index index.Config
 	// Writers is the number of writer goroutines, each handling a fixed
 	// subset of the workers (--router-event-threads). Default 4.
 	Writers int
@@ -25,21 +26,21 @@ type ConcurrentConfig struct {
 	OnError func(kvevent.Worker, error)
 }
 
-// DefaultConcurrentConfig returns the documented defaults.
-func DefaultConcurrentConfig() ConcurrentConfig {
-	return ConcurrentConfig{Index: DefaultConfig(), Writers: 4, QueueLen: 4096}
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{Index: index.DefaultConfig(), Writers: 4, QueueLen: 4096}
 }
 
 // Validate reports the first invalid field.
-func (c ConcurrentConfig) Validate() error {
+func (c Config) Validate() error {
 	if err := c.Index.Validate(); err != nil {
 		return err
 	}
 	if c.Writers <= 0 || c.Writers > 1024 {
-		return fmt.Errorf("%w: Writers must be in 1..1024, got %d", ErrConfig, c.Writers)
+		return fmt.Errorf("%w: Writers must be in 1..1024, got %d", index.ErrConfig, c.Writers)
 	}
 	if c.QueueLen <= 0 {
-		return fmt.Errorf("%w: QueueLen must be positive, got %d", ErrConfig, c.QueueLen)
+		return fmt.Errorf("%w: QueueLen must be positive, got %d", index.ErrConfig, c.QueueLen)
 	}
 	return nil
 }
@@ -75,16 +76,16 @@ type writer struct {
 	sink  uint32 // keeps prefetch loads alive; meaningless
 }
 
-// Concurrent is the index for the router: one tree behind a read-write
+// Index is the index for the router: one index.Index behind a read-write
 // lock, N writer goroutines (a worker, all its ranks, is always handled by
 // the same writer, so its events apply in order), and queries that run on
 // the caller's goroutine under the read lock. A writer holds the write lock
 // for at most one batch of whole operations, so a query never sees half an
 // event. See doc.go for why the tree is not sharded.
-type Concurrent struct {
-	cfg     ConcurrentConfig
+type Index struct {
+	cfg     Config
 	mu      sync.RWMutex
-	x       *Index
+	x       *index.Index
 	writers []*writer
 	wg      sync.WaitGroup
 	life    sync.RWMutex // held shared while enqueueing; exclusively by Close
@@ -95,16 +96,16 @@ type Concurrent struct {
 // hold, so queries wait at most that long.
 const maxBatch = 64
 
-// NewConcurrent starts the writer goroutines; call Close to stop them.
-func NewConcurrent(cfg ConcurrentConfig) (*Concurrent, error) {
+// New starts the writer goroutines; call Close to stop them.
+func New(cfg Config) (*Index, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	x, err := New(cfg.Index)
+	x, err := index.New(cfg.Index)
 	if err != nil {
 		return nil, err
 	}
-	c := &Concurrent{cfg: cfg, x: x}
+	c := &Index{cfg: cfg, x: x}
 	for range cfg.Writers {
 		w := &writer{in: make(chan op, cfg.QueueLen)}
 		c.writers = append(c.writers, w)
@@ -114,7 +115,7 @@ func NewConcurrent(cfg ConcurrentConfig) (*Concurrent, error) {
 	return c, nil
 }
 
-func (c *Concurrent) write(w *writer) {
+func (c *Index) write(w *writer) {
 	defer c.wg.Done()
 	type failure struct {
 		w   kvevent.Worker
@@ -153,7 +154,7 @@ func (c *Concurrent) write(w *writer) {
 		if c.mu.TryRLock() {
 			for i := range batch {
 				if batch[i].kind == opApply {
-					w.sink += c.x.prefetch(&batch[i].ev)
+					w.sink += c.x.Prefetch(&batch[i].ev)
 				}
 			}
 			c.mu.RUnlock()
@@ -186,7 +187,7 @@ func (c *Concurrent) write(w *writer) {
 // cost is an operation's weight in a writer batch: one plus its blocks.
 func (o *op) cost() int { return 1 + len(o.ev.Blocks) + len(o.ev.Removed) + len(o.local) }
 
-func (c *Concurrent) do(o *op) error {
+func (c *Index) do(o *op) error {
 	switch o.kind {
 	case opApply:
 		return c.x.Apply(&o.ev)
@@ -204,13 +205,13 @@ func (c *Concurrent) do(o *op) error {
 	return nil
 }
 
-func (c *Concurrent) writerOf(id kvevent.WorkerID) *writer {
+func (c *Index) writerOf(id kvevent.WorkerID) *writer {
 	x := uint64(id) * 0x9e3779b97f4a7c15
 	x ^= x >> 32
 	return c.writers[x%uint64(len(c.writers))]
 }
 
-func (c *Concurrent) send(s *writer, o op) error {
+func (c *Index) send(s *writer, o op) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.closed {
@@ -223,45 +224,45 @@ func (c *Concurrent) send(s *writer, o op) error {
 // Apply enqueues an event for its worker's writer. The index takes
 // ownership of ev's slices: the caller must not modify them afterwards.
 // Errors of the event itself go to OnError and Stats.
-func (c *Concurrent) Apply(ev kvevent.Event) error {
+func (c *Index) Apply(ev kvevent.Event) error {
 	return c.send(c.writerOf(ev.Worker.ID), op{kind: opApply, ev: ev})
 }
 
 // RemoveWorker enqueues the removal of every rank of worker id.
-func (c *Concurrent) RemoveWorker(id kvevent.WorkerID) error {
+func (c *Index) RemoveWorker(id kvevent.WorkerID) error {
 	return c.send(c.writerOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.Worker{ID: id}}})
 }
 
 // Reserve enqueues a reservation of worker rank w's engine table for
-// blocks entries (see Index.Reserve), in order with the worker's other
-// operations. An out-of-range blocks is refused here with ErrInvalid.
-func (c *Concurrent) Reserve(w kvevent.Worker, blocks int) error {
-	if blocks < 0 || blocks > MaxReserveBlocks {
-		return fmt.Errorf("%w: reserving %d blocks for worker %v (max %d)", ErrInvalid, blocks, w, MaxReserveBlocks)
+// blocks entries (see index.Index.Reserve), in order with the worker's other
+// operations. An out-of-range blocks is refused here with index.ErrInvalid.
+func (c *Index) Reserve(w kvevent.Worker, blocks int) error {
+	if blocks < 0 || blocks > index.MaxReserveBlocks {
+		return fmt.Errorf("%w: reserving %d blocks for worker %v (max %d)", index.ErrInvalid, blocks, w, index.MaxReserveBlocks)
 	}
 	return c.send(c.writerOf(w.ID), op{kind: opReserve, ev: kvevent.Event{Worker: w}, blocks: blocks})
 }
 
-// Record enqueues an approximate-mode recording (see Index.Record). The
+// Record enqueues an approximate-mode recording (see index.Index.Record). The
 // index takes ownership of local.
-func (c *Concurrent) Record(w kvevent.Worker, local []uint64, now time.Time) error {
+func (c *Index) Record(w kvevent.Worker, local []uint64, now time.Time) error {
 	return c.send(c.writerOf(w.ID), op{kind: opRecord, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
-// Predict enqueues a predict-on-route entry (see Index.Predict). The index
+// Predict enqueues a predict-on-route entry (see index.Index.Predict). The index
 // takes ownership of local.
-func (c *Concurrent) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
+func (c *Index) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
 	return c.send(c.writerOf(w.ID), op{kind: opPredict, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
 // Expire enqueues the expiry of approximate and predicted entries whose
 // TTL ended at or before now. The tree is shared, so one writer does it.
-func (c *Concurrent) Expire(now time.Time) error {
+func (c *Index) Expire(now time.Time) error {
 	return c.send(c.writers[0], op{kind: opExpire, now: now})
 }
 
 // Flush waits until every operation enqueued before the call is applied.
-func (c *Concurrent) Flush() error {
+func (c *Index) Flush() error {
 	dones := make([]chan struct{}, len(c.writers))
 	for i, s := range c.writers {
 		dones[i] = make(chan struct{})
@@ -275,31 +276,31 @@ func (c *Concurrent) Flush() error {
 	return nil
 }
 
-// Query scores the request into dst (see Index.Query). It runs on the
+// Query scores the request into dst (see index.Index.Query). It runs on the
 // caller's goroutine under the read lock, concurrently with other queries.
-func (c *Concurrent) Query(local []uint64, dst *Scores) {
+func (c *Index) Query(local []uint64, dst *index.Scores) {
 	c.mu.RLock()
 	c.x.Query(local, dst)
 	c.mu.RUnlock()
 }
 
 // Indexed returns worker rank w's total indexed blocks.
-func (c *Concurrent) Indexed(w kvevent.Worker) int {
+func (c *Index) Indexed(w kvevent.Worker) int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.x.Indexed(w)
 }
 
 // Stats returns the index's counters.
-func (c *Concurrent) Stats() Stats {
+func (c *Index) Stats() index.Stats {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.x.Stats()
 }
 
-// Dump returns the exact index as stored events (see Index.Dump). Call
+// Dump returns the exact index as stored events (see index.Index.Dump). Call
 // Flush first to include everything enqueued.
-func (c *Concurrent) Dump() []kvevent.Event {
+func (c *Index) Dump() []kvevent.Event {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.x.Dump()
@@ -307,7 +308,7 @@ func (c *Concurrent) Dump() []kvevent.Event {
 
 // Close stops the writers after they apply what is queued. Later writes
 // return ErrClosed; queries keep working on the final state.
-func (c *Concurrent) Close() {
+func (c *Index) Close() {
 	c.life.Lock()
 	if !c.closed {
 		c.closed = true

@@ -1,11 +1,11 @@
-package replica
+package core
 
 import "github.com/kvrouter/kvrouter/internal/router"
 
 // Event is a lifecycle event as replicas exchange it: the router's event
 // and its place in the sender's event stream, so that a receiver can tell
 // when it missed some. Epoch identifies the sender's incarnation and grows
-// across restarts (Sync uses the start time in Unix nanoseconds); Seq
+// across restarts (replica.Sync uses the start time in Unix nanoseconds); Seq
 // numbers the incarnation's events from 1 without holes. Seq 0 means
 // unsequenced (a peer that does not number its events, such as Dynamo's
 // router): such events are applied without gap detection.

@@ -1,4 +1,4 @@
-package replica
+package core
 
 import (
 	"slices"
@@ -18,20 +18,20 @@ const shadowPrefix = "\x00shadow:"
 // events dropped) unless it announces itself again.
 const deadMemory = time.Hour
 
-// CoreConfig configures the network-free part of replica sync.
-type CoreConfig struct {
+// Config configures the network-free part of replica sync.
+type Config struct {
 	// Shadows turns anti-herding shadow bookings on. Default true.
 	Shadows bool
 	// ShadowTTL is a shadow booking's lifetime. Default 10 ms.
 	ShadowTTL time.Duration
 	// Epoch identifies this incarnation of the router in its event stream
-	// and must grow across restarts of a router that keeps its id (Sync
+	// and must grow across restarts of a router that keeps its id (replica.Sync
 	// uses the start time in Unix nanoseconds). 0 means 1.
 	Epoch uint64
 }
 
-// CoreStats counts what the core did.
-type CoreStats struct {
+// Stats counts what the core did.
+type Stats struct {
 	// Applied counts peers' events applied to the router.
 	Applied uint64
 	// Unapplied counts peers' events the router could not apply (unknown
@@ -101,7 +101,7 @@ type shadow struct {
 type Core struct {
 	r       *router.Router
 	self    uint64
-	cfg     CoreConfig
+	cfg     Config
 	emit    func(Event)
 	observe router.Observer
 
@@ -122,15 +122,15 @@ type Core struct {
 	seq    uint64 // last event stamped
 	local  map[string]*booking
 	ended  []string // local requests freed since the last drain
-	stats  CoreStats
+	stats  Stats
 	peersN int // len(peers), readable under mu
 }
 
-// NewCore attaches a core to r (as its observer). emit receives the
+// New attaches a core to r (as its observer). emit receives the
 // router's own lifecycle events, numbered, in order, on the routing
 // goroutine under the router's lock (or, for the Frees of DropLost, on
 // the caller's): it must not block or call the router or the core.
-func NewCore(r *router.Router, cfg CoreConfig, emit func(Event)) *Core {
+func New(r *router.Router, cfg Config, emit func(Event)) *Core {
 	c := &Core{
 		epoch:    max(cfg.Epoch, 1),
 		r:        r,
@@ -225,7 +225,7 @@ func (c *Core) Route(req router.Request, now time.Time) (router.Decision, error)
 		c.shadows[id] = shadow{peer: p, origin: req.ID, at: now}
 		c.fifo[p] = append(c.fifo[p], id)
 		c.byOrigin[req.ID] = append(c.byOrigin[req.ID], id)
-		c.count(func(s *CoreStats) { s.ShadowsBooked++ })
+		c.count(func(s *Stats) { s.ShadowsBooked++ })
 	}
 	return d, nil
 }
@@ -239,7 +239,7 @@ func (c *Core) sortedPeers() []uint64 {
 	return ps
 }
 
-func (c *Core) count(f func(*CoreStats)) {
+func (c *Core) count(f func(*Stats)) {
 	c.mu.Lock()
 	f(&c.stats)
 	c.mu.Unlock()
@@ -297,7 +297,7 @@ func (c *Core) endShadow(id string, replaced bool) {
 			delete(c.byOrigin, s.origin)
 		}
 	}
-	c.count(func(st *CoreStats) {
+	c.count(func(st *Stats) {
 		if replaced {
 			st.ShadowsReplaced++
 		} else {
@@ -323,21 +323,21 @@ func (c *Core) Receive(ev Event) (resync bool) {
 	rid := ev.RouterID
 	switch {
 	case rid == c.self:
-		c.count(func(s *CoreStats) { s.Own++ })
+		c.count(func(s *Stats) { s.Own++ })
 		return false
 	case strings.HasPrefix(ev.RequestID, shadowPrefix):
-		c.count(func(s *CoreStats) { s.Unapplied++ })
+		c.count(func(s *Stats) { s.Unapplied++ })
 		return false
 	}
 	if _, gone := c.dead[rid]; gone {
-		c.count(func(s *CoreStats) { s.FromDeparted++ })
+		c.count(func(s *Stats) { s.FromDeparted++ })
 		return false
 	}
 	st := c.stream(rid)
 	if ev.Seq != 0 {
 		switch {
 		case !st.behind(ev.Epoch, ev.Seq):
-			c.count(func(s *CoreStats) { s.Stale++ })
+			c.count(func(s *Stats) { s.Stale++ })
 			return false
 		case ev.Epoch > st.epoch:
 			// A peer incarnation seen for the first time: unless this is
@@ -345,7 +345,7 @@ func (c *Core) Receive(ev Event) (resync bool) {
 			// may have missed events (or hold a predecessor's bookings).
 			resync = !(st.epoch == 0 && ev.Seq == 1 && len(c.remote[rid]) == 0)
 		case ev.Seq > st.last+1:
-			c.count(func(s *CoreStats) { s.Gaps++ })
+			c.count(func(s *Stats) { s.Gaps++ })
 			resync = true
 		}
 		st.epoch, st.last = ev.Epoch, ev.Seq
@@ -402,7 +402,7 @@ func (c *Core) applyEvent(ev router.LifecycleEvent, fromSnapshot bool) {
 			}
 		}
 	}
-	c.count(func(s *CoreStats) {
+	c.count(func(s *Stats) {
 		switch {
 		case ok && fromSnapshot:
 			if ev.Kind == router.AddRequest {
@@ -509,7 +509,7 @@ func (c *Core) PeerDown(id uint64, now time.Time) int {
 		c.endShadow(sid, false)
 	}
 	delete(c.fifo, id)
-	c.count(func(s *CoreStats) { s.PeerFreed += uint64(freed) })
+	c.count(func(s *Stats) { s.PeerFreed += uint64(freed) })
 	return freed
 }
 
@@ -733,7 +733,7 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
 		st.claimAt = time.Time{}
 	}
-	c.count(func(s *CoreStats) { s.ResyncFreed += uint64(freed) })
+	c.count(func(s *Stats) { s.ResyncFreed += uint64(freed) })
 	return added, freed, again
 }
 
@@ -790,7 +790,7 @@ func (c *Core) Lagging(now time.Time, grace time.Duration) []uint64 {
 }
 
 // Stats returns the core's counters.
-func (c *Core) Stats() CoreStats {
+func (c *Core) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats

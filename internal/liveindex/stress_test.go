@@ -1,4 +1,4 @@
-package index
+package liveindex
 
 import (
 	"sync"
@@ -6,17 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
 // Readers query while writers store and remove whole chains: a reader
 // must only ever see a chain entirely present or entirely absent for a
 // worker (no half-applied event), and -race must stay quiet.
-func TestConcurrentStress(t *testing.T) {
-	cfg := DefaultConcurrentConfig()
+func TestStress(t *testing.T) {
+	cfg := DefaultConfig()
 	cfg.Writers = 4
 	cfg.QueueLen = 64
-	c, err := NewConcurrent(cfg)
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestConcurrentStress(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var s Scores
+			var s index.Scores
 			for !stop.Load() {
 				c.Query(path, &s)
 				for _, sc := range s.List {

@@ -1,0 +1,28 @@
+package replica
+
+import (
+	"github.com/kvrouter/kvrouter/internal/replica/core"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// The pure state machine lives in package core; these names re-export it
+// so that users of replica sync need one import.
+
+// Core is replica sync without the network (core.Core).
+type Core = core.Core
+
+// CoreConfig configures a Core (core.Config).
+type CoreConfig = core.Config
+
+// CoreStats counts what a Core did (core.Stats).
+type CoreStats = core.Stats
+
+// Event is a lifecycle event as replicas exchange it (core.Event).
+type Event = core.Event
+
+// Snapshot is a router's own bookings at one point of its event stream
+// (core.Snapshot).
+type Snapshot = core.Snapshot
+
+// NewCore attaches a core to r (core.New).
+func NewCore(r *router.Router, cfg CoreConfig, emit func(Event)) *Core { return core.New(r, cfg, emit) }
