@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -248,5 +249,24 @@ func TestReadyWaitsForReplay(t *testing.T) {
 	now.Add(int64(time.Second))
 	if c := code(); c != http.StatusOK {
 		t.Fatalf("/ready %d after the ready timeout", c)
+	}
+}
+
+// /metrics carries the Go runtime and process collectors next to
+// kvrouter's own metrics, on the injected registry.
+func TestMetricsHaveRuntimeCollectors(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 1})
+	code, body := r.get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	want := []string{"\ngo_goroutines ", "\ngo_memstats_heap_alloc_bytes ", "\nkvrouter_worker_state{"}
+	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" || runtime.GOOS == "windows" {
+		want = append(want, "\nprocess_cpu_seconds_total ", "\nprocess_resident_memory_bytes ")
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics has no %q", strings.TrimSpace(w))
+		}
 	}
 }

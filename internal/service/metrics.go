@@ -1,7 +1,11 @@
 package service
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 )
@@ -101,4 +105,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for st, n := range ds.Workers {
 		gauge(dirWorkersDesc, float64(n), fleet.State(st).String())
 	}
+}
+
+// registerRuntime adds the Go runtime (go_*) and process (process_*, where
+// the platform supports it) collectors to reg, as a Prometheus client's
+// default registry would have them; a registry that has them already is
+// left as it is.
+func registerRuntime(reg *prometheus.Registry) error {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return fmt.Errorf("registering runtime metrics: %w", err)
+			}
+		}
+	}
+	return nil
 }

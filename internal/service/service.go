@@ -101,6 +101,9 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
+	if err := registerRuntime(s.reg); err != nil {
+		return nil, err
+	}
 	if s.clock == nil {
 		s.clock = time.Now
 	}
