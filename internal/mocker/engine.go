@@ -195,9 +195,13 @@ func (e *Engine) Add(req Request) error {
 	case e.byID[req.ID] != nil:
 		return fmt.Errorf("%w: duplicate request id %d", ErrInvalidRequest, req.ID)
 	}
-	if need, have := e.blocksFor(len(req.Tokens)+req.MaxTokens), e.cfg.NumGPUBlocks-e.cfg.watermarkBlocks(); need > have {
-		return fmt.Errorf("%w: %d prompt + %d max tokens need %d KV blocks, the engine has %d",
-			ErrInvalidRequest, len(req.Tokens), req.MaxTokens, need, have)
+	// Compared as a difference: len(req.Tokens)+req.MaxTokens can
+	// overflow (a client's max_tokens of 2^63-1). have*BlockSize is at
+	// most 2^46 (Validate's bounds).
+	have := e.cfg.NumGPUBlocks - e.cfg.watermarkBlocks()
+	if room := have * e.cfg.BlockSize; req.MaxTokens > room-len(req.Tokens) {
+		return fmt.Errorf("%w: %d prompt + %d max tokens exceed the %d tokens of the engine's %d KV blocks",
+			ErrInvalidRequest, len(req.Tokens), req.MaxTokens, room, have)
 	}
 	toks := make([]uint32, len(req.Tokens), len(req.Tokens)+req.MaxTokens)
 	copy(toks, req.Tokens)

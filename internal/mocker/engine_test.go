@@ -109,10 +109,19 @@ func TestAddRejects(t *testing.T) {
 		{ID: 1},
 		{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: 0},
 		{ID: 1, Tokens: seqTokens(0, 64*4), MaxTokens: 1}, // 65 blocks > 64
+		// Max tokens whose sum with the prompt length overflows an int
+		// (it used to wrap to a negative block count and panic in
+		// makeslice).
+		{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: math.MaxInt},
+		{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: math.MaxInt - 2},
+		{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: 64*4 - 3}, // one token too many
 	} {
 		if err := e.Add(r); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("Add(%d tokens, max %d) = %v, want ErrInvalidRequest", len(r.Tokens), r.MaxTokens, err)
 		}
+	}
+	if err := e.Add(Request{ID: 2, Tokens: seqTokens(0, 4), MaxTokens: 64*4 - 4}); err != nil {
+		t.Fatalf("prompt and max tokens filling the cache exactly: %v", err)
 	}
 	if err := e.Add(Request{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: 1}); err != nil {
 		t.Fatal(err)

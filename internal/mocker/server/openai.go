@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -263,9 +264,15 @@ func (w *Worker) checkLength(prompts [][]uint32, maxTok int) error {
 		if len(p) == 0 {
 			return vllmText("The prompt cannot be empty.")
 		}
-		if len(p)+maxTok > limit {
+		// A difference, not a sum: len(p)+maxTok overflows for a
+		// max_tokens near 2^63.
+		if maxTok > limit-len(p) {
+			total := len(p) + maxTok
+			if total < 0 {
+				total = math.MaxInt
+			}
 			return vllmText(fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				limit, len(p)+maxTok, len(p), maxTok))
+				limit, total, len(p), maxTok))
 		}
 	}
 	return nil

@@ -391,3 +391,30 @@ func TestClientCancelAborts(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// A max_tokens whose sum with the prompt length overflows an int is a 400,
+// and the engine keeps serving (it used to panic in the rank goroutine,
+// taking the whole process down).
+func TestOverflowingMaxTokensRefused(t *testing.T) {
+	r := start(t, testConfig())
+	for _, body := range []string{`{"prompt":"hi","max_tokens":9223372036854775807}`,
+		`{"prompt":"hi","max_tokens":9223372036854775806}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9223372036854775807}`} {
+		path := "/v1/completions"
+		if strings.Contains(body, "messages") {
+			path = "/v1/chat/completions"
+		}
+		resp, err := http.Post(r.url+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "maximum context length") {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+		}
+	}
+	if code, body := post(t, r.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2}); code != 200 {
+		t.Fatalf("after the refusals: %d %s", code, body)
+	}
+}
