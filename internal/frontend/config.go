@@ -22,6 +22,18 @@ type Config struct {
 	// MaxPromptTokens caps the prompt length in tokens (413 above it); 0
 	// means no limit. Default 131072.
 	MaxPromptTokens int
+	// MaxOutputTokens caps a request's max_tokens and
+	// max_completion_tokens: a value below 1 or above it is refused with
+	// 400 before the request is routed. In [1, 2^30]. Default 131072.
+	MaxOutputTokens int
+	// TokenizeConcurrency bounds how many large prompts (of at least
+	// 64 KiB of text) are tokenized at once; 0 means GOMAXPROCS at
+	// start. Smaller prompts are never queued. Default 0.
+	TokenizeConcurrency int
+	// TokenizeQueueTimeout bounds a large prompt's wait for a
+	// tokenization slot; past it the request gets 503 with Retry-After.
+	// Default 5 s.
+	TokenizeQueueTimeout time.Duration
 	// ForwardTokenIDs sends /v1/completions requests to workers with the
 	// router's token ids as "prompt" instead of the original text, so the
 	// worker cannot tokenize differently from the router. Default false.
@@ -102,6 +114,8 @@ func DefaultConfig() Config {
 		Model:                 "Qwen/Qwen3-0.6B",
 		MaxBodyBytes:          32 << 20,
 		MaxPromptTokens:       131072,
+		MaxOutputTokens:       131072,
+		TokenizeQueueTimeout:  5 * time.Second,
 		MaxRetries:            2,
 		DialTimeout:           2 * time.Second,
 		StreamIdleTimeout:     60 * time.Second,
@@ -134,6 +148,12 @@ func (c Config) Validate() error {
 		return bad("max body bytes %d must be positive", c.MaxBodyBytes)
 	case c.MaxPromptTokens < 0:
 		return bad("max prompt tokens %d is negative", c.MaxPromptTokens)
+	case c.MaxOutputTokens < 1 || c.MaxOutputTokens > 1<<30:
+		return bad("max output tokens %d out of [1, 2^30]", c.MaxOutputTokens)
+	case c.TokenizeConcurrency < 0:
+		return bad("tokenize concurrency %d is negative", c.TokenizeConcurrency)
+	case c.TokenizeQueueTimeout <= 0:
+		return bad("tokenize queue timeout %v must be positive", c.TokenizeQueueTimeout)
 	case c.MaxRetries < 0 || c.MaxRetries > 16:
 		return bad("max retries %d out of [0, 16]", c.MaxRetries)
 	case c.DialTimeout <= 0:

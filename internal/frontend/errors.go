@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -58,9 +59,21 @@ func writeRetryAfter(rw http.ResponseWriter, d time.Duration) {
 	rw.Header().Set("Retry-After", strconv.Itoa(max(s, 1)))
 }
 
+// marshal encodes v as JSON without encoding/json's HTML escapes: an error
+// message's "<key>" reads as written, not as "\u003ckey\u003e".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
 // writeJSON writes v as a JSON body with status code.
 func writeJSON(rw http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding response","type":"server_error","param":null,"code":null}}`)
 	}

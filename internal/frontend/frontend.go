@@ -91,7 +91,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		f.ready = func() error { return nil }
 	}
 	f.parser = promptParser{model: cfg.Model, aliases: cfg.Aliases, tok: deps.Tokenizer, tmpl: deps.ChatTemplate,
-		maxTokens: cfg.MaxPromptTokens, maxTokenBytes: longestToken(deps.Tokenizer)}
+		maxTokens: cfg.MaxPromptTokens, maxOutput: cfg.MaxOutputTokens, maxTokenBytes: longestToken(deps.Tokenizer)}
 	f.recent.buf = make([]record, cfg.RecentDecisions)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])

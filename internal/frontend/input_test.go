@@ -23,24 +23,42 @@ func TestBadInput(t *testing.T) {
 		body       string
 		status     int
 		typ, code  string
+		param      string // "" means any
 	}{
-		{"malformed json", "/v1/completions", `{"prompt": "hi"`, 400, typeInvalidRequest, codeInvalidJSON},
-		{"malformed chat json", "/v1/chat/completions", `[1,2`, 400, typeInvalidRequest, codeInvalidJSON},
-		{"no prompt", "/v1/completions", `{"max_tokens": 3}`, 400, typeInvalidRequest, ""},
-		{"prompt wrong type", "/v1/completions", `{"prompt": {"a":1}}`, 400, typeInvalidRequest, ""},
-		{"negative token id", "/v1/completions", `{"prompt": [1, -2, 3]}`, 400, typeInvalidRequest, ""},
-		{"fractional token id", "/v1/completions", `{"prompt": [1.5]}`, 400, typeInvalidRequest, ""},
-		{"empty prompt list", "/v1/completions", `{"prompt": []}`, 400, typeInvalidRequest, ""},
-		{"messages not a list", "/v1/chat/completions", `{"messages": "hi"}`, 400, typeInvalidRequest, ""},
-		{"message without role", "/v1/chat/completions", `{"messages": [{"content": "hi"}]}`, 400, typeInvalidRequest, ""},
-		{"unknown model", "/v1/completions", `{"model": "gpt-9", "prompt": "hi"}`, 404, typeNotFound, codeModelNotFound},
-		{"unknown model chat", "/v1/chat/completions", `{"model": "gpt-9", "messages": [{"role":"user","content":"hi"}]}`, 404, typeNotFound, codeModelNotFound},
-		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 70<<10) + `"}`, 413, typeInvalidRequest, codeTooLarge},
-		{"prompt too many tokens", "/v1/completions", `{"prompt": "` + long + `"}`, 413, typeInvalidRequest, codeContextLength},
-		{"token ids too many", "/v1/completions", `{"prompt": [` + strings.Repeat("1,", 1000) + `1]}`, 413, typeInvalidRequest, codeContextLength},
-		{"chat too many tokens", "/v1/chat/completions", `{"messages": [{"role":"user","content":"` + long + `"}]}`, 413, typeInvalidRequest, codeContextLength},
-		{"unknown path", "/v2/nothing", `{}`, 404, typeNotFound, "not_found"},
-		{"wrong method", "/v1/models", `{}`, 405, typeInvalidRequest, "method_not_allowed"},
+		{"malformed json", "/v1/completions", `{"prompt": "hi"`, 400, typeInvalidRequest, codeInvalidJSON, ""},
+		{"malformed chat json", "/v1/chat/completions", `[1,2`, 400, typeInvalidRequest, codeInvalidJSON, ""},
+		{"no prompt", "/v1/completions", `{"max_tokens": 3}`, 400, typeInvalidRequest, "", "prompt"},
+		{"prompt wrong type", "/v1/completions", `{"prompt": {"a":1}}`, 400, typeInvalidRequest, "", "prompt"},
+		{"negative token id", "/v1/completions", `{"prompt": [1, -2, 3]}`, 400, typeInvalidRequest, "", "prompt"},
+		{"fractional token id", "/v1/completions", `{"prompt": [1.5]}`, 400, typeInvalidRequest, "", "prompt"},
+		{"empty prompt list", "/v1/completions", `{"prompt": []}`, 400, typeInvalidRequest, "", "prompt"},
+		{"messages not a list", "/v1/chat/completions", `{"messages": "hi"}`, 400, typeInvalidRequest, codeInvalidType, "messages"},
+		{"no messages", "/v1/chat/completions", `{"max_tokens": 3}`, 400, typeInvalidRequest, "", "messages"},
+		{"message without role", "/v1/chat/completions", `{"messages": [{"content": "hi"}]}`, 400, typeInvalidRequest, "", "messages"},
+		{"unknown model", "/v1/completions", `{"model": "gpt-9", "prompt": "hi"}`, 404, typeNotFound, codeModelNotFound, "model"},
+		{"unknown model chat", "/v1/chat/completions", `{"model": "gpt-9", "messages": [{"role":"user","content":"hi"}]}`, 404, typeNotFound, codeModelNotFound, "model"},
+		{"body too large", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 70<<10) + `"}`, 413, typeInvalidRequest, codeTooLarge, ""},
+		{"prompt too many tokens", "/v1/completions", `{"prompt": "` + long + `"}`, 413, typeInvalidRequest, codeContextLength, "prompt"},
+		{"token ids too many", "/v1/completions", `{"prompt": [` + strings.Repeat("1,", 1000) + `1]}`, 413, typeInvalidRequest, codeContextLength, "prompt"},
+		{"chat too many tokens", "/v1/chat/completions", `{"messages": [{"role":"user","content":"` + long + `"}]}`, 413, typeInvalidRequest, codeContextLength, "messages"},
+		{"max_tokens zero", "/v1/completions", `{"prompt": "hi", "max_tokens": 0}`, 400, typeInvalidRequest, codeBelowMin, "max_tokens"},
+		{"max_tokens negative", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "max_tokens": -1}`, 400, typeInvalidRequest, codeBelowMin, "max_tokens"},
+		{"max_tokens 2^63-1", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775807}`, 400, typeInvalidRequest, codeAboveMax, "max_tokens"},
+		{"max_tokens 2^64", "/v1/completions", `{"prompt": "hi", "max_tokens": 18446744073709551616}`, 400, typeInvalidRequest, codeAboveMax, "max_tokens"},
+		{"max_tokens over the cap", "/v1/completions", `{"prompt": "hi", "max_tokens": 131073}`, 400, typeInvalidRequest, codeAboveMax, "max_tokens"},
+		{"max_completion_tokens absurd", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "max_completion_tokens": 9223372036854775807}`, 400, typeInvalidRequest, codeAboveMax, "max_completion_tokens"},
+		{"max_tokens a string", "/v1/completions", `{"prompt": "hi", "max_tokens": "10"}`, 400, typeInvalidRequest, codeInvalidType, "max_tokens"},
+		{"max_tokens a fraction", "/v1/completions", `{"prompt": "hi", "max_tokens": 1.5}`, 400, typeInvalidRequest, codeInvalidType, "max_tokens"},
+		{"n zero", "/v1/completions", `{"prompt": "hi", "n": 0}`, 400, typeInvalidRequest, codeBelowMin, "n"},
+		{"n absurd", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "n": 100000}`, 400, typeInvalidRequest, codeAboveMax, "n"},
+		{"n a string", "/v1/completions", `{"prompt": "hi", "n": "2"}`, 400, typeInvalidRequest, codeInvalidType, "n"},
+		{"stream not a boolean", "/v1/completions", `{"prompt": "hi", "stream": "yes"}`, 400, typeInvalidRequest, codeInvalidType, "stream"},
+		{"model not a string", "/v1/completions", `{"prompt": "hi", "model": 5}`, 400, typeInvalidRequest, codeInvalidType, "model"},
+		{"route max_tokens absurd", "/v1/route", `{"prompt": "hi", "max_tokens": 9223372036854775807}`, 400, typeInvalidRequest, codeAboveMax, "max_tokens"},
+		{"route max_tokens a string", "/v1/route", `{"prompt": "hi", "max_tokens": "x"}`, 400, typeInvalidRequest, codeInvalidType, "max_tokens"},
+		{"query tokens wrong", "/v1/query", `{"tokens": [1, -1]}`, 400, typeInvalidRequest, "", "tokens"},
+		{"unknown path", "/v2/nothing", `{}`, 404, typeNotFound, "not_found", ""},
+		{"wrong method", "/v1/models", `{}`, 405, typeInvalidRequest, "method_not_allowed", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,6 +83,15 @@ func TestBadInput(t *testing.T) {
 			}
 			if e.Error.Type != c.typ || code != c.code {
 				t.Fatalf("type %q code %q, want %q %q", e.Error.Type, code, c.typ, c.code)
+			}
+			if c.param != "" && (e.Error.Param == nil || *e.Error.Param != c.param) {
+				t.Fatalf("param %v, want %q: %s", e.Error.Param, c.param, body)
+			}
+			// The message is for a client: no sentinel's text appended.
+			for _, suffix := range []string{ErrBadRequest.Error(), ErrUnknownModel.Error(), ErrPromptTooLong.Error(), errSyntax.Error()} {
+				if strings.HasSuffix(e.Error.Message, ": "+suffix) {
+					t.Fatalf("message %q ends with an internal suffix", e.Error.Message)
+				}
 			}
 		})
 	}
@@ -246,4 +273,57 @@ func FuzzNativeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		_, _, _ = fl.f.nativeTokens([]byte(raw), true)
 	})
+}
+
+// Error text is written as it reads: "<key>" is not escaped to
+// "\u003ckey\u003e" (encoding/json's HTML escaping).
+func TestErrorTextUnescaped(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.APIKeys = []string{"k"} }})
+	resp, body := fl.do("GET", "/v1/models", nil)
+	if resp.StatusCode != 401 || !strings.Contains(string(body), "Bearer <key>") || strings.Contains(string(body), `\u003c`) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+// A client's error — a worker's 4xx to a request the router could not
+// judge — is not a failure on the status page; a worker's 5xx is.
+func TestClientErrorsAreNotFailures(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.MaxRetries = 0 }})
+	failed := func() (int64, int64) {
+		fl.f.mu.Lock()
+		defer fl.f.mu.Unlock()
+		return fl.f.totals.Requests, fl.f.totals.Failed
+	}
+	// The mock holds 2048 blocks of 16 tokens: 100000 output tokens
+	// cannot fit, the router's own cap (131072) lets it through.
+	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 100000})
+	if resp.StatusCode != 400 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	// In the router's error shape (a string code, an OpenAI type), not
+	// the worker's (code 400, type BadRequestError).
+	var e struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Type != typeInvalidRequest ||
+		e.Error.Code == nil || *e.Error.Code != codeContextLength || !strings.Contains(e.Error.Message, "maximum context length") {
+		t.Fatalf("worker's 400 relayed as %s (%v)", body, err)
+	}
+	if resp.Header.Get(HeaderWorker) != "w1" {
+		t.Fatalf("no %s header on a worker's 400", HeaderWorker)
+	}
+	if n, f := failed(); n != 1 || f != 0 {
+		t.Fatalf("after a worker's 400: %d requests, %d failed; want 1, 0", n, f)
+	}
+	fl.mocks[0].stop()
+	if resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 1}); resp.StatusCode != 502 {
+		t.Fatalf("dead worker: status %d: %s", resp.StatusCode, body)
+	}
+	if n, f := failed(); n != 2 || f != 1 {
+		t.Fatalf("after a 502: %d requests, %d failed; want 2, 1", n, f)
+	}
 }

@@ -287,9 +287,10 @@ func parseFields(body []byte) (requestFields, error) {
 	var f requestFields
 	err := scanObject(body, func(key string, val []byte) error {
 		var dst any
+		want := "a boolean"
 		switch key {
 		case "model":
-			dst = &f.Model
+			dst, want = &f.Model, "a string"
 		case "prompt":
 			if f.Prompt = val; len(val) == 0 || val[0] != '[' {
 				f.promptIDs = nil // a later "prompt" replaces an earlier id list
@@ -297,10 +298,17 @@ func parseFields(body []byte) (requestFields, error) {
 			return nil
 		case "stream":
 			dst = &f.Stream
-		case "max_tokens":
-			dst = &f.MaxTokens
-		case "max_completion_tokens":
-			dst = &f.MaxCompletionTokens
+		case "max_tokens", "max_completion_tokens", "n":
+			v, err := decodeInt(key, val)
+			switch key {
+			case "max_tokens":
+				f.MaxTokens = v
+			case "max_completion_tokens":
+				f.MaxCompletionTokens = v
+			default:
+				f.N = v
+			}
+			return err
 		case "messages":
 			f.Messages = val
 			return nil
@@ -318,7 +326,7 @@ func parseFields(body []byte) (requestFields, error) {
 			return nil
 		}
 		if err := json.Unmarshal(val, dst); err != nil {
-			return fmt.Errorf("field %q: %v", key, err)
+			return badType(key, want)
 		}
 		return nil
 	}, func(key string, b []byte, i int) (int, bool) {

@@ -55,7 +55,28 @@ type nativeRequest struct {
 	Prompt      json.RawMessage `json:"prompt"`
 	Messages    json.RawMessage `json:"messages"`
 	LoRAName    string          `json:"lora_name"`
-	MaxTokens   int             `json:"max_tokens"`
+	MaxTokens   *int            `json:"max_tokens"`
+}
+
+// promptParam is the field that carries the request's prompt, for errors.
+func (nr *nativeRequest) promptParam() string {
+	switch {
+	case present(nr.Tokens):
+		return "tokens"
+	case nr.BlockHashes != nil:
+		return "block_hashes"
+	case present(nr.Messages):
+		return "messages"
+	}
+	return "prompt"
+}
+
+// expectedOutput is max_tokens, 0 when absent.
+func (nr *nativeRequest) expectedOutput() int {
+	if nr.MaxTokens == nil {
+		return 0
+	}
+	return *nr.MaxTokens
 }
 
 func present(raw json.RawMessage) bool {
@@ -67,9 +88,15 @@ func present(raw json.RawMessage) bool {
 // true when block_hashes was given instead (query only).
 func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest, tokens []uint32, err error) {
 	if err := json.Unmarshal(body, &nr); err != nil {
+		if fe, ok := jsonTypeError(err); ok {
+			return nr, nil, fe
+		}
 		return nr, nil, fmt.Errorf("invalid JSON body: %v: %w", err, ErrBadRequest)
 	}
 	if err := f.parser.checkModel(nr.Model); err != nil {
+		return nr, nil, err
+	}
+	if err := checkRange("max_tokens", nr.MaxTokens, 1, f.parser.maxOutput); err != nil {
 		return nr, nil, err
 	}
 	n := 0
@@ -119,11 +146,11 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	}
 	nr, tokens, err := f.nativeTokens(body, false)
 	if err != nil {
-		writeParseError(rw, err)
+		writeParseError(rw, err, nr.promptParam())
 		return
 	}
 	t0 := f.clock()
-	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: max(nr.MaxTokens, 0)})
+	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {
 		v := f.decisionView(d, false)
@@ -161,7 +188,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	}
 	nr, tokens, err := f.nativeTokens(body, f.idx != nil)
 	if err != nil {
-		writeParseError(rw, err)
+		writeParseError(rw, err, nr.promptParam())
 		return
 	}
 	resp := queryResponse{BlockSize: f.blockSize, Workers: []queryWorker{}}

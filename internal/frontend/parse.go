@@ -35,6 +35,8 @@ type requestFields struct {
 	Stream              bool
 	MaxTokens           *int
 	MaxCompletionTokens *int
+	// N is the number of choices asked for.
+	N *int
 	// The chat fields that decide the rendered prompt (raw JSON where
 	// key order matters).
 	Messages             json.RawMessage
@@ -71,6 +73,8 @@ type promptParser struct {
 	tok       Tokenizer
 	tmpl      ChatTemplate
 	maxTokens int
+	// maxOutput bounds max_tokens and max_completion_tokens.
+	maxOutput int
 	// maxTokenBytes is the longest token's length in bytes (0 unknown):
 	// a text of n bytes has at least ceil(n/maxTokenBytes) tokens.
 	maxTokenBytes int
@@ -346,14 +350,16 @@ func (p *promptParser) chatPrompt(f *requestFields) (prompt, error) {
 func chatRequest(f *requestFields) (*chattemplate.ChatRequest, error) {
 	absent := func(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
 	switch {
-	case absent(f.Messages) || f.Messages[0] != '[':
-		return nil, fmt.Errorf("chat request: messages must be a JSON array: %w", ErrBadRequest)
+	case absent(f.Messages):
+		return nil, &fieldError{param: "messages", msg: "messages is required"}
+	case f.Messages[0] != '[':
+		return nil, badType("messages", "an array of messages")
 	case !absent(f.Tools) && f.Tools[0] != '[':
-		return nil, fmt.Errorf("chat request: tools must be a JSON array: %w", ErrBadRequest)
+		return nil, badType("tools", "an array")
 	case !absent(f.ChatTemplateKwargs) && f.ChatTemplateKwargs[0] != '{':
-		return nil, fmt.Errorf("chat request: chat_template_kwargs must be a JSON object: %w", ErrBadRequest)
+		return nil, badType("chat_template_kwargs", "an object")
 	case f.ContinueFinalMessage && f.AddGenerationPrompt != nil && *f.AddGenerationPrompt:
-		return nil, fmt.Errorf("chat request: continue_final_message and add_generation_prompt cannot both be true: %w", ErrBadRequest)
+		return nil, &fieldError{param: "continue_final_message", msg: "continue_final_message and add_generation_prompt cannot both be true"}
 	}
 	cr := &chattemplate.ChatRequest{Model: f.Model, Messages: f.Messages, Stream: f.Stream,
 		AddGenerationPrompt: f.AddGenerationPrompt, ContinueFinalMessage: f.ContinueFinalMessage}

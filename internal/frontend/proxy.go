@@ -67,15 +67,20 @@ func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bo
 	return buf.Bytes(), true
 }
 
-// writeParseError maps a parsing error to its status.
-func writeParseError(rw http.ResponseWriter, err error) {
+// writeParseError maps a parsing error to its status, in the router's
+// OpenAI error shape: a field error names its field; otherwise param is
+// the prompt's field (prompt, messages or tokens).
+func writeParseError(rw http.ResponseWriter, err error, param string) {
+	var fe *fieldError
 	switch {
+	case errors.As(err, &fe):
+		writeError(rw, http.StatusBadRequest, typeInvalidRequest, fe.code, fe.param, fe.msg)
 	case errors.Is(err, ErrUnknownModel):
-		writeError(rw, http.StatusNotFound, typeNotFound, codeModelNotFound, "model", err.Error())
+		writeError(rw, http.StatusNotFound, typeNotFound, codeModelNotFound, "model", clientMessage(err, ErrUnknownModel))
 	case errors.Is(err, ErrPromptTooLong):
-		writeError(rw, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeContextLength, "prompt", err.Error())
+		writeError(rw, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeContextLength, param, clientMessage(err, ErrPromptTooLong))
 	default:
-		writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
+		writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", param, clientMessage(err, ErrBadRequest))
 	}
 }
 
@@ -101,13 +106,27 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	if !ok {
 		return
 	}
+	param := "prompt"
+	if chat {
+		param = "messages"
+	}
 	fields, err := parseFields(body)
 	if err != nil {
-		writeError(rw, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "", "invalid JSON body: "+err.Error())
+		if errors.Is(err, errSyntax) {
+			writeError(rw, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "", "invalid JSON body: "+clientMessage(err, errSyntax))
+		} else {
+			writeParseError(rw, err, param)
+		}
 		return
 	}
 	if err := f.parser.checkModel(fields.Model); err != nil {
-		writeParseError(rw, err)
+		writeParseError(rw, err, param)
+		return
+	}
+	// The fields the router can judge are judged before the prompt is
+	// tokenized, routed and booked.
+	if err := f.parser.checkFields(&fields); err != nil {
+		writeParseError(rw, err, param)
 		return
 	}
 	var p prompt
@@ -121,13 +140,13 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		p, err = f.parser.completionPrompt(fields.Prompt)
 	}
 	if err != nil {
-		writeParseError(rw, err)
+		writeParseError(rw, err, param)
 		return
 	}
 	fwd := body
 	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
 		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
-			writeParseError(rw, err)
+			writeParseError(rw, err, "")
 			return
 		}
 	}
@@ -379,6 +398,19 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 		fl.status, fl.header, fl.body = resp.StatusCode, resp.Header.Clone(), b
 		return fl
 	}
+	if resp.StatusCode >= 400 {
+		// A client error the router could not judge: the worker's
+		// answer, in the router's error shape.
+		idle.arm()
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		idle.disarm()
+		if rerr != nil && idle.expired() {
+			f.stalledBeforeCommit(rw, ex, id, d, "first_byte")
+			return nil
+		}
+		f.relayClientError(rw, ex, resp, b)
+		return nil
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -464,7 +496,7 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 			break
 		}
 		code := codeWorkerTimeout
-		b, _ := json.Marshal(apiError{Error: apiErrorInfo{Message: msg, Type: typeUpstream, Code: &code}})
+		b, _ := marshal(apiError{Error: apiErrorInfo{Message: msg, Type: typeUpstream, Code: &code}})
 		_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
 		_ = rc.Flush()
 	case r.Context().Err() != nil:
@@ -475,7 +507,7 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 		if sse {
 			// Tell a streaming client in-band; a non-streaming one sees a
 			// truncated body.
-			b, _ := json.Marshal(apiError{Error: apiErrorInfo{Message: "worker failed mid-stream: " + rerr.Error(), Type: typeUpstream}})
+			b, _ := marshal(apiError{Error: apiErrorInfo{Message: "worker failed mid-stream: " + rerr.Error(), Type: typeUpstream}})
 			_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
 			_ = rc.Flush()
 		}
@@ -486,6 +518,55 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	f.accuracy(ex, tr)
 	return nil
+}
+
+// relayClientError answers a worker's 4xx in the router's OpenAI error
+// shape (vLLM's own has a numeric code and its exception's name as type),
+// keeping the worker's message and param; a body that is not a JSON error
+// passes through as it is.
+func (f *Frontend) relayClientError(rw http.ResponseWriter, ex *exchange, resp *http.Response, body []byte) {
+	var we struct {
+		Error *struct {
+			Message string          `json:"message"`
+			Param   json.RawMessage `json:"param"`
+		} `json:"error"`
+		Message *string `json:"message"` // vLLM before 0.6: the error object at top level
+	}
+	ex.rec.Status = resp.StatusCode
+	ex.rec.Outcome = "worker answered " + strconv.Itoa(resp.StatusCode)
+	rw.Header().Set(HeaderWorker, ex.rec.Worker)
+	msg, param, ok := "", "", false
+	if json.Unmarshal(body, &we) == nil {
+		switch {
+		case we.Error != nil && we.Error.Message != "":
+			msg, ok = we.Error.Message, true
+			_ = json.Unmarshal(we.Error.Param, &param) // a string, or nothing
+		case we.Message != nil && *we.Message != "":
+			msg, ok = *we.Message, true
+		}
+	}
+	if !ok {
+		copyHeader(rw.Header(), resp.Header)
+		rw.Header().Del("Content-Length") // the kept body may be cut short
+		rw.WriteHeader(resp.StatusCode)
+		_, _ = rw.Write(body)
+		return
+	}
+	typ, code := typeInvalidRequest, ""
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		typ = typeAuth
+	case http.StatusForbidden:
+		typ = typePermission
+	case http.StatusNotFound:
+		typ = typeNotFound
+	case http.StatusRequestEntityTooLarge:
+		code = codeTooLarge
+	}
+	if strings.Contains(msg, "maximum context length") {
+		code = codeContextLength
+	}
+	writeError(rw, resp.StatusCode, typ, code, param, msg)
 }
 
 // stalledBeforeCommit answers 504 worker_timeout for a worker that went
@@ -553,7 +634,9 @@ func (f *Frontend) finish(rec record) {
 	f.recent.add(rec)
 	f.reqs.add(rec.Time)
 	f.totals.Requests++
-	if rec.Status >= 400 || rec.Status == 0 {
+	// A failure is the router's or a worker's (5xx, or no status): a
+	// client's own error (4xx, 499 for a client that left) is not.
+	if rec.Status >= 500 || rec.Status == 0 {
 		f.totals.Failed++
 	}
 	f.totals.PromptTokens += int64(rec.InputTokens)
