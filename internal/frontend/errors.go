@@ -39,6 +39,7 @@ const (
 	codeNoWorker      = "no_worker_available"
 	codeWorkerFailed  = "worker_failed"
 	codeWorkerTimeout = "worker_timeout"
+	codeBodyTimeout   = "request_timeout"
 )
 
 // writeError writes an OpenAI-style error body with status code.

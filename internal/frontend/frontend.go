@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -240,20 +241,65 @@ func anyKey(keys []string, key string) bool {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// body, when set, is the request's deadline-guarded body: a response
+	// that starts before the body was read to its end closes the
+	// connection (see guardedBody).
+	body *guardedBody
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if w.body != nil && !w.body.done.Load() {
+			w.Header().Set("Connection", "close")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// guardedBody is a request body read under Config.BodyReadTimeout: the
+// connection's read deadline is set when the request arrives and cleared
+// once the body has been read to its end (a long response must not be cut
+// by it). A body not read to its end — a stalled client, or a handler that
+// answered without reading (401, 404) — keeps the deadline, and the
+// response closes the connection: net/http would otherwise drain up to
+// 256 KiB of the unread body after the handler with no deadline at all, so
+// a client sending a few bytes of a promised 1000 held the connection (and
+// its response) forever.
+type guardedBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done atomic.Bool
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done.Swap(true) {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// guardBody puts r's body under the body read timeout; it returns nil
+// when there is no body or no timeout.
+func (f *Frontend) guardBody(rw http.ResponseWriter, r *http.Request) *guardedBody {
+	if f.cfg.BodyReadTimeout <= 0 || r.Body == nil || r.Body == http.NoBody || r.ProtoMajor != 1 {
+		return nil
+	}
+	rc := http.NewResponseController(rw)
+	if rc.SetReadDeadline(time.Now().Add(f.cfg.BodyReadTimeout)) != nil {
+		return nil
+	}
+	b := &guardedBody{ReadCloser: r.Body, rc: rc}
+	r.Body = b
+	return b
 }
 
 // Flush implements http.Flusher.
@@ -272,7 +318,7 @@ func (f *Frontend) instrument(route string, next http.Handler) http.Handler {
 		f.handlers.Add(1)
 		defer f.handlers.Done()
 		start := f.clock()
-		sw := &statusWriter{ResponseWriter: rw}
+		sw := &statusWriter{ResponseWriter: rw, body: f.guardBody(rw, r)}
 		// Deferred: a handler aborting its response (http.ErrAbortHandler)
 		// is counted too.
 		defer func() {

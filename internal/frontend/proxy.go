@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,18 +48,20 @@ func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bo
 		tooLarge()
 		return nil, false
 	}
-	if f.cfg.BodyReadTimeout > 0 {
-		rc := http.NewResponseController(rw)
-		if rc.SetReadDeadline(time.Now().Add(f.cfg.BodyReadTimeout)) == nil {
-			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-		}
-	}
+	// The body is read under BodyReadTimeout's deadline (instrument's
+	// guardedBody); an error answer closes the connection.
 	buf := bytes.NewBuffer(make([]byte, 0, max(min(r.ContentLength, f.cfg.MaxBodyBytes), 512)+1))
 	_, err := buf.ReadFrom(http.MaxBytesReader(rw, r.Body, f.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			tooLarge()
+			return nil, false
+		}
+		rw.Header().Set("Connection", "close")
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeError(rw, http.StatusRequestTimeout, typeInvalidRequest, codeBodyTimeout, "",
+				fmt.Sprintf("request body not received within %v", f.cfg.BodyReadTimeout))
 			return nil, false
 		}
 		writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", "reading request body: "+err.Error())

@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -105,6 +107,95 @@ func TestServerLimits(t *testing.T) {
 				t.Fatal("a connection with unfinished headers is still open after 5 s")
 			}
 			break // closed by the server
+		}
+	}
+}
+
+// TestStalledBodyClosedAtDeadline: a client that promises a body and
+// sends only part of it is answered and its connection closed once
+// BodyReadTimeout has passed — on the completion endpoints, which read
+// the body, and on endpoints that answer without reading it (401, 404).
+// net/http would otherwise drain the unread rest of a body under 256 KiB
+// with no deadline and keep every such connection, unanswered, forever.
+func TestStalledBodyClosedAtDeadline(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
+		c.BodyReadTimeout = timeout
+		c.AdminKeys = []string{"admin"}
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fl.f.NewServer(ln)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve() }()
+	defer func() {
+		_ = srv.Shutdown(t.Context())
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	cases := []struct{ path, status string }{
+		{"/v1/completions", "408"},
+		{"/v1/chat/completions", "408"},
+		{"/v1/route", "401"},   // no admin key: answered without reading
+		{"/v2/nothing", "404"}, // unknown path: answered without reading
+	}
+	const perCase = 25
+	type conn struct {
+		c      net.Conn
+		status string
+	}
+	var conns []conn
+	for _, c := range cases {
+		for range perCase {
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			// 9 of the 1000 promised bytes, then silence.
+			fmt.Fprintf(nc, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\"", c.path)
+			conns = append(conns, conn{nc, c.status})
+		}
+	}
+	start := time.Now()
+	bound := timeout + 5*time.Second
+	for _, c := range conns {
+		_ = c.c.SetReadDeadline(start.Add(bound))
+		b, err := io.ReadAll(c.c) // the response, then EOF: the server closed it
+		if err != nil {
+			t.Fatalf("connection still open %v after the body stalled (read %q): %v", time.Since(start), b, err)
+		}
+		if !strings.HasPrefix(string(b), "HTTP/1.1 "+c.status+" ") || !strings.Contains(string(b), "Connection: close") {
+			t.Fatalf("response %q, want %s with Connection: close", b, c.status)
+		}
+	}
+	// A body that arrives in time keeps the connection and its deadline
+	// is lifted: a second request on it, sent after the timeout, is
+	// served.
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(2 * timeout) // idle between requests, longer than the body timeout
+		}
+		body := `{"prompt":"hi","max_tokens":1}`
+		fmt.Fprintf(nc, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on a kept-alive connection: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d: status %d, close %v", i, resp.StatusCode, resp.Close)
 		}
 	}
 }
