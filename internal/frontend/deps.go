@@ -86,6 +86,16 @@ type Tokenizer interface {
 
 var _ Tokenizer = (*tokenizer.Tokenizer)(nil)
 
+// limitedEncoder is optionally implemented by a Tokenizer: EncodeLimit
+// stops as soon as the text has more than limit tokens (ok false), so a
+// prompt far over MaxPromptTokens costs the work of the limit, not of the
+// prompt.
+type limitedEncoder interface {
+	EncodeLimit(text string, addSpecialTokens bool, limit int) (ids []uint32, ok bool)
+}
+
+var _ limitedEncoder = (*tokenizer.Tokenizer)(nil)
+
 // vocabulary is optionally implemented by a Tokenizer; the front door then
 // knows the longest token in bytes and refuses prompts that cannot fit
 // MaxPromptTokens before tokenizing them.

@@ -40,6 +40,7 @@ const (
 	codeWorkerFailed  = "worker_failed"
 	codeWorkerTimeout = "worker_timeout"
 	codeBodyTimeout   = "request_timeout"
+	codeTokenizerBusy = "tokenizer_busy"
 )
 
 // writeError writes an OpenAI-style error body with status code.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type Frontend struct {
 	transport *http.Transport
 	client    *http.Client
 	blockSize int
+	slots     *tokenSlots
 	handler   http.Handler
 	// handlers counts running HTTP handlers, so that a forced shutdown
 	// can wait for them to return.
@@ -93,6 +95,11 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	}
 	f.parser = promptParser{model: cfg.Model, aliases: cfg.Aliases, tok: deps.Tokenizer, tmpl: deps.ChatTemplate,
 		maxTokens: cfg.MaxPromptTokens, maxOutput: cfg.MaxOutputTokens, maxTokenBytes: longestToken(deps.Tokenizer)}
+	slots := cfg.TokenizeConcurrency
+	if slots == 0 {
+		slots = runtime.GOMAXPROCS(0)
+	}
+	f.slots = newTokenSlots(slots, cfg.TokenizeQueueTimeout)
 	f.recent.buf = make([]record, cfg.RecentDecisions)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])

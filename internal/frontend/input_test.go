@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/router"
 )
@@ -326,4 +328,62 @@ func TestClientErrorsAreNotFailures(t *testing.T) {
 	if n, f := failed(); n != 2 || f != 1 {
 		t.Fatalf("after a 502: %d requests, %d failed; want 2, 1", n, f)
 	}
+}
+
+// A prompt far over MaxPromptTokens that the byte bound cannot refuse (one
+// 4 MiB word: at least 16,384 tokens by bytes, the limit is 20,000) is
+// refused without tokenizing it in full: the tokenizer stops at the limit
+// and judges a huge word by its least token count. Tokenizing it in full
+// allocates 40 bytes of BPE working memory per byte (160 MB).
+func TestHugeWordRefusedWithoutFullTokenizing(t *testing.T) {
+	tok := testTokenizer(t)
+	p := promptParser{model: "m", tok: tok, maxTokens: 20000, maxTokenBytes: longestToken(tok)}
+	big := strings.Repeat("abcdefghijklmnopqrstuvwxyz", (4<<20)/26)
+	if err := p.checkTextBound(len(big)); err != nil {
+		t.Fatalf("the byte bound alone refuses it (%v): the test needs a prompt it cannot judge", err)
+	}
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	_, err := p.encode(big, true)
+	runtime.ReadMemStats(&b)
+	if !errors.Is(err, ErrPromptTooLong) {
+		t.Fatalf("err %v, want ErrPromptTooLong", err)
+	}
+	if n := b.TotalAlloc - a.TotalAlloc; n > 1<<20 {
+		t.Fatalf("refusing it allocated %d bytes: it was tokenized in full", n)
+	}
+}
+
+// While every tokenization slot is taken, a large prompt waits at most
+// TokenizeQueueTimeout and gets 503 tokenizer_busy with Retry-After; small
+// prompts are never queued; once a slot is free the large one is served.
+func TestLargePromptsQueueForTokenizing(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) {
+		c.TokenizeConcurrency = 1
+		c.TokenizeQueueTimeout = 100 * time.Millisecond
+	}})
+	large := map[string]any{"prompt": strings.Repeat("lorem ipsum dolor sit amet ", (largePrompt/27)+1), "max_tokens": 1}
+	release, err := fl.f.slots.acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := fl.do("POST", "/v1/completions", large)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), codeTokenizerBusy) {
+		t.Fatalf("large prompt with no slot free: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if resp, body := fl.do("POST", "/v1/route", map[string]any{"prompt": large["prompt"]}); resp.StatusCode != 503 {
+		t.Fatalf("large /v1/route with no slot free: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": "small", "max_tokens": 1}); resp.StatusCode != 200 {
+		t.Fatalf("small prompt while the slot is taken: %d %s", resp.StatusCode, body)
+	}
+	if got := fl.metric("kvrouter_frontend_tokenize_queue_refused_total"); got != 2 {
+		t.Fatalf("refused counter %v, want 2", got)
+	}
+	release()
+	if resp, body := fl.do("POST", "/v1/completions", large); resp.StatusCode != 200 {
+		t.Fatalf("large prompt with the slot free: %d %s", resp.StatusCode, body)
+	}
+	fl.waitIdle()
 }

@@ -8,21 +8,22 @@ import (
 
 // metrics are the front door's Prometheus collectors.
 type metrics struct {
-	requests       *prometheus.CounterVec   // route, status
-	duration       *prometheus.HistogramVec // route
-	inflight       prometheus.Gauge
-	ttft           prometheus.Histogram
-	itl            prometheus.Histogram
-	decision       prometheus.Histogram
-	overlap        prometheus.Histogram
-	promptTokens   prometheus.Counter
-	retries        *prometheus.CounterVec   // reason
-	cachedError    *prometheus.HistogramVec // worker
-	cachedPred     *prometheus.CounterVec   // worker
-	cachedActual   *prometheus.CounterVec   // worker
-	promptByWorker *prometheus.CounterVec   // worker
-	lifecycle      *prometheus.CounterVec   // op, result
-	streamTimeouts *prometheus.CounterVec   // worker, stage
+	requests        *prometheus.CounterVec   // route, status
+	duration        *prometheus.HistogramVec // route
+	inflight        prometheus.Gauge
+	ttft            prometheus.Histogram
+	itl             prometheus.Histogram
+	decision        prometheus.Histogram
+	overlap         prometheus.Histogram
+	promptTokens    prometheus.Counter
+	retries         *prometheus.CounterVec   // reason
+	cachedError     *prometheus.HistogramVec // worker
+	cachedPred      *prometheus.CounterVec   // worker
+	cachedActual    *prometheus.CounterVec   // worker
+	promptByWorker  *prometheus.CounterVec   // worker
+	lifecycle       *prometheus.CounterVec   // op, result
+	streamTimeouts  *prometheus.CounterVec   // worker, stage
+	tokenizeRefused prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, f *Frontend) *metrics {
@@ -64,10 +65,12 @@ func newMetrics(reg *prometheus.Registry, f *Frontend) *metrics {
 			Name: "lifecycle_calls_total", Help: "Router lifecycle calls by operation and result (ok, unknown)."}, []string{"op", "result"}),
 		streamTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "worker_stream_timeouts_total", Help: "Requests ended because their worker sent nothing for the stream idle timeout, by worker and stage (headers, first_byte, mid_stream)."}, []string{"worker", "stage"}),
+		tokenizeRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "tokenize_queue_refused_total", Help: "Large prompts that found no tokenization slot within the queue timeout (answered 503) or whose client left while waiting."}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inflight, m.ttft, m.itl, m.decision, m.overlap,
 		m.promptTokens, m.retries, m.cachedError, m.cachedPred, m.cachedActual, m.promptByWorker,
-		m.lifecycle, m.streamTimeouts, &loadCollector{f: f})
+		m.lifecycle, m.streamTimeouts, m.tokenizeRefused, &loadCollector{f: f})
 	return m
 }
 

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -137,6 +138,20 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 	}
 }
 
+// errAnswered says the client was answered already (or left).
+var errAnswered = errors.New("answered")
+
+// nativeTokensSlot is nativeTokens under a tokenization slot for a large
+// body; errAnswered means the 503 was written or the client left.
+func (f *Frontend) nativeTokensSlot(rw http.ResponseWriter, r *http.Request, body []byte, allowHashes bool) (nativeRequest, []uint32, error) {
+	release, ok := f.tokenSlot(rw, r, len(body))
+	if !ok {
+		return nativeRequest{}, nil, errAnswered
+	}
+	defer release()
+	return f.nativeTokens(body, allowHashes)
+}
+
 // handleRoute answers the decision a completion request would get now,
 // with the full per-worker explanation, without forwarding or booking.
 func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
@@ -144,7 +159,10 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	nr, tokens, err := f.nativeTokens(body, false)
+	nr, tokens, err := f.nativeTokensSlot(rw, r, body, false)
+	if errors.Is(err, errAnswered) {
+		return
+	}
 	if err != nil {
 		writeParseError(rw, err, nr.promptParam())
 		return
@@ -186,7 +204,10 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	nr, tokens, err := f.nativeTokens(body, f.idx != nil)
+	nr, tokens, err := f.nativeTokensSlot(rw, r, body, f.idx != nil)
+	if errors.Is(err, errAnswered) {
+		return
+	}
 	if err != nil {
 		writeParseError(rw, err, nr.promptParam())
 		return

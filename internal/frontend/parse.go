@@ -112,10 +112,18 @@ func (p *promptParser) checkCount(n int) error {
 	return nil
 }
 
-// encode tokenizes text within the limits.
+// encode tokenizes text within the limits; a tokenizer that can stop
+// counting at the limit does (see limitedEncoder).
 func (p *promptParser) encode(text string, special bool) ([]uint32, error) {
 	if err := p.checkTextBound(len(text)); err != nil {
 		return nil, err
+	}
+	if le, ok := p.tok.(limitedEncoder); ok && p.maxTokens > 0 {
+		ids, ok := le.EncodeLimit(text, special, p.maxTokens)
+		if !ok {
+			return nil, fmt.Errorf("prompt has more than %d tokens, the limit: %w", p.maxTokens, ErrPromptTooLong)
+		}
+		return ids, nil
 	}
 	ids := p.tok.Encode(text, special)
 	if err := p.checkCount(len(ids)); err != nil {

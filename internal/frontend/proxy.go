@@ -70,6 +70,27 @@ func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bo
 	return buf.Bytes(), true
 }
 
+// tokenSlot takes a tokenization slot for a large body (largePrompt and
+// over) and returns its release; it answers 503 itself (false) when none
+// came free within TokenizeQueueTimeout, or nothing when the client left.
+func (f *Frontend) tokenSlot(rw http.ResponseWriter, r *http.Request, bodyLen int) (func(), bool) {
+	if bodyLen < largePrompt {
+		return func() {}, true
+	}
+	release, err := f.slots.acquire(r.Context())
+	if err != nil {
+		f.m.tokenizeRefused.Inc()
+		if errors.Is(err, errTokenizerBusy) {
+			writeRetryAfter(rw, f.cfg.RetryAfter)
+			writeError(rw, http.StatusServiceUnavailable, typeOverloaded, codeTokenizerBusy, "",
+				fmt.Sprintf("%d large prompts are being tokenized and this one waited %v for its turn; retry later",
+					cap(f.slots.ch), f.cfg.TokenizeQueueTimeout))
+		}
+		return nil, false
+	}
+	return release, true
+}
+
 // writeParseError maps a parsing error to its status, in the router's
 // OpenAI error shape: a field error names its field; otherwise param is
 // the prompt's field (prompt, messages or tokens).
@@ -134,13 +155,20 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	var p prompt
 	endpoint := "completions"
-	if chat {
-		endpoint = "chat"
-		p, err = f.parser.chatPrompt(&fields)
-	} else if fields.promptIDs != nil {
-		p, err = f.parser.idsPrompt(fields.promptIDs)
+	if chat || fields.promptIDs == nil {
+		release, ok := f.tokenSlot(rw, r, len(body))
+		if !ok {
+			return
+		}
+		if chat {
+			endpoint = "chat"
+			p, err = f.parser.chatPrompt(&fields)
+		} else {
+			p, err = f.parser.completionPrompt(fields.Prompt)
+		}
+		release()
 	} else {
-		p, err = f.parser.completionPrompt(fields.Prompt)
+		p, err = f.parser.idsPrompt(fields.promptIDs)
 	}
 	if err != nil {
 		writeParseError(rw, err, param)

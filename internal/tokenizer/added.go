@@ -67,8 +67,9 @@ func (m *addedMatcher) empty() bool { return m == nil || len(m.tokens) == 0 }
 // split cuts s into text segments and added tokens, calling text for each
 // non-empty stretch of ordinary text and token for each added token, in
 // order. lstrip/rstrip tokens absorb the white space beside them;
-// single_word tokens only match between non-word characters.
-func (m *addedMatcher) split(s string, text func(seg string), token func(id uint32)) {
+// single_word tokens only match between non-word characters. When stop is
+// not nil, split returns as soon as *stop is true after a call.
+func (m *addedMatcher) split(s string, text func(seg string), token func(id uint32), stop *bool) {
 	if m.empty() {
 		if s != "" {
 			text(s)
@@ -107,23 +108,26 @@ func (m *addedMatcher) split(s string, text func(seg string), token func(id uint
 			continue
 		}
 		t := &m.tokens[hit]
-		start, stop := i, i+len(t.Content)
-		if t.SingleWord && (endsWithWord(s[:start]) || startsWithWord(s[stop:])) {
-			i = stop
+		start, end := i, i+len(t.Content)
+		if t.SingleWord && (endsWithWord(s[:start]) || startsWithWord(s[end:])) {
+			i = end
 			continue
 		}
 		if t.LStrip {
 			start = max(trimRightSpaceLen(s[:start]), emitted)
 		}
 		if t.RStrip {
-			stop += leadingSpaceLen(s[stop:])
+			end += leadingSpaceLen(s[end:])
 		}
 		if start > emitted {
 			text(s[emitted:start])
 		}
 		token(t.ID)
-		emitted = stop
-		i = stop
+		emitted = end
+		i = end
+		if stop != nil && *stop {
+			return
+		}
 	}
 	if emitted < len(s) {
 		text(s[emitted:])

@@ -83,7 +83,7 @@ func TestAddedSplitMatchesNaive(t *testing.T) {
 			s += p
 		}
 		var got []string
-		m.split(s, func(seg string) { got = append(got, "text:"+seg) }, func(id uint32) { got = append(got, fmt.Sprint("token:", id)) })
+		m.split(s, func(seg string) { got = append(got, "text:"+seg) }, func(id uint32) { got = append(got, fmt.Sprint("token:", id)) }, nil)
 		if want := naiveSplit(m, s); !slices.Equal(got, want) {
 			t.Fatalf("split(%q) = %q, want %q", s, got, want)
 		}

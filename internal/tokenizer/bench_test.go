@@ -211,3 +211,31 @@ func BenchmarkGunzipEmbedded(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeOverLimit measures refusing a 30 MiB prompt at the router's
+// default limit of 131,072 tokens (the byte bound alone, 30 MiB / 256-byte
+// longest token = 122,880, cannot refuse it): one word of random letters
+// (judged by its least token count, no merging) and prose (stopped at the
+// first token past the limit).
+func BenchmarkEncodeOverLimit(b *testing.B) {
+	tok := loadBench(b, DefaultConfig())
+	const size = 30 << 20
+	var word strings.Builder
+	x := uint32(1)
+	for word.Len() < size {
+		x = x*1664525 + 1013904223
+		word.WriteByte(byte('a' + x>>24%26))
+	}
+	texts := map[string]string{"one-word": word.String(),
+		"prose": strings.Repeat("The router hashes blocks of token ids to find cached prefixes. ", size/64)}
+	for _, name := range []string{"one-word", "prose"} {
+		text := texts[name]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := tok.EncodeLimit(text, false, 131072); ok {
+					b.Fatal("accepted")
+				}
+			}
+		})
+	}
+}

@@ -54,26 +54,45 @@ type stage struct {
 // none). Text that is not valid UTF-8 is repaired first (see the package
 // documentation). Encode never fails.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
+	ids, _ := t.EncodeLimit(text, addSpecialTokens, 0)
+	return ids
+}
+
+// EncodeLimit is Encode for a caller that refuses texts of more than limit
+// tokens: it gives up as soon as the count passes limit and returns nil,
+// false, having done work in proportion to the first limit tokens rather
+// than to the text. A word too long to fit in what is left of limit is
+// judged before it is merged: it has at least its length over the longest
+// token made only of its bytes, so a huge single word is refused without
+// running BPE over it. The ids of an accepted text are exactly Encode's.
+// limit <= 0 means no limit.
+func (t *Tokenizer) EncodeLimit(text string, addSpecialTokens bool, limit int) ([]uint32, bool) {
 	text = validUTF8(text)
 	e := encoders.Get().(*encoder)
-	e.t, e.ids = t, e.ids[:0]
+	e.t, e.ids, e.limit, e.over = t, e.ids[:0], max(limit, 0), false
 	if addSpecialTokens {
 		e.ids = append(e.ids, t.prefix...)
 	}
-	t.addedRaw.split(text, e.rawSegment, e.token)
+	t.addedRaw.split(text, e.rawSegment, e.token, &e.over)
 	if addSpecialTokens {
 		e.ids = append(e.ids, t.suffix...)
+		e.check()
 	}
-	// The ids are gathered in the pooled encoder's buffer and copied out
-	// at their exact size: the count is unknown in advance (a guess from
-	// the text's length over-allocates long prompts by half).
-	ids := make([]uint32, len(e.ids))
-	copy(ids, e.ids)
+	var ids []uint32
+	ok := !e.over
+	if ok {
+		// The ids are gathered in the pooled encoder's buffer and copied
+		// out at their exact size: the count is unknown in advance (a
+		// guess from the text's length over-allocates long prompts by
+		// half).
+		ids = make([]uint32, len(e.ids))
+		copy(ids, e.ids)
+	}
 	e.t = nil
 	if cap(e.ids) <= maxPooledIDs {
 		encoders.Put(e)
 	}
-	return ids
+	return ids, ok
 }
 
 // encoders pools encoders with their id and piece-end buffers.
@@ -88,19 +107,42 @@ type encoder struct {
 	t    *Tokenizer
 	ids  []uint32
 	ends [][]int
+	// limit is EncodeLimit's (0: none); over is set once the ids
+	// certainly exceed it, and then every step returns at once.
+	limit int
+	over  bool
 }
 
-func (e *encoder) token(id uint32) { e.ids = append(e.ids, id) }
+// check sets over when the ids exceed the limit.
+func (e *encoder) check() {
+	if e.limit > 0 && len(e.ids) > e.limit {
+		e.over = true
+	}
+}
+
+func (e *encoder) token(id uint32) {
+	e.ids = append(e.ids, id)
+	e.check()
+}
 
 func (e *encoder) rawSegment(seg string) {
+	if e.over {
+		return
+	}
 	if sc := e.t.segments; sc != nil && len(seg) >= minSegment {
 		if ids, ok := sc.get(seg); ok {
+			if e.limit > 0 && len(e.ids)+len(ids) > e.limit {
+				e.over = true
+				return
+			}
 			e.ids = append(e.ids, ids...)
 			return
 		}
 		n := len(e.ids)
 		e.encodeSegment(seg)
-		sc.put(seg, slices.Clone(e.ids[n:]))
+		if !e.over { // a segment cut short is not cached
+			sc.put(seg, slices.Clone(e.ids[n:]))
+		}
 		return
 	}
 	e.encodeSegment(seg)
@@ -111,10 +153,14 @@ func (e *encoder) encodeSegment(seg string) {
 	if len(e.t.normForms) > 0 {
 		seg = e.t.normalize(seg)
 	}
-	e.t.addedNorm.split(seg, e.normSegment, e.token)
+	e.t.addedNorm.split(seg, e.normSegment, e.token, &e.over)
 }
 
-func (e *encoder) normSegment(seg string) { e.pretokenize(seg, 0) }
+func (e *encoder) normSegment(seg string) {
+	if !e.over {
+		e.pretokenize(seg, 0)
+	}
+}
 
 // pretokenize runs stage k and the following ones over s, encoding each
 // resulting word.
@@ -138,7 +184,7 @@ func (e *encoder) pretokenize(s string, k int) {
 		for next < len(e.t.stages) && !e.t.stages[next].prefixSpace && e.t.stages[next].split == nil {
 			next++
 		}
-		for i := 0; i < len(s); {
+		for i := 0; i < len(s) && !e.over; {
 			n := f.match(s, i)
 			if next == len(e.t.stages) {
 				e.word(s[i : i+n])
@@ -157,6 +203,9 @@ func (e *encoder) pretokenize(s string, k int) {
 	e.ends[k] = ends
 	start := 0
 	for _, end := range ends {
+		if e.over {
+			return
+		}
 		e.pretokenize(s[start:end], k+1)
 		start = end
 	}
@@ -165,17 +214,59 @@ func (e *encoder) pretokenize(s string, k int) {
 // word appends the ids of one pre-tokenized word, through the cache.
 func (e *encoder) word(w string) {
 	t := e.t
+	if e.over {
+		return
+	}
 	if len(w) <= 1 || t.cache == nil || len(w) > maxCachedWord {
+		// A word that could alone pass the limit (it has at most one
+		// token per byte) is first judged by its least token count.
+		if e.limit > 0 && len(w) > e.limit-len(e.ids) && len(e.ids)+t.minTokens(w) > e.limit {
+			e.over = true
+			return
+		}
 		e.ids = t.model.appendWord(e.ids, w)
+		e.check()
 		return
 	}
 	if ids, ok := t.cache.get(w); ok {
 		e.ids = append(e.ids, ids...)
+		e.check()
 		return
 	}
 	n := len(e.ids)
 	e.ids = t.model.appendWord(e.ids, w)
 	t.cache.put(w, e.ids[n:])
+	e.check()
+}
+
+// minTokens is a lower bound of the number of tokens of word w: every
+// token BPE makes of w is a run of w's bytes, so none is longer than the
+// longest vocabulary entry made only of bytes that occur in w. It scans
+// the vocabulary (a millisecond or two for 150,000 tokens): EncodeLimit
+// calls it only for a word that could alone pass its limit.
+func (t *Tokenizer) minTokens(w string) int {
+	var in [256]bool
+	for i := 0; i < len(w); i++ {
+		in[w[i]] = true
+	}
+	longest := 1
+	for id := range t.decoded.len() {
+		s := t.decoded.at(id)
+		if len(s) <= longest {
+			continue
+		}
+		ok := true
+		for i := 0; i < len(s); i++ {
+			if !in[s[i]] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			longest = len(s)
+		}
+	}
+	return (len(w) + longest - 1) / longest
 }
 
 func (t *Tokenizer) normalize(s string) string {

@@ -200,13 +200,21 @@ func (w *Worker) parsePrompt(raw json.RawMessage) ([][]uint32, error) {
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return [][]uint32{w.tok.Encode(s, true)}, nil
+		ids, err := w.encode(s, true)
+		return [][]uint32{ids}, err
 	}
 	var ss []string
 	if json.Unmarshal(raw, &ss) == nil {
+		if len(ss) > maxBatchPrompts {
+			return nil, fmt.Errorf("a batch holds at most %d prompts, got %d", maxBatchPrompts, len(ss))
+		}
 		out := make([][]uint32, len(ss))
 		for i, p := range ss {
-			out[i] = w.tok.Encode(p, true)
+			ids, err := w.encode(p, true)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ids
 		}
 		return out, nil
 	}
@@ -228,6 +236,27 @@ func (w *Worker) parsePrompt(raw json.RawMessage) ([][]uint32, error) {
 		return out, nil
 	}
 	return nil, errors.New("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
+}
+
+// limitedEncoder is optionally implemented by a Tokenizer
+// (*tokenizer.Tokenizer does): EncodeLimit stops at the first token past
+// limit, so a prompt far longer than the model costs the work of the
+// model's length, not of the prompt.
+type limitedEncoder interface {
+	EncodeLimit(text string, addSpecialTokens bool, limit int) ([]uint32, bool)
+}
+
+// encode tokenizes a prompt, refusing one longer than the context.
+func (w *Worker) encode(text string, special bool) ([]uint32, error) {
+	limit := w.cfg.maxModelLen()
+	if le, ok := w.tok.(limitedEncoder); ok {
+		ids, ok := le.EncodeLimit(text, special, limit)
+		if !ok {
+			return nil, fmt.Errorf("This model's maximum context length is %d tokens. However, your prompt has more than %d tokens. Please reduce the length of the prompt.", limit, limit)
+		}
+		return ids, nil
+	}
+	return w.tok.Encode(text, special), nil
 }
 
 func (w *Worker) checkIDs(ids []int64) ([]uint32, error) {
@@ -370,7 +399,12 @@ func (w *Worker) handleChat(rw http.ResponseWriter, req *http.Request) {
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
 	}
-	prompts := [][]uint32{w.tok.Encode(text, false)}
+	ids, err := w.encode(text, false)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	prompts := [][]uint32{ids}
 	if err := w.checkLength(prompts, maxTok); err != nil {
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
@@ -594,14 +628,21 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
 	var ids []uint32
 	switch {
 	case body.Prompt != nil:
-		ids = w.tok.Encode(*body.Prompt, body.Special == nil || *body.Special)
+		var err error
+		if ids, err = w.encode(*body.Prompt, body.Special == nil || *body.Special); err != nil {
+			writeError(rw, http.StatusBadRequest, err.Error())
+			return
+		}
 	case !body.empty():
 		text, err := w.renderChat(&body.chatFields)
 		if err != nil {
 			writeError(rw, http.StatusBadRequest, err.Error())
 			return
 		}
-		ids = w.tok.Encode(text, false)
+		if ids, err = w.encode(text, false); err != nil {
+			writeError(rw, http.StatusBadRequest, err.Error())
+			return
+		}
 	default:
 		writeError(rw, http.StatusBadRequest, "either prompt or messages is required")
 		return

@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
 	"go.uber.org/goleak"
 )
 
@@ -416,5 +418,35 @@ func TestOverflowingMaxTokensRefused(t *testing.T) {
 	}
 	if code, body := post(t, r.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2}); code != 200 {
 		t.Fatalf("after the refusals: %d %s", code, body)
+	}
+}
+
+// A prompt longer than the context is refused without tokenizing it in
+// full: a 4 MiB one-word prompt would cost BPE 40 bytes of working memory
+// per byte (160 MB); the refusal allocates what reading the body does.
+func TestHugePromptRefusedWithoutFullTokenizing(t *testing.T) {
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testConfig()
+	c.Tokenizer = tok
+	r := start(t, c)
+	body, _ := json.Marshal(map[string]any{"prompt": strings.Repeat("abcdefghijklmnopqrstuvwxyz", (4<<20)/26), "max_tokens": 1})
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	resp, err := http.Post(r.url+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	runtime.ReadMemStats(&b)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(out), "maximum context length") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	if n := b.TotalAlloc - a.TotalAlloc; n > 64<<20 {
+		t.Fatalf("refusing it allocated %d bytes: it was tokenized in full", n)
 	}
 }
