@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -322,6 +323,7 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	}
 	msg := err.Error()
 	if errors.Is(err, scheduler.ErrNoCandidates) {
+		msg = "no eligible worker: " + f.noWorkerReason() + "; see /v1/workers"
 		// No worker while the router is still starting (NATS start-up,
 		// registry not read yet) says so: the client and the operator
 		// see why, not only that there is nobody to serve.
@@ -340,6 +342,75 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	extra["error"] = e
 	writeJSON(rw, status, extra)
 	return status
+}
+
+// noWorkerReason says why no worker is eligible, from the fleet's worker
+// states: "1 worker refused: block size 64 ≠ 16; 2 workers down:
+// connection refused". Workers in a routable state that the router has
+// marked down count as down.
+func (f *Frontend) noWorkerReason() string {
+	type group struct {
+		state, reason string
+		n             int
+	}
+	var groups []*group
+	byKey := map[[2]string]*group{}
+	add := func(state, reason string) {
+		k := [2]string{state, reason}
+		g := byKey[k]
+		if g == nil {
+			g = &group{state: state, reason: reason}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.n++
+	}
+	infos, down := f.router.Workers()
+	downByID := make(map[kvevent.WorkerID]bool, len(infos))
+	for i, w := range infos {
+		downByID[w.ID] = down[i]
+	}
+	list := f.dir.List()
+	for _, e := range list {
+		state, reason := strings.ToLower(e.Status.State.String()), e.Status.Reason
+		for _, sentinel := range []error{fleet.ErrBlockSizeMismatch, fleet.ErrHashContractMismatch} {
+			reason = strings.TrimPrefix(reason, sentinel.Error()+": ")
+		}
+		switch isDown, known := downByID[e.ID]; {
+		case e.Status.State.Routable() && known && isDown:
+			state, reason = "down", "marked down by the router"
+		case e.Status.State.Routable() && !known:
+			state, reason = "not routable", "not in the router's worker table yet"
+		}
+		add(state, reason)
+	}
+	if len(list) == 0 {
+		return "no workers are known"
+	}
+	// Refused and down workers first: they are the likely answer.
+	rank := func(s string) int {
+		switch s {
+		case "refused":
+			return 0
+		case "down":
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(groups, func(a, b *group) int { return rank(a.state) - rank(b.state) })
+	parts := make([]string, 0, len(groups))
+	for _, g := range groups {
+		p := fmt.Sprintf("%d worker", g.n)
+		if g.n != 1 {
+			p += "s"
+		}
+		p += " " + g.state
+		if g.reason != "" {
+			p += ": " + g.reason
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // allowedExcept lists the router's workers minus the excluded ones.

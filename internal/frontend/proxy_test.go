@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
@@ -463,5 +464,37 @@ func TestNoWorkerWhileStartingSaysWhy(t *testing.T) {
 	resp, body = fl.do("POST", "/v1/completions", req)
 	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(body), "not ready") {
 		t.Fatalf("ready, still no worker: %d %s", resp.StatusCode, body)
+	}
+}
+
+// When no worker is eligible, the 503 says why, from the fleet's worker
+// states (refused ones first), and points at /v1/workers.
+func TestNoWorkerSaysWhy(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 0})
+	req := map[string]any{"prompt": "hello there", "max_tokens": 1}
+	resp, body := fl.do("POST", "/v1/completions", req)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no eligible worker: no workers are known; see /v1/workers") {
+		t.Fatalf("no workers: %d %s", resp.StatusCode, body)
+	}
+	now := time.Now()
+	fl.dir.set(WorkerEntry{ID: 7, Name: "w7", URL: "http://127.0.0.1:1",
+		Status: fleet.Status{State: fleet.StateDown, Reason: "health check: connection refused", Since: now}})
+	fl.dir.set(WorkerEntry{ID: 8, Name: "w8", URL: "http://127.0.0.1:1",
+		Status: fleet.Status{State: fleet.StateRefused, Reason: "block size mismatch: block size 64 ≠ 16", Since: now}})
+	for _, path := range []string{"/v1/completions", "/v1/route"} {
+		resp, body = fl.do("POST", path, req)
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Code    string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != codeNoWorker {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		want := "no eligible worker: 1 worker refused: block size 64 ≠ 16; 1 worker down: health check: connection refused; see /v1/workers"
+		if e.Error.Message != want {
+			t.Fatalf("%s: message %q, want %q", path, e.Error.Message, want)
+		}
 	}
 }
