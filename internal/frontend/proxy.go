@@ -321,7 +321,12 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	if status == http.StatusServiceUnavailable {
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 	}
+	// The router's error names the request's internal id and the
+	// scheduler's steps; the client gets the reason.
 	msg := err.Error()
+	if errors.Is(err, scheduler.ErrAllBusy) {
+		msg = scheduler.ErrAllBusy.Error() + " (over their busy thresholds); retry later"
+	}
 	if errors.Is(err, scheduler.ErrNoCandidates) {
 		msg = "no eligible worker: " + f.noWorkerReason() + "; see /v1/workers"
 		// No worker while the router is still starting (NATS start-up,
