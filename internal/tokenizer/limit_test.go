@@ -78,3 +78,23 @@ func TestEncodeLimitStopsEarly(t *testing.T) {
 		}
 	}
 }
+
+// EncodeLimit accepts exactly the texts Encode gives at most limit ids for,
+// with Encode's ids.
+func FuzzEncodeLimit(f *testing.F) {
+	for _, s := range []string{"hello world", "<|im_start|>user\nhi<|im_end|>", strings.Repeat("a", 300), "路由器 キャッシュ", " \n\t x"} {
+		f.Add(s, uint16(3), false)
+		f.Add(s, uint16(0), true)
+	}
+	tok, err := Default()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text string, limit uint16, special bool) {
+		want := tok.Encode(text, special)
+		ids, ok := tok.EncodeLimit(text, special, int(limit))
+		if fits := limit == 0 || len(want) <= int(limit); ok != fits || (ok && !slices.Equal(ids, want)) {
+			t.Fatalf("limit %d: ok %v with %d ids; Encode gives %d", limit, ok, len(ids), len(want))
+		}
+	})
+}
