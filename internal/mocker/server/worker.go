@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -65,7 +66,10 @@ func New(cfg Config) (*Worker, error) {
 		w.log = slog.Default()
 	}
 	if w.reg == nil {
+		// A registry of its own serves the worker's /metrics alone, as a
+		// vLLM server's does: with the Go runtime and process collectors.
 		w.reg = prometheus.NewRegistry()
+		w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	m := newMetrics(w.reg)
 	for i := range cfg.DataParallelSize {
