@@ -252,7 +252,7 @@ func (w *Worker) encode(text string, special bool) ([]uint32, error) {
 	if le, ok := w.tok.(limitedEncoder); ok {
 		ids, ok := le.EncodeLimit(text, special, limit)
 		if !ok {
-			return nil, fmt.Errorf("This model's maximum context length is %d tokens. However, your prompt has more than %d tokens. Please reduce the length of the prompt.", limit, limit)
+			return nil, vllmText(fmt.Sprintf("This model's maximum context length is %d tokens. However, your prompt has more than %d tokens. Please reduce the length of the prompt.", limit, limit))
 		}
 		return ids, nil
 	}
