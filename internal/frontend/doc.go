@@ -12,10 +12,14 @@
 // router's prediction and exported, so that drift between the two is
 // visible instead of silent.
 //
-// Per request: read the body within MaxBodyBytes; read the few fields it
-// needs with a validating scanner (malformed JSON is 400, an unknown
-// model 404, an over-long prompt 413 — judged from the byte length first
-// where that is decisive, before tokenizing); tokenize; Route (which
+// Per request: read the body within MaxBodyBytes and BodyReadTimeout (a
+// stalled body gets 408 and its connection is closed); read the few fields
+// it needs with a validating scanner (malformed JSON is 400, an unknown
+// model 404, max_tokens or n out of range or a field of the wrong type 400
+// naming the field, an over-long prompt 413 — judged from the byte length
+// first where that is decisive, and tokenizing stops at the limit);
+// tokenize, a large prompt only once one of TokenizeConcurrency slots is
+// free (503 after TokenizeQueueTimeout); Route (which
 // books the request on the chosen worker rank); forward the original body
 // (or, with ForwardTokenIDs, the token ids) and stream the response back
 // unchanged, flushing whatever arrives as it arrives. The booking follows

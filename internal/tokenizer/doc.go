@@ -48,6 +48,12 @@
 // door's latency tail. The word cache is lock-free for the same reason of
 // keeping every request's path short.
 //
+// EncodeLimit serves callers that refuse texts over a token limit (the
+// router's --max-prompt-tokens): it stops at the first token past the limit,
+// and a word too long for what is left of it is judged by its least token
+// count before BPE runs over it, so a huge prompt costs the work of the
+// limit rather than of the prompt.
+//
 // A *Tokenizer is immutable after Load except for its caches, which are
 // safe for concurrent use: one tokenizer serves all requests.
 package tokenizer
