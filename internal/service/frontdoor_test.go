@@ -270,3 +270,25 @@ func TestMetricsHaveRuntimeCollectors(t *testing.T) {
 		}
 	}
 }
+
+// The issue's probe end to end: a max_tokens of 2^63-1 is the router's own
+// 400 (it never reaches a worker), and the process keeps serving.
+func TestAbsurdMaxTokensRefusedBeforeRouting(t *testing.T) {
+	r := newRig(t, rigOpt{workers: 1})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		body := map[string]any{"model": model, "max_tokens": int64(9223372036854775807)}
+		if path == "/v1/completions" {
+			body["prompt"] = "hi"
+		} else {
+			body["messages"] = []map[string]any{{"role": "user", "content": "hi"}}
+		}
+		resp, b := r.post(path, body)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Kvrouter-Worker") != "" ||
+			!strings.Contains(b, `"param":"max_tokens"`) || !strings.Contains(b, `"code":"integer_above_max_value"`) {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if resp, b := r.post("/v1/completions", map[string]any{"model": model, "prompt": "hi", "max_tokens": 2}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the refusals: %d %s", resp.StatusCode, b)
+	}
+}
