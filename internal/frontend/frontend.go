@@ -257,7 +257,7 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
-		if w.body != nil && !w.body.done.Load() {
+		if w.body != nil && w.body.http1 && !w.body.done.Load() {
 			w.Header().Set("Connection", "close")
 		}
 	}
@@ -280,10 +280,14 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // 256 KiB of the unread body after the handler with no deadline at all, so
 // a client sending a few bytes of a promised 1000 held the connection (and
 // its response) forever.
+//
+// Over HTTP/2 the deadline is the stream's, and a handler that returns
+// without reading resets the stream: no connection to close.
 type guardedBody struct {
 	io.ReadCloser
-	rc   *http.ResponseController
-	done atomic.Bool
+	rc    *http.ResponseController
+	http1 bool
+	done  atomic.Bool
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -297,14 +301,14 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 // guardBody puts r's body under the body read timeout; it returns nil
 // when there is no body or no timeout.
 func (f *Frontend) guardBody(rw http.ResponseWriter, r *http.Request) *guardedBody {
-	if f.cfg.BodyReadTimeout <= 0 || r.Body == nil || r.Body == http.NoBody || r.ProtoMajor != 1 {
+	if f.cfg.BodyReadTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	rc := http.NewResponseController(rw)
 	if rc.SetReadDeadline(time.Now().Add(f.cfg.BodyReadTimeout)) != nil {
 		return nil
 	}
-	b := &guardedBody{ReadCloser: r.Body, rc: rc}
+	b := &guardedBody{ReadCloser: r.Body, rc: rc, http1: r.ProtoMajor == 1}
 	r.Body = b
 	return b
 }

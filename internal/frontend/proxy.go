@@ -59,7 +59,9 @@ func (f *Frontend) readBody(rw http.ResponseWriter, r *http.Request) ([]byte, bo
 			tooLarge()
 			return nil, false
 		}
-		rw.Header().Set("Connection", "close")
+		if r.ProtoMajor == 1 {
+			rw.Header().Set("Connection", "close")
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			writeError(rw, http.StatusRequestTimeout, typeInvalidRequest, codeBodyTimeout, "",
 				fmt.Sprintf("request body not received within %v", f.cfg.BodyReadTimeout))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -197,5 +198,40 @@ func TestStalledBodyClosedAtDeadline(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Close {
 			t.Fatalf("request %d: status %d, close %v", i, resp.StatusCode, resp.Close)
 		}
+	}
+}
+
+// Over HTTP/2 (TLS) the body read timeout is the stream's: a stalled body
+// gets 408 at the deadline, and a body that arrives is served.
+func TestStalledBodyHTTP2(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	fl := newFleet(t, fleetOpt{workers: 1, cfg: func(c *Config) { c.BodyReadTimeout = timeout }})
+	srv := httptest.NewUnstartedServer(fl.f.Handler())
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	client := srv.Client()
+	client.Timeout = timeout + 5*time.Second
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(`{"prompt"`)) }() // then silence
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", pr)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("stalled body over HTTP/2: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("%s %d %s, want HTTP/2 408", resp.Proto, resp.StatusCode, b)
+	}
+	resp, err = client.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hi","max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %d %s", resp.Proto, resp.StatusCode, b)
 	}
 }
