@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -386,4 +387,60 @@ func TestLargePromptsQueueForTokenizing(t *testing.T) {
 		t.Fatalf("large prompt with the slot free: %d %s", resp.StatusCode, body)
 	}
 	fl.waitIdle()
+}
+
+// Any body through the whole front door — validation, tokenizing, routing,
+// booking, a real mock worker and back — gets a well-formed answer: 2xx, a
+// 4xx in the router's error shape, never a 5xx; and the booking is freed.
+func FuzzFrontDoorBodies(f *testing.F) {
+	for _, s := range []string{`{"prompt":"hi","max_tokens":9223372036854775807}`, `{"prompt":"hi","max_tokens":2}`,
+		`{"prompt":[1,2,3],"max_tokens":1,"stream":true}`, `{"prompt":["a","b"],"n":2}`, `{"prompt":"x","max_tokens":100000}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3}`, `{"messages":"x"}`, `{"prompt":"<|im_start|>"}`,
+		`{"prompt":"x","stream":true,"stream_options":{"include_usage":true},"max_tokens":3}`, `{"model":5}`, `[`} {
+		f.Add(false, s)
+		f.Add(true, s)
+	}
+	fl := newFleet(f, fleetOpt{workers: 1, cfg: func(c *Config) { c.MaxPromptTokens = 4096 }})
+	f.Fuzz(func(t *testing.T, chat bool, body string) {
+		path := "/v1/completions"
+		if chat {
+			path = "/v1/chat/completions"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fl.front.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := fl.client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // a long generation: the wait per input ran out
+			}
+			t.Fatalf("%s %q: %v", path, body, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if resp.StatusCode >= 500 {
+			t.Fatalf("%s %q: %d %s", path, body, resp.StatusCode, b)
+		}
+		if resp.StatusCode >= 400 {
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Code    *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+				t.Fatalf("%s %q: %d not in the router's error shape: %s", path, body, resp.StatusCode, b)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); fl.activeRequests() != 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %q: %d requests still booked", path, body, fl.activeRequests())
+			}
+		}
+	})
 }
