@@ -263,6 +263,18 @@ type Frontend struct {
 	// BodyReadTimeout bounds reading a client's request body
 	// (--body-read-timeout); 0 is no bound. Default 60 s.
 	BodyReadTimeout time.Duration
+	// MaxOutputTokens caps a request's max_tokens / max_completion_tokens
+	// (--max-output-tokens): a value below 1 or above it gets 400 before
+	// routing. In [1, 2^30]. Default 131072.
+	MaxOutputTokens int
+	// TokenizeConcurrency bounds how many large prompts (64 KiB of text or
+	// more) are tokenized at once (--tokenize-concurrency); 0 means
+	// GOMAXPROCS. Smaller prompts never wait. Default 0.
+	TokenizeConcurrency int
+	// TokenizeQueueTimeout bounds a large prompt's wait for a tokenizing
+	// slot (--tokenize-queue-timeout); then 503 tokenizer_busy with
+	// Retry-After. Default 5 s.
+	TokenizeQueueTimeout time.Duration
 	// WriteTimeout bounds each write to a client, one SSE event or body
 	// chunk (--write-timeout): a client that does not take it in time is
 	// dropped and its upstream request cancelled; 0 is no bound.
@@ -339,8 +351,12 @@ func Default() Config {
 			ReadHeaderTimeout: fc.ReadHeaderTimeout,
 			BodyReadTimeout:   fc.BodyReadTimeout,
 			WriteTimeout:      fc.WriteTimeout,
-			IdleTimeout:       fc.IdleTimeout,
-			MaxHeaderBytes:    fc.MaxHeaderBytes,
+
+			MaxOutputTokens:      fc.MaxOutputTokens,
+			TokenizeConcurrency:  fc.TokenizeConcurrency,
+			TokenizeQueueTimeout: fc.TokenizeQueueTimeout,
+			IdleTimeout:          fc.IdleTimeout,
+			MaxHeaderBytes:       fc.MaxHeaderBytes,
 		},
 	}
 }
@@ -483,6 +499,9 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.StreamIdleTimeout = c.Frontend.StreamIdleTimeout
 	fc.ReadHeaderTimeout = c.Frontend.ReadHeaderTimeout
 	fc.BodyReadTimeout = c.Frontend.BodyReadTimeout
+	fc.MaxOutputTokens = c.Frontend.MaxOutputTokens
+	fc.TokenizeConcurrency = c.Frontend.TokenizeConcurrency
+	fc.TokenizeQueueTimeout = c.Frontend.TokenizeQueueTimeout
 	fc.WriteTimeout = c.Frontend.WriteTimeout
 	fc.IdleTimeout = c.Frontend.IdleTimeout
 	fc.MaxHeaderBytes = c.Frontend.MaxHeaderBytes
