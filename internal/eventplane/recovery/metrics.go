@@ -15,6 +15,7 @@ type Metrics struct {
 	recoveries *prometheus.CounterVec
 	dumpEvents prometheus.Counter
 	malformed  prometheus.Counter
+	frames     prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them on reg (nil: not
@@ -37,9 +38,11 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help: "Stored events replayed from tree dumps."}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_malformed_total",
 			Help: "Event-plane messages that could not be decoded."}),
+		frames: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_frames_refused_total",
+			Help: "ZMQ connections to workers dropped because a frame announced more than the frame size cap."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.received, m.applied, m.duplicates, m.gaps, m.restarts, m.recoveries, m.dumpEvents, m.malformed} {
+		for _, c := range []prometheus.Collector{m.received, m.applied, m.duplicates, m.gaps, m.restarts, m.recoveries, m.dumpEvents, m.malformed, m.frames} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -61,6 +64,13 @@ func (m *Metrics) Received(transport string) prometheus.Counter {
 func (m *Metrics) Malformed() {
 	if m != nil {
 		m.malformed.Inc()
+	}
+}
+
+// FrameRefused counts one connection dropped for an oversized frame.
+func (m *Metrics) FrameRefused() {
+	if m != nil {
+		m.frames.Inc()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
@@ -23,6 +24,11 @@ type ConsumerConfig struct {
 	Recovery recovery.Config
 	// DialRetry is the wait between dial attempts. Default 250 ms.
 	DialRetry time.Duration
+	// MaxFrameBytes caps the size a worker may announce for one ZMTP frame,
+	// on the SUB and the query connections; a larger announcement drops the
+	// connection before anything is allocated for it. 0 means
+	// zmtpguard.DefaultMaxFrameBytes (64 MiB).
+	MaxFrameBytes int
 }
 
 // DefaultConsumerConfig returns the defaults documented on the fields.
@@ -39,6 +45,7 @@ type Consumer struct {
 	recv    prometheus.Counter
 	log     *slog.Logger
 	q       *querier
+	guard   zmtpguard.Options
 
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*sub
@@ -57,6 +64,9 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 	if cfg.DialRetry <= 0 {
 		return nil, errors.New("zmqevents: dial retry must be positive")
 	}
+	if cfg.MaxFrameBytes < 0 {
+		return nil, fmt.Errorf("zmqevents: max frame bytes %d is negative", cfg.MaxFrameBytes)
+	}
 	cfg.Recovery.AcceptUnknown = false
 	if log == nil {
 		log = slog.Default()
@@ -65,12 +75,15 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 	if err != nil {
 		return nil, err
 	}
-	q := &querier{endpoints: map[kvevent.WorkerID]string{}, retry: cfg.DialRetry}
+	guard := zmtpguard.Options{MaxFrameBytes: uint64(cfg.MaxFrameBytes),
+		Refused: zmtpguard.LogRefusals(log, "event plane consumer", m.FrameRefused)}
+	q := &querier{endpoints: map[kvevent.WorkerID]string{}, retry: cfg.DialRetry, guard: guard}
 	t, err := recovery.NewTracker(cfg.Recovery, q, a, onState, m, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, tracker: t, m: m, recv: m.Received("zmq"), log: log, q: q, workers: map[kvevent.WorkerID]*sub{}}, nil
+	return &Consumer{cfg: cfg, tracker: t, m: m, recv: m.Received("zmq"), log: log, q: q, guard: guard,
+		workers: map[kvevent.WorkerID]*sub{}}, nil
 }
 
 // Notify folds a directory notification in: Added dials the worker's
@@ -103,14 +116,14 @@ func (c *Consumer) start(rec fleet.WorkerRecord) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := zmq4.NewSub(ctx, zmq4.WithDialerRetry(c.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
+	s := zmq4.NewSub(zmtpguard.WithOptions(ctx, c.guard), zmq4.WithDialerRetry(c.cfg.DialRetry),
+		zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
 	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
 		cancel()
 		_ = s.Close()
 		return err
 	}
-	if err := s.Dial(rec.Events.Endpoint); err != nil {
+	if err := s.Dial(zmtpguard.Endpoint(rec.Events.Endpoint)); err != nil {
 		cancel()
 		_ = s.Close()
 		return fmt.Errorf("dialling %s: %w", rec.Events.Endpoint, err)
@@ -196,6 +209,7 @@ type querier struct {
 	mu        sync.Mutex
 	endpoints map[kvevent.WorkerID]string
 	retry     time.Duration
+	guard     zmtpguard.Options
 }
 
 func (q *querier) set(id kvevent.WorkerID, ep string) {
@@ -212,9 +226,10 @@ func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 	if ep == "" {
 		return recovery.Reply{}, fmt.Errorf("query %v: worker has no recovery endpoint", req)
 	}
-	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	d := zmq4.NewDealer(zmtpguard.WithOptions(ctx, q.guard), zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithLogger(zmqLogger))
 	defer d.Close()
-	if err := d.Dial(ep); err != nil {
+	if err := d.Dial(zmtpguard.Endpoint(ep)); err != nil {
 		return recovery.Reply{}, fmt.Errorf("query %v: dialling %s: %w", req, ep, err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom(recovery.EncodeRequest(req))); err != nil {

@@ -1,0 +1,147 @@
+package vllmzmq
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
+)
+
+// hostPort strips the scheme of a tcp:// endpoint.
+func hostPort(ep string) string { return strings.TrimPrefix(ep, "tcp://") }
+
+// noBombAllocation fails t if more than half the bomb's announced size was
+// allocated since before: zmq4 unguarded allocates the whole claim.
+func noBombAllocation(t *testing.T, before uint64) {
+	t.Helper()
+	if grown := zmtptest.Allocated() - before; grown > zmtptest.BombSize/2 {
+		t.Fatalf("%d MiB allocated while the bomb (announcing %d MiB) was played", grown>>20, zmtptest.BombSize>>20)
+	}
+}
+
+// TestPublisherSurvivesFrameBomb replays the probe of a mock worker's ports
+// (issue 21): a peer connects to the bound PUB and to the replay ROUTER,
+// sends the greeting and a command header announcing 1 GiB. Unguarded,
+// zmq4 allocated the claim (with 06 00 00 01 …, 1 TiB: out of memory) and
+// waited for the body. Now both connections are dropped at the header,
+// and an honest subscriber still gets live batches and replays.
+func TestPublisherSurvivesFrameBomb(t *testing.T) {
+	f := start(t, newPublisher(t, loopback()), true)
+	before := zmtptest.Allocated()
+	zmtptest.BombDial(t, hostPort(f.pub.Endpoint()), zmtptest.BombSize)
+	zmtptest.BombDial(t, hostPort(f.pub.ReplayEndpoint()), zmtptest.BombSize)
+	noBombAllocation(t, before)
+
+	f.publish(t, 0, FaultNone)
+	f.publish(t, 1, FaultDropLive) // only replay can deliver it
+	f.publish(t, 2, FaultNone)
+	f.waitSeq(t, 2)
+	_, evs, _ := f.rec.snapshot()
+	if len(evs) != 3 || evs[1].Blocks[0].EngineHash != storedEvent(1).Blocks[0].EngineHash {
+		t.Fatalf("honest subscriber got %d events %v, want batches 0–2 (1 by replay)", len(evs), evs)
+	}
+	if n := f.counter(t, "kvrouter_vllm_events_replays_total", "result", "ok"); n < 2 {
+		t.Fatalf("%v successful replays, want the initial one and the gap's", n)
+	}
+}
+
+// TestSubscriberSurvivesHostilePublisher: the router's SUB dials a
+// "publisher" that answers the handshake with the bomb. The connection is
+// dropped and counted, the subscriber keeps retrying, and once a real
+// publisher takes the port over, its batches flow.
+func TestSubscriberSurvivesHostilePublisher(t *testing.T) {
+	hostile := zmtptest.NewListener(t, zmtptest.BombSize)
+	ep := hostile.Endpoint()
+	f := &fixture{rec: &recorder{}}
+	m, reg := newMetrics(t)
+	f.reg = reg
+	cfg := DefaultSubscriberConfig()
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize, cfg.Metrics = worker, ep, testTopic, 4, m
+	cfg.DialRetry, cfg.Logger = 20*time.Millisecond, quiet
+	sub, err := NewSubscriber(cfg, f.rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sub = sub
+	before := zmtptest.Allocated()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	var p *Publisher
+	defer func() {
+		// Subscriber first, publisher after (see start).
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if p != nil {
+			_ = p.Close()
+		}
+	}()
+	for i := range 2 { // the first handshake, and a retry
+		select {
+		case <-hostile.Dropped:
+		case <-hostile.Late:
+			t.Fatalf("connection %d: the subscriber kept a bombed connection open", i)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("connection %d: the subscriber did not dial", i)
+		}
+	}
+	noBombAllocation(t, before)
+	eventually(t, "refusals counted", func() bool {
+		return f.counter(t, "kvrouter_vllm_events_frames_refused_total", "worker", "42") >= 2
+	})
+
+	_ = hostile.Close()
+	pc := DefaultPublisherConfig()
+	pc.Endpoint, pc.Topic = ep, testTopic
+	p = newPublisher(t, pc)
+	i := 0
+	eventually(t, "a batch from the real publisher", func() bool {
+		f.pub = p
+		f.publish(t, i, FaultNone)
+		i++
+		return sub.Status().HasSeq
+	})
+	if st := sub.Status(); st.State != StateExact {
+		t.Fatalf("state %v (%s), want EXACT", st.State, st.Reason)
+	}
+}
+
+// TestReplaySurvivesHostileRouter: the replay DEALER dials a "ROUTER" that
+// answers with the bomb; Replay fails quickly with the connection dropped.
+func TestReplaySurvivesHostileRouter(t *testing.T) {
+	hostile := zmtptest.NewListener(t, zmtptest.BombSize)
+	defer hostile.Close()
+	before := zmtptest.Allocated()
+	r := &dealerReplayer{endpoint: hostile.Endpoint(), retry: 20 * time.Millisecond, timeout: 5 * time.Second, log: quiet}
+	err := r.Replay(context.Background(), 0, func(uint64, []byte) bool {
+		t.Error("fn called by a hostile peer")
+		return true
+	})
+	if err == nil {
+		t.Fatal("Replay against a bombing peer returned no error")
+	}
+	select {
+	case <-hostile.Dropped:
+	case <-hostile.Late:
+		t.Fatal("the replay connection was kept open after the bomb")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the hostile listener saw no connection")
+	}
+	noBombAllocation(t, before)
+}
+
+func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}

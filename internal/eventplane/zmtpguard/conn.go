@@ -1,0 +1,148 @@
+package zmtpguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// Options configure the guard of one socket's connections.
+type Options struct {
+	// MaxFrameBytes caps one frame's announced size; 0 means
+	// DefaultMaxFrameBytes.
+	MaxFrameBytes uint64
+	// Refused, when not nil, is called once per connection closed for a
+	// frame over the cap, with the peer's address and the error. It is
+	// called from zmq4's goroutines and must return quickly.
+	Refused func(remote net.Addr, err error)
+}
+
+type optionsKey struct{}
+
+// WithOptions returns a context that makes the guarded transports apply o
+// to every connection of a zmq4 socket created with it.
+func WithOptions(ctx context.Context, o Options) context.Context {
+	return context.WithValue(ctx, optionsKey{}, o)
+}
+
+func optionsOf(ctx context.Context) Options {
+	o, _ := ctx.Value(optionsKey{}).(Options)
+	if o.MaxFrameBytes == 0 {
+		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	return o
+}
+
+// Guarded transport names registered with zmq4.
+const (
+	TCP = "zmtpguard+tcp"
+	IPC = "zmtpguard+ipc"
+)
+
+func init() {
+	for name, network := range map[string]string{TCP: "tcp", IPC: "unix"} {
+		if err := zmq4.RegisterTransport(name, guarded{inner: transport.New(network)}); err != nil {
+			panic(fmt.Sprintf("zmtpguard: registering %s: %v", name, err))
+		}
+	}
+}
+
+// Endpoint returns ep on the guarded transport: "tcp://h:p" becomes
+// "zmtpguard+tcp://h:p", "ipc://…" likewise; other endpoints (inproc,
+// already guarded, malformed) are returned unchanged.
+func Endpoint(ep string) string {
+	for _, plain := range []string{"tcp", "ipc"} {
+		if strings.HasPrefix(ep, plain+"://") {
+			return "zmtpguard+" + ep
+		}
+	}
+	return ep
+}
+
+var _ transport.Transport = guarded{}
+
+// guarded is a zmq4 transport whose connections are wrapped in Conn.
+type guarded struct {
+	inner transport.Transport
+}
+
+// Dial implements transport.Transport.
+func (g guarded) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	c, err := g.inner.Dial(ctx, d, addr)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c, optionsOf(ctx)), nil
+}
+
+// Listen implements transport.Transport.
+func (g guarded) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	l, err := g.inner.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &listener{Listener: l, o: optionsOf(ctx)}, nil
+}
+
+// Addr implements transport.Transport.
+func (g guarded) Addr(ep string) (string, error) { return g.inner.Addr(ep) }
+
+// listener wraps every accepted connection.
+type listener struct {
+	net.Listener
+	o Options
+}
+
+// Accept implements net.Listener.
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c, l.o), nil
+}
+
+// Conn is a net.Conn whose reads are checked frame by frame: once a frame
+// header announces more than the cap, the connection is closed and Read
+// returns the wrapped ErrFrameTooLarge, without passing on the header.
+type Conn struct {
+	net.Conn
+	o    Options
+	mu   sync.Mutex // serialises Read (zmq4 reads from one goroutine at a time)
+	p    Parser
+	once sync.Once
+}
+
+// NewConn guards c, which must be at the start of a ZMTP stream (before
+// the peer's greeting).
+func NewConn(c net.Conn, o Options) *Conn {
+	if o.MaxFrameBytes == 0 {
+		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	return &Conn{Conn: c, o: o, p: NewParser(o.MaxFrameBytes)}
+}
+
+// Read implements net.Conn.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.p.Feed(nil); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	if perr := c.p.Feed(b[:n]); perr != nil {
+		c.once.Do(func() {
+			_ = c.Conn.Close()
+			if c.o.Refused != nil {
+				c.o.Refused(c.Conn.RemoteAddr(), perr)
+			}
+		})
+		return 0, perr
+	}
+	return n, err
+}
