@@ -35,6 +35,10 @@ func TestPublisherSurvivesFrameBomb(t *testing.T) {
 	zmtptest.BombDial(t, hostPort(f.pub.Endpoint()), zmtptest.BombSize)
 	zmtptest.BombDial(t, hostPort(f.pub.ReplayEndpoint()), zmtptest.BombSize)
 	noBombAllocation(t, before)
+	// Peers only send subscriptions and replay requests here: the default
+	// cap is 64 KiB, so even a modest claim is refused.
+	zmtptest.BombDial(t, hostPort(f.pub.Endpoint()), 100<<10)
+	zmtptest.BombDial(t, hostPort(f.pub.ReplayEndpoint()), 100<<10)
 
 	f.publish(t, 0, FaultNone)
 	f.publish(t, 1, FaultDropLive) // only replay can deliver it

@@ -40,9 +40,10 @@ type PublisherConfig struct {
 	// DPRank is written into batches whose DPRank is nil, as vLLM does.
 	DPRank int64
 	// MaxFrameBytes caps the size a subscriber or replay client may
-	// announce for one ZMTP frame; a larger announcement drops its
-	// connection before anything is allocated for it. 0 means
-	// zmtpguard.DefaultMaxFrameBytes (64 MiB).
+	// announce for one ZMTP frame (they send only subscriptions and
+	// replay requests); a larger announcement drops its connection before
+	// anything is allocated for it. 0 means
+	// zmtpguard.DefaultMaxRequestBytes (64 KiB).
 	MaxFrameBytes int
 	// Logger receives replay errors; nil means slog.Default().
 	Logger *slog.Logger
@@ -131,7 +132,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
-	guard := zmtpguard.Options{MaxFrameBytes: uint64(cfg.MaxFrameBytes),
+	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "KV event publisher "+cfg.Endpoint, nil)}
 	sctx := zmtpguard.WithOptions(ctx, guard)
 	p.pub = zmq4.NewPub(sctx, zmq4.WithLogger(zmqLogger))

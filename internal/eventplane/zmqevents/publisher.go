@@ -43,9 +43,9 @@ type PublisherConfig struct {
 	// Logger receives errors; nil means slog.Default().
 	Logger *slog.Logger
 	// MaxFrameBytes caps the size a subscriber or asker may announce for
-	// one ZMTP frame; a larger announcement drops its connection before
-	// anything is allocated for it. 0 means zmtpguard.DefaultMaxFrameBytes
-	// (64 MiB).
+	// one ZMTP frame (they send only subscriptions and recovery requests);
+	// a larger announcement drops its connection before anything is
+	// allocated for it. 0 means zmtpguard.DefaultMaxRequestBytes (64 KiB).
 	MaxFrameBytes int
 }
 
@@ -83,7 +83,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger, id: recovery.NewPublisherID(), ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), recs: map[kvevent.Worker]localindex.Recovery{}}
-	sctx := zmtpguard.WithOptions(ctx, zmtpguard.Options{MaxFrameBytes: uint64(cfg.MaxFrameBytes),
+	sctx := zmtpguard.WithOptions(ctx, zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)})
 	p.pub = zmq4.NewPub(sctx, zmq4.WithLogger(zmqLogger))
 	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {

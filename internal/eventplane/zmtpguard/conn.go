@@ -146,3 +146,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Cap turns a configured size (0 for the default) into an Options cap:
+// n when positive, def otherwise.
+func Cap(n int, def uint64) uint64 {
+	if n <= 0 {
+		return def
+	}
+	return uint64(n)
+}

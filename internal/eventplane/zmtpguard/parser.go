@@ -16,6 +16,13 @@ var ErrFrameTooLarge = errors.New("zmtp frame larger than the cap")
 // hurt a router.
 const DefaultMaxFrameBytes = 64 << 20
 
+// DefaultMaxRequestBytes is the default cap for sockets that only ever
+// receive subscriptions and small requests (a publisher's PUB, a replay or
+// recovery ROUTER): zmq4 queues what such a socket reads (ten messages
+// per socket, one more per blocked connection) whether or not anyone
+// reads them, so a stranger's frames there must stay small.
+const DefaultMaxRequestBytes = 64 << 10
+
 // GreetingLen is the length of a ZMTP 3.x greeting.
 const GreetingLen = 64
 
