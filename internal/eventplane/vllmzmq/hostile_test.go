@@ -2,10 +2,14 @@ package vllmzmq
 
 import (
 	"context"
+	"net"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
@@ -34,11 +38,14 @@ func TestPublisherSurvivesFrameBomb(t *testing.T) {
 	before := zmtptest.Allocated()
 	zmtptest.BombDial(t, hostPort(f.pub.Endpoint()), zmtptest.BombSize)
 	zmtptest.BombDial(t, hostPort(f.pub.ReplayEndpoint()), zmtptest.BombSize)
-	noBombAllocation(t, before)
 	// Peers only send subscriptions and replay requests here: the default
 	// cap is 64 KiB, so even a modest claim is refused.
 	zmtptest.BombDial(t, hostPort(f.pub.Endpoint()), 100<<10)
 	zmtptest.BombDial(t, hostPort(f.pub.ReplayEndpoint()), 100<<10)
+	// And after a complete handshake, as a subscriber or a replay client.
+	zmtptest.SendDial(t, hostPort(f.pub.Endpoint()), zmtptest.HandshakeBomb("SUB", zmtptest.BombSize))
+	zmtptest.SendDial(t, hostPort(f.pub.ReplayEndpoint()), zmtptest.HandshakeBomb("DEALER", zmtptest.BombSize))
+	noBombAllocation(t, before)
 
 	f.publish(t, 0, FaultNone)
 	f.publish(t, 1, FaultDropLive) // only replay can deliver it
@@ -148,4 +155,117 @@ func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	return m, reg
+}
+
+// TestSubscriberFrameCapIsConfigurable: with MaxFrameBytes 4096, a batch
+// of 8 KiB drops the SUB connection (counted) instead of being read; the
+// socket reconnects and later batches flow again.
+func TestSubscriberFrameCapIsConfigurable(t *testing.T) {
+	p := newPublisher(t, loopback())
+	m, reg := newMetrics(t)
+	rec := &recorder{}
+	cfg := DefaultSubscriberConfig()
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize, cfg.Metrics = worker, p.Endpoint(), testTopic, 4, m
+	cfg.DialRetry, cfg.Logger, cfg.MaxFrameBytes = 20*time.Millisecond, quiet, 4096
+	sub, err := NewSubscriber(cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		_ = p.Close()
+	}()
+	f := &fixture{pub: p, rec: rec, sub: sub, reg: reg}
+	i := 0
+	eventually(t, "a first batch", func() bool {
+		f.publish(t, i, FaultNone)
+		i++
+		return sub.Status().HasSeq
+	})
+	big, err := p.PublishPayload(make([]byte, 8<<10), FaultNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the oversized batch refused", func() bool {
+		return f.counter(t, "kvrouter_vllm_events_frames_refused_total") >= 1
+	})
+	eventually(t, "batches after the oversized one", func() bool {
+		f.publish(t, i, FaultNone)
+		i++
+		st := sub.Status()
+		return st.HasSeq && st.LastSeq > big
+	})
+}
+
+// TestHandBuiltHandshakeIsAccepted checks the hostile peer's handshake
+// (zmtptest.Ready): a publisher takes it for a real subscriber, whose
+// subscription it then records, so the post-handshake bombs above do get
+// past the handshake.
+func TestHandBuiltHandshakeIsAccepted(t *testing.T) {
+	p := newPublisher(t, loopback())
+	defer p.Close()
+	c, err := net.Dial("tcp", hostPort(p.Endpoint()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hello := append(zmtptest.Greeting(), zmtptest.Ready("SUB")...)
+	hello = append(hello, 0, byte(1+len("hand-built")), 1)
+	if _, err := c.Write(append(hello, "hand-built"...)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the hand-built subscription", func() bool {
+		return slices.Contains(p.pub.(zmq4.Topics).Topics(), "hand-built")
+	})
+}
+
+// TestSubscriberSurvivesClosingPeer: a peer that accepts every connection
+// and closes it at once. zmq4's automatic reconnect dialled again from
+// inside the failed handshake's error path, with no pause: thousands of
+// connections a second and a stack that grew until the process died
+// ("goroutine stack exceeds 1000000000-byte limit"). The subscriber now
+// redials itself, with a growing pause.
+func TestSubscriberSurvivesClosingPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	cfg := DefaultSubscriberConfig()
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+ln.Addr().String(), testTopic, 4
+	cfg.DialRetry, cfg.Logger = 20*time.Millisecond, quiet
+	sub, err := NewSubscriber(cfg, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	// 20 ms doubling: connections at about 0, 20, 60, 140, 300, 620 ms.
+	eventually(t, "five connections", func() bool { return accepted.Load() >= 5 })
+	time.Sleep(time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := accepted.Load(); n > 12 {
+		t.Fatalf("%d connections in about 1.5 s: the subscriber redials without pause", n)
+	}
 }

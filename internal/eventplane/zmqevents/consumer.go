@@ -54,7 +54,6 @@ type Consumer struct {
 
 type sub struct {
 	cancel context.CancelFunc
-	sock   zmq4.Socket
 	done   chan struct{}
 }
 
@@ -116,44 +115,97 @@ func (c *Consumer) start(rec fleet.WorkerRecord) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := zmq4.NewSub(zmtpguard.WithOptions(ctx, c.guard), zmq4.WithDialerRetry(c.cfg.DialRetry),
-		zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
-	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
+	s, err := c.dial(ctx, rec.Events.Endpoint)
+	if err != nil {
 		cancel()
-		_ = s.Close()
 		return err
 	}
-	if err := s.Dial(zmtpguard.Endpoint(rec.Events.Endpoint)); err != nil {
-		cancel()
-		_ = s.Close()
-		return fmt.Errorf("dialling %s: %w", rec.Events.Endpoint, err)
-	}
 	c.q.set(rec.ID, rec.Events.Replay)
-	w := &sub{cancel: cancel, sock: s, done: make(chan struct{})}
+	w := &sub{cancel: cancel, done: make(chan struct{})}
 	c.workers[rec.ID] = w
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer close(w.done)
-		c.read(ctx, rec.ID, s)
+		c.read(ctx, rec.ID, rec.Events.Endpoint, s)
 	}()
 	return nil
 }
 
-func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, s zmq4.Socket) {
+// dial opens a SUB socket on ep. The socket does not reconnect by itself
+// (read redials with a new one): zmq4 v0.17.0's automatic reconnect dials
+// again from inside the failed connection's error path, so a worker
+// endpoint that keeps failing the handshake made it recurse until the
+// stack overflowed, a fatal error.
+func (c *Consumer) dial(ctx context.Context, ep string) (zmq4.Socket, error) {
+	s := zmq4.NewSub(zmtpguard.WithOptions(ctx, c.guard), zmq4.WithDialerRetry(c.cfg.DialRetry),
+		zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	if err := s.Dial(zmtpguard.Endpoint(ep)); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("dialling %s: %w", ep, err)
+	}
+	return s, nil
+}
+
+// maxRedialWait caps the pause between connections to a worker that
+// failed one after the other.
+const maxRedialWait = 5 * time.Second
+
+// read applies worker id's events from s until ctx ends; when the
+// connection drops it redials ep with a new socket, after DialRetry,
+// doubling up to maxRedialWait while connections fail before delivering
+// anything.
+func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s zmq4.Socket) {
+	defer func() {
+		if s != nil {
+			_ = s.Close()
+		}
+	}()
+	wait := c.cfg.DialRetry
 	for {
 		m, err := s.Recv()
+		if ctx.Err() != nil {
+			return
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(c.cfg.DialRetry):
+			_ = s.Close()
+			s = nil
+			for s == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, max(c.cfg.DialRetry, maxRedialWait))
+				// Dial aside: a peer that accepted the connection and never
+				// answers would hold it (zmq4 reads the greeting without a
+				// deadline), and stop waits for this goroutine.
+				dialed := make(chan zmq4.Socket, 1)
+				go func() {
+					ns, err := c.dial(ctx, ep)
+					if err != nil {
+						c.log.Debug("event plane: redial failed", "worker_id", uint64(id), "err", err)
+					}
+					dialed <- ns
+				}()
+				select {
+				case s = <-dialed:
+				case <-ctx.Done():
+					go func() {
+						if ns := <-dialed; ns != nil {
+							_ = ns.Close()
+						}
+					}()
+					return
+				}
 			}
 			continue
 		}
+		wait = c.cfg.DialRetry
 		if len(m.Frames) < 2 {
 			c.m.Malformed()
 			continue
@@ -180,7 +232,6 @@ func (c *Consumer) stop(id kvevent.WorkerID) {
 	c.mu.Unlock()
 	if w != nil {
 		w.cancel()
-		_ = w.sock.Close()
 		<-w.done
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,4 +103,75 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// A worker's port taken over by a peer that accepts and closes every
+// connection: the consumer redials with a growing pause (zmq4's automatic
+// reconnect used to redial from inside the failed handshake, thousands of
+// times a second, until the stack overflowed), and follows the worker
+// again once a real publisher is back on the port.
+func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newPub := func(ep, qep string) *zmqevents.Publisher {
+		p, err := zmqevents.NewPublisher(zmqevents.PublisherConfig{Endpoint: ep, QueryEndpoint: qep, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := newPub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+	ep, qep := p.Endpoint(), p.QueryEndpoint()
+	w := kvevent.Worker{ID: 9}
+	x := localindex.New(w, 32)
+	_ = p.Serve(w, x)
+	v := &view{}
+	cfg := zmqevents.DefaultConsumerConfig()
+	cfg.DialRetry, cfg.Recovery.RetryWait = 20*time.Millisecond, 20*time.Millisecond
+	c, err := zmqevents.NewConsumer(cfg, v, nil, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
+		ID: w.ID, Name: "w", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsZMQ, Endpoint: ep, Replay: qep}}}})
+	defer func() { _ = c.Close(); _ = p.Close() }()
+	stored := func(h uint64) []kvevent.Event {
+		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
+	}
+	h := uint64(0)
+	waitFor(t, 5*time.Second, func() bool {
+		h++
+		_ = p.Publish(stored(h))
+		return maps.Equal(v.Get(w), truth(x))
+	}, "the worker followed")
+
+	_ = p.Close()
+	ln, err := net.Listen("tcp", strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		t.Skipf("port of the closed publisher not free again: %v", err)
+	}
+	var accepted atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	waitFor(t, 5*time.Second, func() bool { return accepted.Load() >= 4 }, "redials to the hostile peer")
+	time.Sleep(time.Second)
+	if n := accepted.Load(); n > 12 {
+		t.Fatalf("%d connections in about 1.5 s: the consumer redials without pause", n)
+	}
+	_ = ln.Close()
+
+	p = newPub(ep, qep)
+	_ = p.Serve(w, x)
+	waitFor(t, 15*time.Second, func() bool {
+		h++
+		_ = p.Publish(stored(h))
+		return maps.Equal(v.Get(w), truth(x))
+	}, "the worker followed again")
 }

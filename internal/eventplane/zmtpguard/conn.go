@@ -132,7 +132,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.p.Feed(nil); err != nil {
-		return 0, err
+		return 0, refusedError{err}
 	}
 	n, err := c.Conn.Read(b)
 	if perr := c.p.Feed(b[:n]); perr != nil {
@@ -142,10 +142,22 @@ func (c *Conn) Read(b []byte) (int, error) {
 				c.o.Refused(c.Conn.RemoteAddr(), perr)
 			}
 		})
-		return 0, perr
+		return 0, refusedError{perr}
 	}
 	return n, err
 }
+
+// refusedError is a net.Error that is not a timeout: zmq4 takes only such
+// errors (and EOF) for a closed connection, which it then drops and, on a
+// socket that reconnects, dials again.
+type refusedError struct{ err error }
+
+var _ net.Error = refusedError{}
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() error   { return e.err }
+func (e refusedError) Timeout() bool   { return false }
+func (e refusedError) Temporary() bool { return false }
 
 // Cap turns a configured size (0 for the default) into an Options cap:
 // n when positive, def otherwise.

@@ -36,6 +36,25 @@ func Bomb(size uint64) []byte {
 	return append(Greeting(), LongHeader(0x04, size)...)
 }
 
+// Ready returns a NULL-mechanism READY command frame announcing a socket
+// of type socketType ("SUB", "DEALER", …).
+func Ready(socketType string) []byte {
+	body := append([]byte{5}, "READY"...)
+	body = append(body, byte(len("Socket-Type")))
+	body = append(body, "Socket-Type"...)
+	body = binary.BigEndian.AppendUint32(body, uint32(len(socketType)))
+	body = append(body, socketType...)
+	return append([]byte{0x04, byte(len(body))}, body...)
+}
+
+// HandshakeBomb is a full handshake as socketType (greeting and READY)
+// followed by a message frame header announcing size bytes: the bomb after
+// the connection was accepted.
+func HandshakeBomb(socketType string, size uint64) []byte {
+	b := append(Greeting(), Ready(socketType)...)
+	return append(b, LongHeader(0, size)...)
+}
+
 // BombSize is what the regression tests announce: large enough that an
 // allocation by the claim shows in runtime.MemStats, small enough not to
 // crash the test process when the guard is missing.
@@ -65,12 +84,19 @@ func WaitDropped(t testing.TB, c net.Conn, d time.Duration) {
 // and waits until the socket drops the connection.
 func BombDial(t testing.TB, addr string, size uint64) {
 	t.Helper()
+	SendDial(t, addr, Bomb(size))
+}
+
+// SendDial connects to a bound socket at addr (host:port), sends b and
+// waits until the socket drops the connection.
+func SendDial(t testing.TB, addr string, b []byte) {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dialling %s: %v", addr, err)
 	}
 	defer c.Close()
-	if _, err := c.Write(Bomb(size)); err != nil {
+	if _, err := c.Write(b); err != nil {
 		t.Fatalf("sending the bomb: %v", err)
 	}
 	WaitDropped(t, c, 10*time.Second)
