@@ -1,6 +1,7 @@
 package vllmzmq
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"slices"
@@ -267,5 +268,31 @@ func TestSubscriberSurvivesClosingPeer(t *testing.T) {
 	}
 	if n := accepted.Load(); n > 12 {
 		t.Fatalf("%d connections in about 1.5 s: the subscriber redials without pause", n)
+	}
+}
+
+// TestPublisherBoundsWhatASubscriberSends: zmq4 keeps every topic a
+// subscriber sends for as long as its connection lives, so a stranger
+// sending subscriptions of 60 KiB each (under the frame cap) would grow
+// the publisher by what it sends. The PUB drops a connection past 1 MiB.
+func TestPublisherBoundsWhatASubscriberSends(t *testing.T) {
+	p := newPublisher(t, loopback())
+	defer p.Close()
+	c, err := net.Dial("tcp", hostPort(p.Endpoint()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stream := append(zmtptest.Greeting(), zmtptest.Ready("SUB")...)
+	for i := range 40 { // 2.4 MiB of distinct topics
+		topic := bytes.Repeat([]byte{byte('a' + i%26)}, 60<<10)
+		topic[0] = byte(i)
+		stream = append(stream, zmtptest.LongHeader(0, uint64(1+len(topic)))...)
+		stream = append(append(stream, 1), topic...)
+	}
+	go func() { _, _ = c.Write(stream) }() // fails once the PUB drops us
+	zmtptest.WaitDropped(t, c, 10*time.Second)
+	if n := len(p.pub.(zmq4.Topics).Topics()); n > 20 {
+		t.Fatalf("the publisher kept %d topics of 60 KiB from one connection", n)
 	}
 }

@@ -135,7 +135,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "KV event publisher "+cfg.Endpoint, nil)}
 	sctx := zmtpguard.WithOptions(ctx, guard)
-	p.pub = zmq4.NewPub(sctx, zmq4.WithLogger(zmqLogger))
+	pubGuard := guard
+	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
+	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
 	if cfg.HWM > 0 {
 		_ = p.pub.SetOption(zmq4.OptionHWM, cfg.HWM)
 	}

@@ -83,9 +83,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger, id: recovery.NewPublisherID(), ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), recs: map[kvevent.Worker]localindex.Recovery{}}
-	sctx := zmtpguard.WithOptions(ctx, zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
-		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)})
-	p.pub = zmq4.NewPub(sctx, zmq4.WithLogger(zmqLogger))
+	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
+		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)}
+	sctx := zmtpguard.WithOptions(ctx, guard)
+	pubGuard := guard
+	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
+	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
 	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()

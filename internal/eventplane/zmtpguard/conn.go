@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -16,6 +17,12 @@ type Options struct {
 	// MaxFrameBytes caps one frame's announced size; 0 means
 	// DefaultMaxFrameBytes.
 	MaxFrameBytes uint64
+	// MaxConnBytes, when positive, caps everything one connection may
+	// send over its life (greeting and handshake included); past it the
+	// connection is closed with ErrTooMuchInput. For a PUB socket, whose
+	// peers only ever send a few subscriptions that zmq4 keeps (one map
+	// entry per topic) for as long as the connection lives.
+	MaxConnBytes uint64
 	// Refused, when not nil, is called once per connection closed for a
 	// frame over the cap, with the peer's address and the error. It is
 	// called from zmq4's goroutines and must return quickly.
@@ -112,10 +119,12 @@ func (l *listener) Accept() (net.Conn, error) {
 // returns the wrapped ErrFrameTooLarge, without passing on the header.
 type Conn struct {
 	net.Conn
-	o    Options
-	mu   sync.Mutex // serialises Read (zmq4 reads from one goroutine at a time)
-	p    Parser
-	once sync.Once
+	o     Options
+	mu    sync.Mutex // serialises Read (zmq4 reads from one goroutine at a time)
+	p     Parser
+	total uint64 // bytes read so far
+	err   error  // the refusal, once refused
+	once  sync.Once
 }
 
 // NewConn guards c, which must be at the start of a ZMTP stream (before
@@ -131,11 +140,17 @@ func NewConn(c net.Conn, o Options) *Conn {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.p.Feed(nil); err != nil {
-		return 0, refusedError{err}
+	if c.err != nil {
+		return 0, refusedError{c.err}
 	}
 	n, err := c.Conn.Read(b)
-	if perr := c.p.Feed(b[:n]); perr != nil {
+	c.total += uint64(n)
+	perr := c.p.Feed(b[:n])
+	if perr == nil && c.o.MaxConnBytes > 0 && c.total > c.o.MaxConnBytes {
+		perr = fmt.Errorf("%w: %d bytes, cap %d", ErrTooMuchInput, c.total, c.o.MaxConnBytes)
+	}
+	if perr != nil {
+		c.err = perr
 		c.once.Do(func() {
 			_ = c.Conn.Close()
 			if c.o.Refused != nil {
@@ -146,6 +161,15 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ErrTooMuchInput is returned (wrapped) when a connection sent more than
+// Options.MaxConnBytes; the connection is closed.
+var ErrTooMuchInput = errors.New("zmtp peer sent more than the connection cap")
+
+// DefaultMaxSubscriberBytes is the MaxConnBytes of publishers' PUB
+// sockets: room for thousands of subscriptions, and a bound on what a
+// stranger can make zmq4 keep per connection.
+const DefaultMaxSubscriberBytes = 1 << 20
 
 // refusedError is a net.Error that is not a timeout: zmq4 takes only such
 // errors (and EOF) for a closed connection, which it then drops and, on a
