@@ -131,8 +131,8 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Notify(discovery.Notification{Kind: discovery.Added, Worker: discovery.Worker{Record: discovery.WorkerRecord{
-		ID: w.ID, Name: "w", DPSize: 1, Events: discovery.EventSource{Kind: discovery.EventsZMQ, Endpoint: ep, Replay: qep}}}})
+	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsZMQ, Endpoint: ep, Replay: qep}}}})
 	defer func() { _ = c.Close(); _ = p.Close() }()
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
