@@ -55,12 +55,8 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 	if reqs, prefill := loadSum(a.r); reqs != 1 || prefill >= 4096 {
 		t.Fatalf("a books %d requests (%d prefill tokens), want only b's", reqs, prefill)
 	}
-	a.s.core.apply.Lock()
-	_, stream := a.s.core.streams[666]
-	_, remote := a.s.core.remote[666]
-	a.s.core.apply.Unlock()
-	if stream || remote {
-		t.Fatalf("state kept for the made-up router id (stream %v, bookings %v)", stream, remote)
+	if a.s.Core().Holds(666) {
+		t.Fatal("state kept for the made-up router id")
 	}
 
 	// b's membership ends: what it booked on a is freed.
@@ -75,7 +71,8 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 // events and snapshot are applied.
 func TestCoreRefusesUnannouncedRouters(t *testing.T) {
 	clk := &clock{now: t0}
-	c := NewCore(newTestRouter(t, 1, 2, clk.Now), CoreConfig{}, nil)
+	r := newTestRouter(t, 1, 2, clk.Now)
+	c := NewCore(r, CoreConfig{}, nil)
 	add := func(id string, seq uint64) Event {
 		return Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: id,
 			Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}, Epoch: 7, Seq: seq}
@@ -85,14 +82,14 @@ func TestCoreRefusesUnannouncedRouters(t *testing.T) {
 	if _, _, again := c.ApplySnapshot(Snapshot{RouterID: 2, Epoch: 7, Seq: 1, Events: []router.LifecycleEvent{add("early", 1).LifecycleEvent}}); again {
 		t.Fatal("snapshot of an unannounced router asked for again")
 	}
-	if reqs, _ := loadSum(c.r); reqs != 0 {
+	if reqs, _ := loadSum(r); reqs != 0 {
 		t.Fatalf("%d requests booked for an unannounced router", reqs)
 	}
 	if got := c.Stats().Unannounced; got != 3 {
 		t.Fatalf("Unannounced %d, want 3 (event, claim, snapshot)", got)
 	}
-	if len(c.streams) != 0 || len(c.remote) != 0 {
-		t.Fatalf("state kept: %d streams, %d peers' bookings", len(c.streams), len(c.remote))
+	if c.Holds(2) {
+		t.Fatal("state kept for the unannounced router id")
 	}
 	if c.PeerUp(2) {
 		t.Fatal("a new peer reported as returned")
@@ -102,11 +99,11 @@ func TestCoreRefusesUnannouncedRouters(t *testing.T) {
 		t.Fatalf("snapshot after PeerUp added %d, want 1", added)
 	}
 	c.Receive(add("later", 2))
-	if reqs, _ := loadSum(c.r); reqs != 2 {
+	if reqs, _ := loadSum(r); reqs != 2 {
 		t.Fatalf("%d requests booked after the peer joined, want 2", reqs)
 	}
 	c.PeerDown(2, clk.Now())
-	if reqs, _ := loadSum(c.r); reqs != 0 {
+	if reqs, _ := loadSum(r); reqs != 0 {
 		t.Fatalf("%d requests still booked after the peer's membership ended", reqs)
 	}
 }

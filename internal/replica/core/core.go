@@ -342,7 +342,7 @@ func (c *Core) Receive(ev Event) (resync bool) {
 		return false
 	}
 	if _, live := c.peers[rid]; !live {
-		c.count(func(s *CoreStats) { s.Unannounced++ })
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return false
 	}
 	st := c.stream(rid)
@@ -525,6 +525,16 @@ func (c *Core) PeerDown(id uint64, now time.Time) int {
 	return freed
 }
 
+// Holds reports whether the core keeps anything for router id: a stream
+// position, or bookings made by it.
+func (c *Core) Holds(id uint64) bool {
+	c.apply.Lock()
+	defer c.apply.Unlock()
+	_, st := c.streams[id]
+	_, rm := c.remote[id]
+	return st || rm
+}
+
 // Member reports whether id is a live peer (announced with PeerUp and not
 // declared gone since).
 func (c *Core) Member(id uint64) bool {
@@ -672,7 +682,7 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 		return 0, 0, false
 	}
 	if _, live := c.peers[peer]; !live {
-		c.count(func(s *CoreStats) { s.Unannounced++ })
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return 0, 0, false
 	}
 	st := c.stream(peer)
@@ -784,7 +794,7 @@ func (c *Core) Claim(peer, epoch, seq uint64, now time.Time) {
 		return
 	}
 	if _, live := c.peers[peer]; !live {
-		c.count(func(s *CoreStats) { s.Unannounced++ })
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return
 	}
 	st := c.stream(peer)
