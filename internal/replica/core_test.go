@@ -223,6 +223,8 @@ func TestSnapshotRebuildsBookings(t *testing.T) {
 	lateRouter := newTestRouter(t, 999, 3, f.clk.Now)
 	late := NewCore(lateRouter, CoreConfig{}, nil)
 	f.hub.cores = append(f.hub.cores, late)
+	late.PeerUp(100) // as the membership watch reports them
+	late.PeerUp(101)
 	late.BeginResync(100)
 	late.BeginResync(101)
 	snap0 := f.cores[0].Snapshot()

@@ -13,7 +13,11 @@
 // and a full queue drops (and counts) the event.
 //
 // High availability: each replica announces itself with a heartbeat record
-// in a NATS KV bucket (registry.Bucket). When a record is deleted
+// in a NATS KV bucket (registry.Bucket). Only router ids with a live
+// record are followed: events, snapshots and claims of any other id are
+// refused and counted, so a publisher that never joined cannot book load
+// (a peer whose events beat its record is caught up by a snapshot when
+// the record appears). When a record is deleted
 // (graceful stop) or expires (crash), the others free every booking that
 // replica made, so a dead router leaves no phantom load; bookings whose
 // Free was lost also expire in the tracker (sequences). A replica that

@@ -24,6 +24,7 @@ func (s *Sync) register(reg *prometheus.Registry) error {
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "unapplied"}, st(func(c CoreStats) uint64 { return c.Unapplied })),
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "own"}, st(func(c CoreStats) uint64 { return c.Own })),
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "departed"}, st(func(c CoreStats) uint64 { return c.FromDeparted })),
+		counter("unannounced_refused_total", "Lifecycle events, snapshots and snapshot claims refused because their router id has no live membership record.", nil, st(func(c CoreStats) uint64 { return c.Unannounced })),
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "malformed"}, s.badMsgs.Load),
 		counter("peer_bookings_freed_total", "Bookings freed because the replica that made them went away.", nil, st(func(c CoreStats) uint64 { return c.PeerFreed })),
 		counter("events_received_total", "Peers' lifecycle events received, by result.", prometheus.Labels{"result": "stale"}, st(func(c CoreStats) uint64 { return c.Stale })),

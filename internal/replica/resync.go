@@ -13,10 +13,11 @@ const (
 	reasonGap       = "gap"       // a hole in the peer's event stream
 	reasonClaim     = "claim"     // the peer says it is ahead of what arrived
 	reasonReturned  = "returned"  // the peer was declared gone and came back
+	reasonJoined    = "joined"    // a new peer's record appeared (its earlier events were refused)
 	reasonRetry     = "retry"     // an earlier fetch failed or was incomplete
 )
 
-var resyncReasons = []string{reasonReconnect, reasonPeriodic, reasonGap, reasonClaim, reasonReturned, reasonRetry}
+var resyncReasons = []string{reasonReconnect, reasonPeriodic, reasonGap, reasonClaim, reasonReturned, reasonJoined, reasonRetry}
 
 // claimGrace is how long a peer's claimed stream position may stay ahead
 // of what arrived before its snapshot is fetched: events published just

@@ -350,8 +350,14 @@ func (s *Sync) follow() {
 		}
 		switch c.Kind {
 		case fleet.Put:
+			// Heartbeats are Puts too: only a peer that was not live
+			// needs its snapshot (events that beat its record here were
+			// refused).
+			joined := !s.core.Member(id)
 			if s.core.PeerUp(id) {
 				s.flag(id, reasonReturned)
+			} else if joined {
+				s.flag(id, reasonJoined)
 			}
 		case fleet.Deleted, fleet.Expired:
 			n := s.core.PeerDown(id, time.Now())

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
@@ -114,6 +115,10 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
+		for i := range xs { // as the registry watch does: events of unregistered workers are dropped
+			c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+				ID: kvevent.WorkerID(i + 1), Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
+		}
 		return c, idx
 	}
 	same := func(idx *liveindex.Index) func() bool {

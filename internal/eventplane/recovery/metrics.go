@@ -15,6 +15,8 @@ type Metrics struct {
 	recoveries *prometheus.CounterVec
 	dumpEvents prometheus.Counter
 	malformed  prometheus.Counter
+	frames     prometheus.Counter
+	drops      *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them on reg (nil: not
@@ -37,9 +39,17 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help: "Stored events replayed from tree dumps."}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_malformed_total",
 			Help: "Event-plane messages that could not be decoded."}),
+		frames: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_frames_refused_total",
+			Help: "ZMQ connections to workers dropped because a frame announced more than the frame size cap."}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_eventplane_events_dropped_total",
+			Help: "KV events dropped before recovery because their worker rank is not followed, by reason: unknown_worker (not registered or listed, or removed), removed_worker, unknown_limit."},
+			[]string{"reason"}),
+	}
+	for _, r := range []string{"unknown_worker", "removed_worker", "unknown_limit"} {
+		m.drops.WithLabelValues(r) // exported at 0 before the first drop
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.received, m.applied, m.duplicates, m.gaps, m.restarts, m.recoveries, m.dumpEvents, m.malformed} {
+		for _, c := range []prometheus.Collector{m.received, m.applied, m.duplicates, m.gaps, m.restarts, m.recoveries, m.dumpEvents, m.malformed, m.frames, m.drops} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -61,6 +71,19 @@ func (m *Metrics) Received(transport string) prometheus.Counter {
 func (m *Metrics) Malformed() {
 	if m != nil {
 		m.malformed.Inc()
+	}
+}
+
+// FrameRefused counts one connection dropped for an oversized frame.
+func (m *Metrics) FrameRefused() {
+	if m != nil {
+		m.frames.Inc()
+	}
+}
+
+func (m *Metrics) dropped(reason string) {
+	if m != nil {
+		m.drops.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -50,19 +50,30 @@ type Config struct {
 	Inbox int
 	// AcceptUnknown follows publishers that discovery never announced (a
 	// Dynamo worker publishing on the subject): their events are applied
-	// and recovery is attempted like for any worker. Default true.
+	// and recovery is attempted like for any worker, for at most
+	// MaxUnknown such ranks. Default false: events of a worker rank that
+	// was not added (from its registry record or the static list) are
+	// dropped and counted (kvrouter_eventplane_events_dropped_total), and
+	// nothing is kept for them. Anyone allowed to publish on the events
+	// subject can make up worker ids; an honest worker loses nothing, as
+	// the dump asked for when it is added covers what was dropped before.
 	AcceptUnknown bool
+	// MaxUnknown caps the worker ranks AcceptUnknown follows before they
+	// are added (each costs a goroutine, its inbox and held events); past
+	// it their events are dropped and counted. Default 64.
+	MaxUnknown int
 }
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
 	return Config{QueryTimeout: 10 * time.Second, RetryWait: 500 * time.Millisecond, MaxRetryWait: 30 * time.Second,
-		MaxHeld: DefaultMaxHeld, Inbox: 4096, AcceptUnknown: true}
+		MaxHeld: DefaultMaxHeld, Inbox: 4096, MaxUnknown: 64}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.QueryTimeout <= 0 || c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait || c.MaxHeld <= 0 || c.Inbox <= 0 {
+	if c.QueryTimeout <= 0 || c.RetryWait <= 0 || c.MaxRetryWait < c.RetryWait || c.MaxHeld <= 0 || c.Inbox <= 0 ||
+		c.MaxUnknown < 0 {
 		return fmt.Errorf("invalid recovery config %+v", c)
 	}
 	return nil
@@ -83,7 +94,9 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	ranks   map[kvevent.Worker]*follower
-	removed map[kvevent.WorkerID]bool                      // removed workers: late events ignored until Add
+	removed map[kvevent.WorkerID]bool // AcceptUnknown: removed workers, late events ignored until Add
+	unknown map[kvevent.Worker]bool   // AcceptUnknown: ranks followed from their events, not added
+	drops   dropLog
 	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
 	agg     map[kvevent.WorkerID]fleet.State
 	closed  bool
@@ -131,8 +144,9 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Tracker{cfg: cfg, q: q, a: a, onSt: onState, m: m, log: log, ctx: ctx, cancel: cancel,
-		ranks: map[kvevent.Worker]*follower{}, removed: map[kvevent.WorkerID]bool{}, states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
-		agg: map[kvevent.WorkerID]fleet.State{}}, nil
+		ranks: map[kvevent.Worker]*follower{}, removed: map[kvevent.WorkerID]bool{}, unknown: map[kvevent.Worker]bool{},
+		states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
+		agg:    map[kvevent.WorkerID]fleet.State{}}, nil
 }
 
 // Add starts following worker rank w: its events must already be
@@ -142,6 +156,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 func (t *Tracker) Add(w kvevent.Worker) {
 	t.mu.Lock()
 	delete(t.removed, w.ID)
+	delete(t.unknown, w)
 	known := t.ranks[w] != nil
 	t.addLocked(w)
 	t.mu.Unlock()
@@ -197,12 +212,15 @@ func (t *Tracker) startLocked(s *Stream) *follower {
 // its late events are ignored until it is added again.
 func (t *Tracker) Remove(id kvevent.WorkerID) {
 	t.mu.Lock()
-	t.removed[id] = true
+	if t.cfg.AcceptUnknown {
+		t.removed[id] = true
+	}
 	var fs []*follower
 	for w, f := range t.ranks {
 		if w.ID == id {
 			fs = append(fs, f)
 			delete(t.ranks, w)
+			delete(t.unknown, w)
 		}
 	}
 	t.mu.Unlock()
@@ -224,14 +242,33 @@ func (t *Tracker) Remove(id kvevent.WorkerID) {
 
 // Live feeds one live event from the transport; publisher is the
 // envelope's publisher id (0 when unknown). It blocks while the rank's
-// inbox is full.
+// inbox is full. The event of a worker rank that was not added is dropped
+// and counted (see Config.AcceptUnknown).
 func (t *Tracker) Live(ev kvevent.Event, publisher uint64) {
 	t.mu.Lock()
 	f := t.ranks[ev.Worker]
-	if f == nil && t.cfg.AcceptUnknown && !t.removed[ev.Worker.ID] {
+	why := ""
+	switch {
+	case f != nil || t.closed:
+	case !t.cfg.AcceptUnknown:
+		why = DropUnknownWorker
+	case t.removed[ev.Worker.ID]:
+		why = DropRemovedWorker
+	case len(t.unknown) >= t.cfg.MaxUnknown:
+		why = DropUnknownLimit
+	default:
+		t.unknown[ev.Worker] = true
 		f = t.addLocked(ev.Worker)
 	}
 	t.mu.Unlock()
+	if why != "" {
+		t.m.dropped(why)
+		if n, ok := t.drops.note(time.Now()); ok {
+			t.log.Warn("event plane: dropping KV events of worker ranks that were not added (not registered, or removed)",
+				"reason", why, "worker", ev.Worker.String(), "dropped_since_last_log", n)
+		}
+		return
+	}
 	if f == nil {
 		return
 	}
@@ -462,6 +499,45 @@ func (t *Tracker) run(ctx context.Context, f *follower) {
 			exec(s.Retry)
 		}
 	}
+}
+
+// Reasons an event is dropped before reaching a rank's stream, the reason
+// label of kvrouter_eventplane_events_dropped_total.
+const (
+	// DropUnknownWorker: the worker rank was never added, or was removed
+	// (AcceptUnknown off, the default).
+	DropUnknownWorker = "unknown_worker"
+	// DropRemovedWorker: AcceptUnknown, and the worker was removed.
+	DropRemovedWorker = "removed_worker"
+	// DropUnknownLimit: AcceptUnknown, and MaxUnknown ranks are followed
+	// already.
+	DropUnknownLimit = "unknown_limit"
+)
+
+// dropLogEvery is the least time between two log lines about dropped
+// events: a flood of made-up worker ids must not flood the log too.
+const dropLogEvery = 10 * time.Second
+
+// dropLog rate-limits the dropped-events log line; Live runs on many
+// goroutines, so it has its own lock.
+type dropLog struct {
+	mu    sync.Mutex
+	last  time.Time
+	count int
+}
+
+// note counts one drop at now and reports whether to log, with the drops
+// since the last line (this one included).
+func (d *dropLog) note(now time.Time) (int, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.count++
+	if !d.last.IsZero() && now.Sub(d.last) < dropLogEvery {
+		return 0, false
+	}
+	n := d.count
+	d.last, d.count = now, 0
+	return n, true
 }
 
 func (t *Tracker) apply(ev kvevent.Event) {

@@ -25,5 +25,7 @@
 // asks for.
 //
 // Sockets come from github.com/go-zeromq/zmq4 (pure Go, no cgo) with
-// infinite dial retries and automatic reconnect.
+// infinite dial retries; the subscriber redials a dropped connection itself
+// (zmq4's automatic reconnect recurses on a peer that keeps failing) and
+// every socket runs over the zmtpguard frame size cap.
 package vllmzmq

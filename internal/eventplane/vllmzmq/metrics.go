@@ -18,6 +18,7 @@ type Metrics struct {
 	clears     *prometheus.CounterVec
 	duplicates *prometheus.CounterVec
 	recvErrors *prometheus.CounterVec
+	frames     *prometheus.CounterVec
 	lastSeq    *prometheus.GaugeVec
 }
 
@@ -37,12 +38,13 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		replays:    counter("replays_total", "Replay requests, by result (ok, failed).", "result"),
 		clears:     counter("clears_total", "Times the worker rank was cleared by the subscriber, by cause (gap, restart, malformed).", "cause"),
 		duplicates: counter("duplicates_total", "Batches dropped as already applied (same sequence and payload)."),
-		recvErrors: counter("receive_errors_total", "Receive errors on the SUB socket (publisher went away; the socket reconnects)."),
+		recvErrors: counter("receive_errors_total", "Receive errors on the SUB socket (publisher went away, or a handshake failed; the subscriber redials)."),
+		frames:     counter("frames_refused_total", "Connections to the publisher (SUB or replay) dropped because a frame announced more than the frame size cap."),
 		lastSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvrouter", Subsystem: "vllm_events",
 			Name: "last_sequence", Help: "Last applied batch sequence number."}, wr),
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.applied, m.refused, m.malformed, m.gaps, m.replays,
-		m.clears, m.duplicates, m.recvErrors, m.lastSeq} {
+		m.clears, m.duplicates, m.recvErrors, m.frames, m.lastSeq} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +55,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 // workerMetrics are one subscriber's children of the shared vectors.
 type workerMetrics struct {
 	batches, applied, malformed, gaps, duplicates, recvErrors prometheus.Counter
+	framesRefused                                             prometheus.Counter
 	replayOK, replayFailed                                    prometheus.Counter
 	clearGap, clearRestart, clearMalformed                    prometheus.Counter
 	refused                                                   map[vllm.Reason]prometheus.Counter
@@ -64,7 +67,7 @@ func (m *Metrics) forWorker(worker, rank string) workerMetrics {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
 		wm := workerMetrics{refused: map[vllm.Reason]prometheus.Counter{}, lastSeq: g}
 		for _, c := range []*prometheus.Counter{&wm.batches, &wm.applied, &wm.malformed, &wm.gaps, &wm.duplicates,
-			&wm.recvErrors, &wm.replayOK, &wm.replayFailed, &wm.clearGap, &wm.clearRestart, &wm.clearMalformed} {
+			&wm.recvErrors, &wm.framesRefused, &wm.replayOK, &wm.replayFailed, &wm.clearGap, &wm.clearRestart, &wm.clearMalformed} {
 			*c = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
 		}
 		for _, r := range vllm.Reasons {
@@ -76,7 +79,8 @@ func (m *Metrics) forWorker(worker, rank string) workerMetrics {
 		batches: m.batches.WithLabelValues(worker, rank), applied: m.applied.WithLabelValues(worker, rank),
 		malformed: m.malformed.WithLabelValues(worker, rank), gaps: m.gaps.WithLabelValues(worker, rank),
 		duplicates: m.duplicates.WithLabelValues(worker, rank), recvErrors: m.recvErrors.WithLabelValues(worker, rank),
-		replayOK: m.replays.WithLabelValues(worker, rank, "ok"), replayFailed: m.replays.WithLabelValues(worker, rank, "failed"),
+		framesRefused: m.frames.WithLabelValues(worker, rank),
+		replayOK:      m.replays.WithLabelValues(worker, rank, "ok"), replayFailed: m.replays.WithLabelValues(worker, rank, "failed"),
 		clearGap: m.clears.WithLabelValues(worker, rank, "gap"), clearRestart: m.clears.WithLabelValues(worker, rank, "restart"),
 		clearMalformed: m.clears.WithLabelValues(worker, rank, "malformed"),
 		refused:        map[vllm.Reason]prometheus.Counter{},

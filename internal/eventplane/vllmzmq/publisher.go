@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
 )
 
@@ -38,6 +39,12 @@ type PublisherConfig struct {
 	Format vllm.Format
 	// DPRank is written into batches whose DPRank is nil, as vLLM does.
 	DPRank int64
+	// MaxFrameBytes caps the size a subscriber or replay client may
+	// announce for one ZMTP frame (they send only subscriptions and
+	// replay requests); a larger announcement drops its connection before
+	// anything is allocated for it. 0 means
+	// zmtpguard.DefaultMaxRequestBytes (64 KiB).
+	MaxFrameBytes int
 	// Logger receives replay errors; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -58,6 +65,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.HWM < 0 {
 		return fmt.Errorf("vllmzmq publisher: hwm %d is negative", c.HWM)
+	}
+	if c.MaxFrameBytes < 0 {
+		return fmt.Errorf("vllmzmq publisher: max frame bytes %d is negative", c.MaxFrameBytes)
 	}
 	if c.ReplayFormat > ReplayLegacy {
 		return fmt.Errorf("vllmzmq publisher: unknown replay format %d", c.ReplayFormat)
@@ -122,11 +132,16 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
-	p.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
+		Refused: zmtpguard.LogRefusals(p.log, "KV event publisher "+cfg.Endpoint, nil)}
+	sctx := zmtpguard.WithOptions(ctx, guard)
+	pubGuard := guard
+	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
+	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
 	if cfg.HWM > 0 {
 		_ = p.pub.SetOption(zmq4.OptionHWM, cfg.HWM)
 	}
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
 		return nil, fmt.Errorf("binding KV event publisher: %w", err)
@@ -135,8 +150,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		close(p.done)
 		return p, nil
 	}
-	p.router = zmq4.NewRouter(ctx, zmq4.WithLogger(zmqLogger))
-	if err := p.router.Listen(cfg.ReplayEndpoint); err != nil {
+	p.router = zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	if err := p.router.Listen(zmtpguard.Endpoint(cfg.ReplayEndpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
 		_ = p.router.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq/batchseq"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
 )
@@ -81,13 +82,19 @@ type SubscriberConfig struct {
 	// Limits caps payload sizes (default vllm.DefaultLimits()).
 	Limits vllm.Limits
 	// DialRetry is the wait between dial attempts (default 250 ms). Dials
-	// retry forever and the socket reconnects automatically.
+	// retry forever, and a dropped connection is redialled (pausing up to
+	// 5 s while connections keep failing).
 	DialRetry time.Duration
 	// ReplayTimeout bounds one replay, connection included (default 5 s).
 	ReplayTimeout time.Duration
 	// LiveBuffer is how many live messages are held while a replay runs
 	// (default 4096); past it the socket stops reading (TCP back-pressure).
 	LiveBuffer int
+	// MaxFrameBytes caps the size a publisher may announce for one ZMTP
+	// frame, on the SUB and the replay connections; a larger announcement
+	// drops the connection before anything is allocated for it. 0 means
+	// zmtpguard.DefaultMaxFrameBytes (64 MiB).
+	MaxFrameBytes int
 	// Logger receives the subscriber's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Metrics, when not nil, records the subscriber's counters.
@@ -109,6 +116,9 @@ func (c SubscriberConfig) Validate() error {
 	if c.DialRetry <= 0 || c.ReplayTimeout <= 0 || c.LiveBuffer <= 0 {
 		return fmt.Errorf("vllmzmq subscriber: dial retry %v, replay timeout %v and live buffer %d must be positive",
 			c.DialRetry, c.ReplayTimeout, c.LiveBuffer)
+	}
+	if c.MaxFrameBytes < 0 {
+		return fmt.Errorf("vllmzmq subscriber: max frame bytes %d is negative", c.MaxFrameBytes)
 	}
 	return nil
 }
@@ -136,6 +146,8 @@ type Subscriber struct {
 	dec *vllm.Decoder
 	m   workerMetrics
 	rp  replayer // nil without a replay endpoint
+	// guard caps the frames of the SUB and replay connections.
+	guard zmtpguard.Options
 
 	// Owned by the Run goroutine.
 	seq        *batchseq.Machine
@@ -165,8 +177,11 @@ func NewSubscriber(cfg SubscriberConfig, h Handler) (*Subscriber, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("worker", cfg.Worker.String(), "endpoint", cfg.Endpoint)
+	s.guard = zmtpguard.Options{MaxFrameBytes: uint64(cfg.MaxFrameBytes),
+		Refused: zmtpguard.LogRefusals(s.log, "KV event subscriber", s.m.framesRefused.Inc)}
 	if cfg.ReplayEndpoint != "" {
-		s.rp = &dealerReplayer{endpoint: cfg.ReplayEndpoint, retry: cfg.DialRetry, timeout: cfg.ReplayTimeout, log: s.log}
+		s.rp = &dealerReplayer{endpoint: cfg.ReplayEndpoint, retry: cfg.DialRetry, timeout: cfg.ReplayTimeout, log: s.log,
+			guard: s.guard}
 	}
 	return s, nil
 }
@@ -200,27 +215,9 @@ func (s *Subscriber) Status() Status {
 // returns nil then. Run must be called once.
 func (s *Subscriber) Run(ctx context.Context) error {
 	s.machine().Syncing("connecting to " + s.cfg.Endpoint)
-	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-		return fmt.Errorf("subscribing to %q: %w", s.cfg.Topic, err)
-	}
-	// zmq4 v0.17.0 reads the peer's greeting without a deadline: a peer
-	// that accepted the connection and never answers would hold Dial, and
-	// so shutdown, until it closes. Dial aside; stop waiting on ctx.
-	dialed := make(chan error, 1)
-	go func() { dialed <- sub.Dial(s.cfg.Endpoint) }()
-	select {
-	case err := <-dialed:
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("dialling KV event endpoint %s: %w", s.cfg.Endpoint, err)
-		}
-	case <-ctx.Done():
-		return nil
+	sub, err := s.connect(ctx)
+	if err != nil || sub == nil {
+		return err
 	}
 	s.mu.Lock()
 	s.status.Connected = true
@@ -246,18 +243,102 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 }
 
-// read moves live messages from the socket to msgs until ctx ends.
+// connect opens a SUB socket and dials the endpoint, retrying while the
+// ZMTP handshake fails (a peer that is not a publisher, or one dropped for
+// an oversized frame: the port may be taken over by the real engine
+// later), after DialRetry, doubling up to maxRedialWait; refused
+// connections are retried by zmq4 itself, every DialRetry. It returns a
+// nil socket when ctx ends first.
+//
+// The socket does not reconnect by itself (read redials with a new one):
+// zmq4 v0.17.0's automatic reconnect dials again from inside the failed
+// connection's error path, so a peer that keeps failing the handshake
+// (closing at once, or dropped by the frame guard) made it recurse until
+// the goroutine's stack overflowed, a fatal error.
+func (s *Subscriber) connect(ctx context.Context) (zmq4.Socket, error) {
+	wait := s.cfg.DialRetry
+	for attempt := 0; ; attempt++ {
+		sub := zmq4.NewSub(zmtpguard.WithOptions(ctx, s.guard), zmq4.WithDialerRetry(s.cfg.DialRetry),
+			zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+		if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+			_ = sub.Close()
+			return nil, fmt.Errorf("subscribing to %q: %w", s.cfg.Topic, err)
+		}
+		// zmq4 v0.17.0 reads the peer's greeting without a deadline: a
+		// peer that accepted the connection and never answers would hold
+		// Dial, and so shutdown, until it closes. Dial aside; stop waiting
+		// on ctx (closing the socket ends the dial).
+		dialed := make(chan error, 1)
+		go func() { dialed <- sub.Dial(zmtpguard.Endpoint(s.cfg.Endpoint)) }()
+		select {
+		case err := <-dialed:
+			if err == nil {
+				return sub, nil
+			}
+			_ = sub.Close()
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			s.m.recvErrors.Inc()
+			msg := "KV event endpoint handshake failed; retrying"
+			if attempt == 0 {
+				s.log.Warn(msg, "err", err, "retry", wait)
+			} else {
+				s.log.Debug(msg, "err", err, "attempt", attempt+1)
+			}
+		case <-ctx.Done():
+			_ = sub.Close()
+			return nil, nil
+		}
+		if !sleep(ctx, wait) {
+			return nil, nil
+		}
+		wait = min(2*wait, max(s.cfg.DialRetry, maxRedialWait))
+	}
+}
+
+// maxRedialWait caps the pause between connections that failed one after
+// the other (zmq4 leaves a connection whose handshake failed to the
+// garbage collector to close).
+const maxRedialWait = 5 * time.Second
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// read moves live messages from the socket to msgs until ctx ends; when
+// the connection drops it tells the stream and redials with a new socket,
+// waiting longer each time a connection drops before delivering anything.
 func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4.Msg) {
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
+		}
+	}()
+	wait, delivered := s.cfg.DialRetry, false
 	for {
 		m, err := sub.Recv()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			// The publisher went away; the socket redials by itself. A
-			// restarted engine shows up as a sequence going backwards.
+			// The publisher went away. A restarted engine shows up as a
+			// sequence going backwards.
 			s.m.recvErrors.Inc()
-			s.log.Warn("KV event stream receive error; reconnecting", "err", err)
+			if delivered {
+				s.log.Warn("KV event stream receive error; reconnecting", "err", err)
+				wait = s.cfg.DialRetry
+			} else {
+				s.log.Debug("KV event stream receive error again; reconnecting", "err", err, "wait", wait)
+			}
 			// Tell the stream, in order, that what follows may come from a
 			// new engine process.
 			select {
@@ -265,13 +346,24 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 			case <-ctx.Done():
 				return
 			}
-			select {
-			case <-ctx.Done():
+			_ = sub.Close()
+			sub = nil
+			if !sleep(ctx, wait) {
 				return
-			case <-time.After(s.cfg.DialRetry):
+			}
+			if !delivered {
+				wait = min(2*wait, max(s.cfg.DialRetry, maxRedialWait))
+			}
+			delivered = false
+			if sub, err = s.connect(ctx); sub == nil {
+				if err != nil {
+					s.log.Error("KV event stream cannot reconnect", "err", err)
+				}
+				return
 			}
 			continue
 		}
+		delivered = true
 		select {
 		case msgs <- m:
 		case <-ctx.Done():
@@ -405,6 +497,7 @@ type dealerReplayer struct {
 	retry    time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
+	guard    zmtpguard.Options
 }
 
 // Replay implements replayer over a DEALER dialled for this request alone.
@@ -442,9 +535,10 @@ func (r *dealerReplayer) Replay(ctx context.Context, from uint64, fn func(uint64
 }
 
 func (r *dealerReplayer) replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
-	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	d := zmq4.NewDealer(zmtpguard.WithOptions(ctx, r.guard), zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithLogger(zmqLogger))
 	defer d.Close()
-	if err := d.Dial(r.endpoint); err != nil {
+	if err := d.Dial(zmtpguard.Endpoint(r.endpoint)); err != nil {
 		return fmt.Errorf("dialling replay endpoint %s: %w", r.endpoint, err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, seqFrame(from))); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
@@ -23,6 +24,11 @@ type ConsumerConfig struct {
 	Recovery recovery.Config
 	// DialRetry is the wait between dial attempts. Default 250 ms.
 	DialRetry time.Duration
+	// MaxFrameBytes caps the size a worker may announce for one ZMTP frame,
+	// on the SUB and the query connections; a larger announcement drops the
+	// connection before anything is allocated for it. 0 means
+	// zmtpguard.DefaultMaxFrameBytes (64 MiB).
+	MaxFrameBytes int
 }
 
 // DefaultConsumerConfig returns the defaults documented on the fields.
@@ -39,6 +45,7 @@ type Consumer struct {
 	recv    prometheus.Counter
 	log     *slog.Logger
 	q       *querier
+	guard   zmtpguard.Options
 
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*sub
@@ -47,7 +54,6 @@ type Consumer struct {
 
 type sub struct {
 	cancel context.CancelFunc
-	sock   zmq4.Socket
 	done   chan struct{}
 }
 
@@ -57,6 +63,9 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 	if cfg.DialRetry <= 0 {
 		return nil, errors.New("zmqevents: dial retry must be positive")
 	}
+	if cfg.MaxFrameBytes < 0 {
+		return nil, fmt.Errorf("zmqevents: max frame bytes %d is negative", cfg.MaxFrameBytes)
+	}
 	cfg.Recovery.AcceptUnknown = false
 	if log == nil {
 		log = slog.Default()
@@ -65,12 +74,15 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 	if err != nil {
 		return nil, err
 	}
-	q := &querier{endpoints: map[kvevent.WorkerID]string{}, retry: cfg.DialRetry}
+	guard := zmtpguard.Options{MaxFrameBytes: uint64(cfg.MaxFrameBytes),
+		Refused: zmtpguard.LogRefusals(log, "event plane consumer", m.FrameRefused)}
+	q := &querier{endpoints: map[kvevent.WorkerID]string{}, retry: cfg.DialRetry, guard: guard}
 	t, err := recovery.NewTracker(cfg.Recovery, q, a, onState, m, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, tracker: t, m: m, recv: m.Received("zmq"), log: log, q: q, workers: map[kvevent.WorkerID]*sub{}}, nil
+	return &Consumer{cfg: cfg, tracker: t, m: m, recv: m.Received("zmq"), log: log, q: q, guard: guard,
+		workers: map[kvevent.WorkerID]*sub{}}, nil
 }
 
 // Notify folds a directory notification in: Added dials the worker's
@@ -103,44 +115,97 @@ func (c *Consumer) start(rec fleet.WorkerRecord) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := zmq4.NewSub(ctx, zmq4.WithDialerRetry(c.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithAutomaticReconnect(true), zmq4.WithLogger(zmqLogger))
-	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
+	s, err := c.dial(ctx, rec.Events.Endpoint)
+	if err != nil {
 		cancel()
-		_ = s.Close()
 		return err
 	}
-	if err := s.Dial(rec.Events.Endpoint); err != nil {
-		cancel()
-		_ = s.Close()
-		return fmt.Errorf("dialling %s: %w", rec.Events.Endpoint, err)
-	}
 	c.q.set(rec.ID, rec.Events.Replay)
-	w := &sub{cancel: cancel, sock: s, done: make(chan struct{})}
+	w := &sub{cancel: cancel, done: make(chan struct{})}
 	c.workers[rec.ID] = w
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer close(w.done)
-		c.read(ctx, rec.ID, s)
+		c.read(ctx, rec.ID, rec.Events.Endpoint, s)
 	}()
 	return nil
 }
 
-func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, s zmq4.Socket) {
+// dial opens a SUB socket on ep. The socket does not reconnect by itself
+// (read redials with a new one): zmq4 v0.17.0's automatic reconnect dials
+// again from inside the failed connection's error path, so a worker
+// endpoint that keeps failing the handshake made it recurse until the
+// stack overflowed, a fatal error.
+func (c *Consumer) dial(ctx context.Context, ep string) (zmq4.Socket, error) {
+	s := zmq4.NewSub(zmtpguard.WithOptions(ctx, c.guard), zmq4.WithDialerRetry(c.cfg.DialRetry),
+		zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	if err := s.Dial(zmtpguard.Endpoint(ep)); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("dialling %s: %w", ep, err)
+	}
+	return s, nil
+}
+
+// maxRedialWait caps the pause between connections to a worker that
+// failed one after the other.
+const maxRedialWait = 5 * time.Second
+
+// read applies worker id's events from s until ctx ends; when the
+// connection drops it redials ep with a new socket, after DialRetry,
+// doubling up to maxRedialWait while connections fail before delivering
+// anything.
+func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s zmq4.Socket) {
+	defer func() {
+		if s != nil {
+			_ = s.Close()
+		}
+	}()
+	wait := c.cfg.DialRetry
 	for {
 		m, err := s.Recv()
+		if ctx.Err() != nil {
+			return
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(c.cfg.DialRetry):
+			_ = s.Close()
+			s = nil
+			for s == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, max(c.cfg.DialRetry, maxRedialWait))
+				// Dial aside: a peer that accepted the connection and never
+				// answers would hold it (zmq4 reads the greeting without a
+				// deadline), and stop waits for this goroutine.
+				dialed := make(chan zmq4.Socket, 1)
+				go func() {
+					ns, err := c.dial(ctx, ep)
+					if err != nil {
+						c.log.Debug("event plane: redial failed", "worker_id", uint64(id), "err", err)
+					}
+					dialed <- ns
+				}()
+				select {
+				case s = <-dialed:
+				case <-ctx.Done():
+					go func() {
+						if ns := <-dialed; ns != nil {
+							_ = ns.Close()
+						}
+					}()
+					return
+				}
 			}
 			continue
 		}
+		wait = c.cfg.DialRetry
 		if len(m.Frames) < 2 {
 			c.m.Malformed()
 			continue
@@ -167,7 +232,6 @@ func (c *Consumer) stop(id kvevent.WorkerID) {
 	c.mu.Unlock()
 	if w != nil {
 		w.cancel()
-		_ = w.sock.Close()
 		<-w.done
 	}
 }
@@ -196,6 +260,7 @@ type querier struct {
 	mu        sync.Mutex
 	endpoints map[kvevent.WorkerID]string
 	retry     time.Duration
+	guard     zmtpguard.Options
 }
 
 func (q *querier) set(id kvevent.WorkerID, ep string) {
@@ -212,9 +277,10 @@ func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 	if ep == "" {
 		return recovery.Reply{}, fmt.Errorf("query %v: worker has no recovery endpoint", req)
 	}
-	d := zmq4.NewDealer(ctx, zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	d := zmq4.NewDealer(zmtpguard.WithOptions(ctx, q.guard), zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1),
+		zmq4.WithLogger(zmqLogger))
 	defer d.Close()
-	if err := d.Dial(ep); err != nil {
+	if err := d.Dial(zmtpguard.Endpoint(ep)); err != nil {
 		return recovery.Reply{}, fmt.Errorf("query %v: dialling %s: %w", req, ep, err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom(recovery.EncodeRequest(req))); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 )
@@ -41,6 +42,11 @@ type PublisherConfig struct {
 	PartBytes int
 	// Logger receives errors; nil means slog.Default().
 	Logger *slog.Logger
+	// MaxFrameBytes caps the size a subscriber or asker may announce for
+	// one ZMTP frame (they send only subscriptions and recovery requests);
+	// a larger announcement drops its connection before anything is
+	// allocated for it. 0 means zmtpguard.DefaultMaxRequestBytes (64 KiB).
+	MaxFrameBytes int
 }
 
 // Publisher is a worker process's end: PUB for live events, ROUTER for
@@ -65,6 +71,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Endpoint == "" || cfg.QueryEndpoint == "" {
 		return nil, errors.New("zmqevents: endpoint and query endpoint are required")
 	}
+	if cfg.MaxFrameBytes < 0 {
+		return nil, fmt.Errorf("zmqevents: max frame bytes %d is negative", cfg.MaxFrameBytes)
+	}
 	if cfg.PartBytes <= 0 {
 		cfg.PartBytes = recovery.DefaultPartBytes
 	}
@@ -74,14 +83,19 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger, id: recovery.NewPublisherID(), ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), recs: map[kvevent.Worker]localindex.Recovery{}}
-	p.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
+		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)}
+	sctx := zmtpguard.WithOptions(ctx, guard)
+	pubGuard := guard
+	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
+	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
+	if err := p.pub.Listen(zmtpguard.Endpoint(cfg.Endpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
 		return nil, fmt.Errorf("binding event publisher on %s: %w", cfg.Endpoint, err)
 	}
-	p.router = zmq4.NewRouter(ctx, zmq4.WithLogger(zmqLogger))
-	if err := p.router.Listen(cfg.QueryEndpoint); err != nil {
+	p.router = zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	if err := p.router.Listen(zmtpguard.Endpoint(cfg.QueryEndpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
 		_ = p.router.Close()

@@ -41,6 +41,11 @@ type Stats struct {
 	Own uint64
 	// FromDeparted counts events of replicas already declared gone.
 	FromDeparted uint64
+	// Unannounced counts events, snapshots and claims refused because
+	// their router id has no live membership record (never joined, or
+	// its record is not seen yet): anyone who can publish on the subject
+	// can make up a router id, and its bookings would stick.
+	Unannounced uint64
 	// PeerFreed counts bookings freed because their replica went away.
 	PeerFreed uint64
 	// SnapshotApplied counts bookings taken from peers' snapshots (at
@@ -307,7 +312,10 @@ func (c *Core) endShadow(id string, replaced bool) {
 }
 
 // Receive applies a peer's lifecycle event. Events carrying this router's
-// id, or the id of a replica declared gone, are ignored. A peer's real
+// id, or the id of a replica declared gone, are ignored; so are those of a
+// router id that is not a live peer (PeerUp): nothing is kept for it. A
+// peer's events that arrive before its membership record are thus
+// refused; the caller fetches its snapshot when it joins. A peer's real
 // booking replaces the oldest shadow booked on its behalf.
 //
 // Sequenced events are checked against the peer's stream: one already
@@ -331,6 +339,10 @@ func (c *Core) Receive(ev Event) (resync bool) {
 	}
 	if _, gone := c.dead[rid]; gone {
 		c.count(func(s *Stats) { s.FromDeparted++ })
+		return false
+	}
+	if _, live := c.peers[rid]; !live {
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return false
 	}
 	st := c.stream(rid)
@@ -513,6 +525,25 @@ func (c *Core) PeerDown(id uint64, now time.Time) int {
 	return freed
 }
 
+// Holds reports whether the core keeps anything for router id: a stream
+// position, or bookings made by it.
+func (c *Core) Holds(id uint64) bool {
+	c.apply.Lock()
+	defer c.apply.Unlock()
+	_, st := c.streams[id]
+	_, rm := c.remote[id]
+	return st || rm
+}
+
+// Member reports whether id is a live peer (announced with PeerUp and not
+// declared gone since).
+func (c *Core) Member(id uint64) bool {
+	c.apply.Lock()
+	defer c.apply.Unlock()
+	_, live := c.peers[id]
+	return live
+}
+
 // Peers returns the live peers' ids, sorted.
 func (c *Core) Peers() []uint64 {
 	c.apply.Lock()
@@ -638,7 +669,8 @@ func (c *Core) EndResync(peer uint64) {
 // again = true when the result may still be incomplete (a hole among the
 // events after the snapshot, or the snapshot is of an older incarnation
 // than events already seen): fetch another snapshot. Snapshots of this
-// router or of a replica declared gone are ignored.
+// router, of a replica declared gone or of one that is not a live peer
+// are ignored.
 func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	c.apply.Lock()
 	defer c.apply.Unlock()
@@ -647,6 +679,10 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 		return 0, 0, false
 	}
 	if _, gone := c.dead[peer]; gone {
+		return 0, 0, false
+	}
+	if _, live := c.peers[peer]; !live {
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return 0, 0, false
 	}
 	st := c.stream(peer)
@@ -744,7 +780,8 @@ func (c *Core) snapshotApplied() uint64 {
 }
 
 // Claim records that peer says it has reached stream position (epoch,
-// seq) at now (snapshot requests carry the requester's position). A peer
+// seq) at now (snapshot requests carry the requester's position); claims
+// of a router id that is not a live peer are ignored. A peer
 // whose latest events were all lost reveals no hole to Receive; its claim
 // does. See Lagging.
 func (c *Core) Claim(peer, epoch, seq uint64, now time.Time) {
@@ -754,6 +791,10 @@ func (c *Core) Claim(peer, epoch, seq uint64, now time.Time) {
 	c.apply.Lock()
 	defer c.apply.Unlock()
 	if _, gone := c.dead[peer]; gone {
+		return
+	}
+	if _, live := c.peers[peer]; !live {
+		c.count(func(s *Stats) { s.Unannounced++ })
 		return
 	}
 	st := c.stream(peer)
