@@ -103,7 +103,12 @@ type Directory struct {
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*Worker // accepted and refused workers
 	byKey   map[string]kvevent.WorkerID  // registry key -> id it holds
-	static  map[string]kvevent.WorkerID  // static names
+	// names maps the name of every registry worker the directory holds
+	// (accepted or refused) to its key: names are unique among known
+	// workers, so that every per-worker view (metrics labelled by name,
+	// /v1/workers) has one row per name.
+	names  map[string]string
+	static map[string]kvevent.WorkerID // static names
 	// conflicted holds registry keys already reported as conflicting, so
 	// that heartbeats do not repeat the warning.
 	conflicted map[string]bool
@@ -121,8 +126,12 @@ type DirectoryStats struct {
 	// Reasons never seen are absent.
 	Refused map[string]uint64
 	// Conflicts counts registry records ignored because a static worker
-	// or another record has the same id or name.
+	// or another record has the same id or name (once per record, not per
+	// heartbeat).
 	Conflicts uint64
+	// Conflicting is how many registry records are being ignored for such
+	// a conflict now.
+	Conflicting int
 	// Invalid counts registry records that could not be decoded or failed
 	// validation.
 	Invalid uint64
@@ -142,6 +151,7 @@ func NewDirectory(expect Expect, static []WorkerRecord, log Logger, now time.Tim
 		log:     log,
 		workers: map[kvevent.WorkerID]*Worker{},
 		byKey:   map[string]kvevent.WorkerID{},
+		names:   map[string]string{},
 		static:  map[string]kvevent.WorkerID{},
 
 		conflicted: map[string]bool{},
@@ -202,6 +212,7 @@ func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification 
 		delete(d.conflicted, c.Key)
 		return d.remove(c.Key, "registration expired (no heartbeat)", now)
 	case Invalid:
+		delete(d.conflicted, c.Key)
 		d.invalid++
 		d.log.Warn("ignoring undecodable registry record", "key", c.Key, "err", c.Err)
 		return d.remove(c.Key, "registry record became invalid", now)
@@ -211,6 +222,7 @@ func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification 
 
 func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notification {
 	if err := rec.Validate(); err != nil {
+		delete(d.conflicted, key)
 		d.invalid++
 		d.log.Warn("ignoring invalid registry record", "key", key, "err", err)
 		return d.remove(key, "registry record became invalid", now)
@@ -236,6 +248,18 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 		}
 		return d.remove(key, "conflicts with another record", now)
 	}
+	if owner, ok := d.names[rec.Name]; ok && owner != key {
+		// The first registered keeps the name: two workers of one name
+		// would be one row in every view by name (and two samples of one
+		// series in /metrics, which fails the whole scrape).
+		if !d.conflicted[key] {
+			d.conflicted[key] = true
+			d.conflicts++
+			d.log.Warn("registry record reuses another worker's name; ignored (the first registered keeps it)",
+				"key", key, "name", rec.Name, "worker_id", uint64(rec.ID), "other_key", owner, "url", rec.URL)
+		}
+		return d.remove(key, "conflicts with another record's name", now)
+	}
 	delete(d.conflicted, key)
 	var notes []Notification
 	if oldID, ok := d.byKey[key]; ok && oldID != rec.ID {
@@ -243,6 +267,10 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 	}
 	d.byKey[key] = rec.ID
 	old, known := d.workers[rec.ID]
+	if known && old.Record.Name != rec.Name && d.names[old.Record.Name] == key {
+		delete(d.names, old.Record.Name)
+	}
+	d.names[rec.Name] = key
 	w := &Worker{Record: rec, Origin: OriginRegistry}
 	if known {
 		w.Status = old.Status
@@ -296,6 +324,9 @@ func (d *Directory) remove(key, reason string, now time.Time) []Notification {
 		return nil
 	}
 	delete(d.workers, id)
+	if d.names[w.Record.Name] == key {
+		delete(d.names, w.Record.Name)
+	}
 	if w.Status.State == StateRefused {
 		return nil // never announced
 	}
@@ -349,7 +380,7 @@ func (d *Directory) Workers() []Worker {
 func (d *Directory) Stats() DirectoryStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := DirectoryStats{Refused: maps.Clone(d.refused), Conflicts: d.conflicts, Invalid: d.invalid}
+	st := DirectoryStats{Refused: maps.Clone(d.refused), Conflicts: d.conflicts, Conflicting: len(d.conflicted), Invalid: d.invalid}
 	for _, w := range d.workers {
 		if int(w.Status.State) < len(st.Workers) {
 			st.Workers[w.Status.State]++

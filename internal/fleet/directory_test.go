@@ -213,3 +213,76 @@ func TestDirectoryMatchesModel(t *testing.T) {
 		}
 	})
 }
+
+// Two records of one name under different keys (and ids): the first keeps
+// the name, the second is ignored and counted once however often it
+// heartbeats, and takes the name at its next heartbeat once the first
+// has left. Names stay unique among known workers throughout.
+func TestDirectoryNameConflict(t *testing.T) {
+	d, _, err := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, nil, nil, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	first, second := rec("dup", 16), rec("dup", 16)
+	first.ID, second.ID = 101, 102
+	second.URL = "http://127.0.0.1:9002"
+	put := func(k string, r WorkerRecord) []NoteKind {
+		return kinds(d.Apply(Change[WorkerRecord]{Kind: Put, Key: k, Value: r}, t0))
+	}
+	unique := func() {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, w := range d.Workers() {
+			if seen[w.Record.Name] {
+				t.Fatalf("two workers named %q: %+v", w.Record.Name, d.Workers())
+			}
+			seen[w.Record.Name] = true
+		}
+	}
+	if got := put("k1", first); !sameKinds(got, Added) {
+		t.Fatalf("first: %v", got)
+	}
+	for range 3 {
+		if got := put("k2", second); !sameKinds(got) {
+			t.Fatalf("second: %v", got)
+		}
+		if got := put("k1", first); !sameKinds(got) {
+			t.Fatalf("first's heartbeat: %v", got)
+		}
+		unique()
+	}
+	if st := d.Stats(); st.Conflicts != 1 || st.Conflicting != 1 {
+		t.Fatalf("conflicts %d, conflicting %d; want 1, 1", st.Conflicts, st.Conflicting)
+	}
+	if w, ok := d.Get(first.ID); !ok || w.Record.URL != first.URL {
+		t.Fatalf("first lost the name: %+v", w)
+	}
+	// A third of that name is a conflict too (before its contract is checked).
+	third := rec("dup", 32)
+	third.ID = 103
+	if got := put("k3", third); !sameKinds(got) {
+		t.Fatalf("third: %v", got)
+	}
+	unique()
+	// The first leaves: the second's next heartbeat takes the name.
+	if got := kinds(d.Apply(Change[WorkerRecord]{Kind: Deleted, Key: "k1"}, t0)); !sameKinds(got, Removed) {
+		t.Fatalf("first's deletion: %v", got)
+	}
+	if got := put("k2", second); !sameKinds(got, Added) {
+		t.Fatalf("second after the first left: %v", got)
+	}
+	unique()
+	if st := d.Stats(); st.Conflicts != 2 || st.Conflicting != 1 {
+		t.Fatalf("conflicts %d, conflicting %d; want 2, 1 (the third)", st.Conflicts, st.Conflicting)
+	}
+	// A record renamed onto a taken name loses its own worker.
+	other := rec("other", 16)
+	other.ID = 104
+	put("k4", other)
+	other.Name = "dup"
+	if got := put("k4", other); !sameKinds(got, Removed) {
+		t.Fatalf("rename onto a taken name: %v", got)
+	}
+	unique()
+}

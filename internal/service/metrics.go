@@ -45,6 +45,8 @@ var (
 		"Workers refused because they break the router's contract, by reason (block_size, hash_contract).", []string{"reason"}, nil)
 	dirConflictsDesc = prometheus.NewDesc("kvrouter_discovery_conflicts_total",
 		"Registry records ignored because a static worker or another record has the same id or name.", nil, nil)
+	dirConflictingDesc = prometheus.NewDesc("kvrouter_discovery_conflicting_records",
+		"Registry records ignored now because a static worker or another record has the same id or name.", nil, nil)
 	dirInvalidDesc = prometheus.NewDesc("kvrouter_discovery_invalid_records_total",
 		"Registry records that could not be decoded or failed validation.", nil, nil)
 	dirWorkersDesc = prometheus.NewDesc("kvrouter_discovery_workers",
@@ -57,7 +59,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
 		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
-		dirRefusedDesc, dirConflictsDesc, dirInvalidDesc, dirWorkersDesc} {
+		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
 }
@@ -101,6 +103,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dirRefusedDesc, n, reason)
 	}
 	counter(dirConflictsDesc, ds.Conflicts)
+	gauge(dirConflictingDesc, float64(ds.Conflicting))
 	counter(dirInvalidDesc, ds.Invalid)
 	for st, n := range ds.Workers {
 		gauge(dirWorkersDesc, float64(n), fleet.State(st).String())
