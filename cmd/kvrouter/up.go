@@ -117,8 +117,12 @@ Ctrl-C stops everything.
 func eventsLine(cfg config.Config, svc *service.Service) string {
 	switch {
 	case svc.Bus() != nil:
-		return fmt.Sprintf("NATS %s (namespace %s, component %s; workers register in %s)",
-			svc.Bus().ClientURL(), cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry.Bucket)
+		auth := ""
+		if f := svc.Bus().TokenFile(); f != "" {
+			auth = "; other processes connect with --nats-token-file " + f
+		}
+		return fmt.Sprintf("NATS %s (namespace %s, component %s; workers register in %s%s)",
+			svc.Bus().ClientURL(), cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry.Bucket, auth)
 	case cfg.EventPlane.Kind == config.PlaneZMQ:
 		return "RouterEvents over ZMQ (no NATS)"
 	default:

@@ -25,6 +25,9 @@ type Bus struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	url string
+	// tokenFile is where the token came from (Config.TokenFile), if
+	// anywhere.
+	tokenFile string
 
 	mu       sync.Mutex
 	nextHook int
@@ -46,6 +49,21 @@ func Start(cfg Config, log *slog.Logger) (*Bus, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	b := &Bus{cfg: cfg, log: log, hooks: map[int]func(){}, closed: make(chan struct{}), url: cfg.URL}
+	if cfg.TokenFile != "" {
+		var err error
+		if cfg.Embedded() {
+			var created bool
+			if b.cfg.Token, created, err = EnsureTokenFile(cfg.TokenFile); err == nil && created {
+				log.Info("generated a random NATS token for the embedded server in "+cfg.TokenFile, "token_file", cfg.TokenFile)
+			}
+		} else {
+			b.cfg.Token, err = ReadTokenFile(cfg.TokenFile)
+		}
+		if err != nil {
+			return nil, err
+		}
+		b.tokenFile, b.cfg.TokenFile = cfg.TokenFile, ""
+	}
 	if cfg.Embedded() {
 		if err := b.startServer(); err != nil {
 			return nil, err
@@ -146,7 +164,16 @@ func (b *Bus) startServer() error {
 	b.srv = srv
 	b.url = srv.ClientURL()
 	b.url = selfURL(b.cfg.Host, srv.ClientURL())
-	b.log.Info("embedded NATS listening on "+b.url, "url", b.url, "jetstream", b.cfg.JetStream, "store", o.StoreDir)
+	auth := "none: open to every client that reaches it"
+	switch {
+	case b.cfg.Token != "" && b.tokenFile != "":
+		auth = "token (other processes: --nats-token-file " + b.tokenFile + ")"
+	case b.cfg.Token != "":
+		auth = "token"
+	case b.cfg.User != "":
+		auth = "user/password"
+	}
+	b.log.Info("embedded NATS listening on "+b.url, "url", b.url, "jetstream", b.cfg.JetStream, "store", o.StoreDir, "auth", auth)
 	return nil
 }
 
@@ -198,6 +225,15 @@ func (b *Bus) Conn() *nats.Conn { return b.nc }
 
 // JetStream returns a JetStream context on the bus's connection.
 func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// TokenFile returns the file the bus's token was read from (or written
+// to), empty when the token did not come from a file: what to tell other
+// processes that must connect (--nats-token-file), never the token.
+func (b *Bus) TokenFile() string { return b.tokenFile }
+
+// Authenticated reports whether the bus presents a credential (and its
+// embedded server, if any, requires it).
+func (b *Bus) Authenticated() bool { return b.cfg.HasAuth() }
 
 // Embedded reports whether the bus runs the embedded server.
 func (b *Bus) Embedded() bool { return b.srv != nil }

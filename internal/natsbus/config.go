@@ -33,6 +33,14 @@ type Config struct {
 	// Token is an auth token. Embedded: clients must present it. External:
 	// presented to the server. Default "" (none). Exclusive with User.
 	Token string
+	// TokenFile is a file holding the token (--nats-token-file), read
+	// when Token is empty. Embedded: when the file does not exist, a
+	// random token is written there (mode 0600) and required from
+	// clients; kvrouter serve and up point it at DataDir/nats-token when
+	// no credential is configured, so that their embedded server is never
+	// open. External: the token presented. Default "". Exclusive with
+	// Token and User.
+	TokenFile string
 	// User and Password are username/password credentials, required by the
 	// embedded server from clients or presented to an external server.
 	// Default "" (none); both or neither.
@@ -88,6 +96,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Token != "" && c.User != "" {
 		errs = append(errs, errors.New("token and user/password are exclusive"))
+	}
+	if c.TokenFile != "" && (c.Token != "" || c.User != "") {
+		errs = append(errs, errors.New("token file, token and user/password are exclusive"))
 	}
 	if (c.User == "") != (c.Password == "") {
 		errs = append(errs, errors.New("user and password go together"))

@@ -4,7 +4,7 @@ import "flag"
 
 // BindFlags registers the NATS flags on fs, writing into c (whose current
 // values are the defaults shown): --nats-url, --nats-host, --nats-port,
-// --nats-token, --nats-user, --nats-password, --nats-creds, --nats-nkey,
+// --nats-token, --nats-token-file, --nats-user, --nats-password, --nats-creds, --nats-nkey,
 // --nats-tls-ca, --nats-tls-cert, --nats-tls-key, --nats-reconnect-wait.
 // DataDir is left to the caller's shared --data-dir.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
@@ -12,6 +12,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Host, "nats-host", c.Host, "address the embedded NATS server listens on (0.0.0.0 exposes it)")
 	fs.IntVar(&c.Port, "nats-port", c.Port, "client port of the embedded NATS server (-1: any free port)")
 	fs.StringVar(&c.Token, "nats-token", c.Token, "NATS auth token (required by the embedded server when set)")
+	fs.StringVar(&c.TokenFile, "nats-token-file", c.TokenFile, "file holding the NATS token (the embedded server of serve and up writes a random one to <data-dir>/nats-token when no credential is set)")
 	fs.StringVar(&c.User, "nats-user", c.User, "NATS user (required by the embedded server when set)")
 	fs.StringVar(&c.Password, "nats-password", c.Password, "NATS password")
 	fs.StringVar(&c.CredsFile, "nats-creds", c.CredsFile, "NATS .creds file for an external server")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,10 @@ func New(cfg config.Config, o Options) (*Service, error) {
 		return nil, fmt.Errorf("registering service metrics: %w", err)
 	}
 	onNATS := cfg.EventPlane.Kind == config.PlaneNATS
+	if onNATS {
+		s.secureNATS()
+		cfg = s.cfg
+	}
 	// The embedded server starts here (a failure is a misconfiguration:
 	// its port taken, its store unusable); an external one is connected
 	// to by Run (or ConnectNATS), retried until it answers.
@@ -210,6 +215,24 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// secureNATS makes the safe path the default: an embedded NATS server
+// with no credential configured requires a random token kept in
+// <data-dir>/nats-token (created on first start, reused after), which the
+// router's own clients present; other processes are given the file
+// (--nats-token-file). Whatever stays without a credential is warned
+// about loudly: NATS write access is the power to register a worker and
+// be sent prompts.
+func (s *Service) secureNATS() {
+	nc := &s.cfg.EventPlane.NATS
+	if nc.Embedded() && !nc.HasAuth() {
+		nc.TokenFile = filepath.Join(s.cfg.DataDir, "nats-token")
+	}
+	httpKeys := len(s.cfg.Frontend.APIKeys) > 0 || len(s.cfg.Frontend.AdminKeys) > 0
+	for _, w := range nc.AuthWarnings(httpKeys) {
+		s.log.Warn("SECURITY: "+w+"; set --nats-token-file, --nats-token, --nats-user or --nats-creds", "nats_url", redactURL(nc.URL))
+	}
 }
 
 // addWorker adds an accepted worker to the router and the worker set
