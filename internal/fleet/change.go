@@ -47,4 +47,12 @@ type Change[T any] struct {
 	Initial bool
 	// Err is the decoding error (Invalid only).
 	Err error
+	// Lapsed (Put only) says the key expired and was put again while the
+	// watcher could not hear it, during this router's own NATS outage:
+	// nobody's heartbeats got through, so the lapse may be the outage's
+	// and not the owner's. The directory keeps a worker whose record came
+	// back from the same instance, and replaces (Removed, Added) one that
+	// came back from another. (A lapse the watcher could have heard is
+	// reported as Expired, then Put.)
+	Lapsed bool
 }

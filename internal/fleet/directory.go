@@ -112,10 +112,26 @@ type Directory struct {
 	// conflicted holds registry keys already reported as conflicting, so
 	// that heartbeats do not repeat the warning.
 	conflicted map[string]bool
+	// leases holds, per registry key with an instance id, which process
+	// owns it (see keyLease).
+	leases map[string]*keyLease
 	// What was refused or ignored (DirectoryStats).
-	refused   map[string]uint64
-	conflicts uint64
-	invalid   uint64
+	refused    map[string]uint64
+	conflicts  uint64
+	invalid    uint64
+	urlChanges uint64
+	takeovers  uint64
+}
+
+// keyLease is what the directory knows of the processes writing one
+// registry key: the accepted instance and its last put, and a rival
+// instance seen writing the key while the accepted one was alive.
+type keyLease struct {
+	instance  string
+	last      time.Time
+	rival     string
+	rivalLast time.Time
+	flagged   bool // the rival was reported as a takeover
 }
 
 // DirectoryStats is what a Directory has counted, for the metrics the
@@ -135,6 +151,12 @@ type DirectoryStats struct {
 	// Invalid counts registry records that could not be decoded or failed
 	// validation.
 	Invalid uint64
+	// URLChanges counts changes of a known worker's URL (each logged).
+	URLChanges uint64
+	// Takeovers counts registry keys written by a second live process (a
+	// record with another instance id while the accepted instance still
+	// heartbeats); its puts are ignored, the first process keeps the key.
+	Takeovers uint64
 	// Workers counts the known workers by state (index: State).
 	Workers [StateRefused + 1]int
 }
@@ -152,6 +174,7 @@ func NewDirectory(expect Expect, static []WorkerRecord, log Logger, now time.Tim
 		workers: map[kvevent.WorkerID]*Worker{},
 		byKey:   map[string]kvevent.WorkerID{},
 		names:   map[string]string{},
+		leases:  map[string]*keyLease{},
 		static:  map[string]kvevent.WorkerID{},
 
 		conflicted: map[string]bool{},
@@ -204,7 +227,11 @@ func (d *Directory) Apply(c Change[WorkerRecord], now time.Time) []Notification 
 	defer d.mu.Unlock()
 	switch c.Kind {
 	case Put:
-		return d.put(c.Key, c.Value, now)
+		var notes []Notification
+		if c.Lapsed {
+			notes = d.lapsed(c.Key, c.Value, now)
+		}
+		return append(notes, d.put(c.Key, c.Value, now)...)
 	case Deleted:
 		delete(d.conflicted, c.Key)
 		return d.remove(c.Key, "deregistered", now)
@@ -265,6 +292,9 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 	if oldID, ok := d.byKey[key]; ok && oldID != rec.ID {
 		notes = append(notes, d.remove(key, "re-registered under another id", now)...)
 	}
+	if d.contested(key, rec, now) {
+		return notes
+	}
 	d.byKey[key] = rec.ID
 	old, known := d.workers[rec.ID]
 	if known && old.Record.Name != rec.Name && d.names[old.Record.Name] == key {
@@ -296,7 +326,82 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 	if recordsEqual(old.Record, rec) {
 		return notes // a heartbeat
 	}
+	if old.Record.URL != rec.URL {
+		d.urlChanges++
+		d.log.Warn("worker URL changed: requests go to the new URL", "worker", rec.Name, "worker_id", uint64(rec.ID), "key", key,
+			"old_url", old.Record.URL, "url", rec.URL, "old_instance", old.Record.Instance, "instance", rec.Instance, "registered_by", rec.RegisteredBy)
+	}
 	return append(notes, Notification{Kind: Updated, Worker: *w})
+}
+
+// contested applies the instance rules to a valid, non-conflicting put of
+// rec under key (when both it and the record the key holds carry an
+// instance id) and reports whether the put must be ignored: another
+// process writes the key while the accepted one is still alive (its last
+// put less than Expect.Takeover ago). Such a rival is reported as a
+// takeover (logged once, counted) as soon as the accepted instance puts
+// again; if the accepted instance falls silent instead, the rival's next
+// put is a restart (the process was replaced) and is accepted.
+func (d *Directory) contested(key string, rec WorkerRecord, now time.Time) bool {
+	l := d.leases[key]
+	if rec.Instance == "" {
+		delete(d.leases, key)
+		return false
+	}
+	old, known := d.workers[rec.ID]
+	if l == nil || !known || d.byKey[key] != rec.ID || old.Record.Instance == "" {
+		d.leases[key] = &keyLease{instance: rec.Instance, last: now}
+		return false
+	}
+	window := d.expect.Takeover
+	switch {
+	case rec.Instance == l.instance:
+		l.last = now
+		if l.rival == "" {
+			return false
+		}
+		if now.Sub(l.rivalLast) > window {
+			l.rival, l.flagged = "", false // the rival stopped
+			return false
+		}
+		if !l.flagged {
+			l.flagged = true
+			d.takeovers++
+			d.log.Warn("two live processes register the same worker: the other one's records are ignored (a takeover, or two workers configured with one name)",
+				"worker", rec.Name, "worker_id", uint64(rec.ID), "key", key, "instance", l.instance, "url", old.Record.URL,
+				"other_instance", l.rival)
+		}
+		return false
+	case window > 0 && now.Sub(l.last) <= window:
+		if l.rival != rec.Instance {
+			l.rival, l.flagged = rec.Instance, false
+			d.log.Debug("another process wrote a live worker's registration; ignored unless the first falls silent",
+				"worker", rec.Name, "key", key, "instance", l.instance, "other_instance", rec.Instance, "other_url", rec.URL)
+		}
+		l.rivalLast = now
+		return true
+	}
+	d.log.Info("worker restarted: a new process registered it", "worker", rec.Name, "worker_id", uint64(rec.ID),
+		"old_instance", l.instance, "instance", rec.Instance)
+	*l = keyLease{instance: rec.Instance, last: now}
+	return false
+}
+
+// lapsed handles a Put whose key lapsed during this router's NATS outage,
+// before the put itself: when the key's worker came back from the same
+// instance it is kept (the put is then an ordinary one); otherwise it is
+// removed, and the put adds it again.
+func (d *Directory) lapsed(key string, rec WorkerRecord, now time.Time) []Notification {
+	id, ok := d.byKey[key]
+	if !ok {
+		return nil
+	}
+	if w, ok := d.workers[id]; ok && id == rec.ID && w.Record.Instance != "" && w.Record.Instance == rec.Instance {
+		d.log.Info("worker registration lapsed during a NATS outage and came back from the same process: worker kept",
+			"worker", rec.Name, "worker_id", uint64(rec.ID), "instance", rec.Instance)
+		return nil
+	}
+	return d.remove(key, "registration expired during a NATS outage", now)
 }
 
 func (d *Directory) isStatic(id kvevent.WorkerID) bool {
@@ -314,6 +419,7 @@ func (d *Directory) ownerKey(id kvevent.WorkerID) (string, bool) {
 }
 
 func (d *Directory) remove(key, reason string, now time.Time) []Notification {
+	delete(d.leases, key)
 	id, ok := d.byKey[key]
 	if !ok {
 		return nil
@@ -380,7 +486,8 @@ func (d *Directory) Workers() []Worker {
 func (d *Directory) Stats() DirectoryStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := DirectoryStats{Refused: maps.Clone(d.refused), Conflicts: d.conflicts, Conflicting: len(d.conflicted), Invalid: d.invalid}
+	st := DirectoryStats{Refused: maps.Clone(d.refused), Conflicts: d.conflicts, Conflicting: len(d.conflicted), Invalid: d.invalid,
+		URLChanges: d.urlChanges, Takeovers: d.takeovers}
 	for _, w := range d.workers {
 		if int(w.Status.State) < len(st.Workers) {
 			st.Workers[w.Status.State]++

@@ -286,3 +286,120 @@ func TestDirectoryNameConflict(t *testing.T) {
 	}
 	unique()
 }
+
+// A known worker's URL change is counted (and logged); a heartbeat is not.
+func TestDirectoryCountsURLChanges(t *testing.T) {
+	d, _, _ := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract()}, nil, nil, time.Unix(0, 0))
+	t0 := time.Unix(1000, 0)
+	a := rec("a", 16)
+	a.ID = 1
+	d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: a}, t0)
+	d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: a}, t0)
+	a.KVCapacityBlocks = 7
+	d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: a}, t0)
+	if n := d.Stats().URLChanges; n != 0 {
+		t.Fatalf("url changes %d before any", n)
+	}
+	a.URL = "http://127.0.0.1:9999"
+	if got := kinds(d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: a}, t0)); !sameKinds(got, Updated) {
+		t.Fatalf("url change: %v", got)
+	}
+	if n := d.Stats().URLChanges; n != 1 {
+		t.Fatalf("url changes %d, want 1", n)
+	}
+}
+
+// Instance ids tell a restart (the old process fell silent) from a
+// takeover (a second live process writes the key): the takeover's puts
+// are ignored and counted once, a restart is accepted.
+func TestDirectoryRestartVersusTakeover(t *testing.T) {
+	const beat = time.Second // the owner's heartbeat
+	d, _, _ := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract(), Takeover: 3 * beat / 2}, nil, nil, time.Unix(0, 0))
+	t0 := time.Unix(1000, 0)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * beat / 2) }
+	a := rec("a", 16)
+	a.ID, a.Instance = 1, "first"
+	x := a
+	x.Instance, x.URL = "intruder", "http://127.0.0.1:6666"
+	put := func(r WorkerRecord, i int) []NoteKind {
+		return kinds(d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: r}, at(i)))
+	}
+	url := func() string { w, _ := d.Get(1); return w.Record.URL }
+	if got := put(a, 0); !sameKinds(got, Added) {
+		t.Fatalf("first: %v", got)
+	}
+	// Both heartbeat, interleaved, for a while: the first keeps the key.
+	for i := 1; i < 12; i += 2 {
+		if got := put(x, i); !sameKinds(got) {
+			t.Fatalf("intruder at %d: %v", i, got)
+		}
+		if got := put(a, i+1); !sameKinds(got) {
+			t.Fatalf("first at %d: %v", i+1, got)
+		}
+		if url() != a.URL {
+			t.Fatalf("the intruder's URL was taken at %d", i)
+		}
+	}
+	if st := d.Stats(); st.Takeovers != 1 || st.URLChanges != 0 {
+		t.Fatalf("takeovers %d, url changes %d; want 1, 0", st.Takeovers, st.URLChanges)
+	}
+	// The first process dies; the other one's puts are a restart once it
+	// has been silent for longer than the window.
+	if got := put(x, 13); !sameKinds(got) {
+		t.Fatalf("at 13 the first was heard 1 beat ago: %v", got)
+	}
+	if got := put(x, 15); !sameKinds(got) {
+		t.Fatalf("at 15 the first was heard 1.5 beats ago (the window): %v", got)
+	}
+	if got := put(x, 17); !sameKinds(got, Updated) {
+		t.Fatalf("restart after the first fell silent: %v", got)
+	}
+	if url() != x.URL || d.Stats().URLChanges != 1 || d.Stats().Takeovers != 1 {
+		t.Fatalf("after the restart: url %s, %+v", url(), d.Stats())
+	}
+	// A restart in the same place, after a clean shutdown: immediate.
+	d.Apply(Change[WorkerRecord]{Kind: Deleted, Key: "k"}, at(18))
+	a.Instance = "third"
+	if got := put(a, 19); !sameKinds(got, Added) {
+		t.Fatalf("after a deregistration: %v", got)
+	}
+	// Records without an instance id (older registrants): no checks.
+	b := a
+	b.Instance = ""
+	if got := put(b, 20); !sameKinds(got, Updated) {
+		t.Fatalf("instance-less record: %v", got)
+	}
+	if got := put(x, 20); !sameKinds(got, Updated) {
+		t.Fatalf("after an instance-less record: %v", got)
+	}
+}
+
+// A record that lapsed during the router's own NATS outage is kept when it
+// comes back from the same instance (no Removed, no Added: its index
+// stays), and replaced when it comes back from another.
+func TestDirectoryLapsedDuringOutage(t *testing.T) {
+	d, _, _ := NewDirectory(Expect{BlockSize: 16, Hash: DefaultHashContract(), Takeover: time.Second}, nil, nil, time.Unix(0, 0))
+	t0 := time.Unix(1000, 0)
+	a := rec("a", 16)
+	a.ID, a.Instance = 1, "one"
+	d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: a}, t0)
+	lapsed := func(r WorkerRecord, at time.Time) []NoteKind {
+		return kinds(d.Apply(Change[WorkerRecord]{Kind: Put, Key: "k", Value: r, Lapsed: true}, at))
+	}
+	if got := lapsed(a, t0.Add(time.Minute)); !sameKinds(got) {
+		t.Fatalf("same instance: %v", got)
+	}
+	if w, ok := d.Get(1); !ok || w.Status.Since != t0 {
+		t.Fatalf("the worker was not kept as it was: %+v", w)
+	}
+	b := a
+	b.Instance = "two"
+	if got := lapsed(b, t0.Add(2*time.Minute)); !sameKinds(got, Removed, Added) {
+		t.Fatalf("another instance: %v", got)
+	}
+	c := b
+	c.Instance = ""
+	if got := lapsed(c, t0.Add(3*time.Minute)); !sameKinds(got, Removed, Added) {
+		t.Fatalf("no instance: %v", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -129,6 +130,13 @@ type WorkerRecord struct {
 	// RegisteredBy names who registered the record ("static", "agent
 	// host-3", "mocker"); informational.
 	RegisteredBy string `json:"registered_by,omitempty"`
+	// Instance identifies the process that registered the record, random
+	// per process start (registry.Register sets it): a put from a new
+	// instance is a restart, one from a second live instance a takeover,
+	// and a record that lapsed in a NATS outage and came back from the
+	// same instance is the same worker. Empty in records of older
+	// registrants and static workers (no such checks then).
+	Instance string `json:"instance,omitempty"`
 }
 
 // DeriveID returns the worker id used when none is given: XXH3-64 of the
@@ -220,6 +228,12 @@ type Expect struct {
 	// NATS must match it. ZMQ workers are hashed by the router itself, so
 	// their contract is not checked.
 	Hash HashContract
+	// Takeover is how long after the last put of a key's accepted
+	// instance a put from another instance is contested rather than taken
+	// for a restart: the first may still be alive (a live owner puts
+	// every heartbeat, TTL/3). The service uses TTL/2. 0 takes every new
+	// instance for a restart.
+	Takeover time.Duration
 }
 
 // Check returns nil when rec may join, or an error wrapping

@@ -2,11 +2,14 @@ package registry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,12 +76,30 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 // RecordKey is the registry key of a worker: its id in decimal.
 func RecordKey(id kvevent.WorkerID) string { return strconv.FormatUint(uint64(id), 10) }
 
-// Register validates rec (deriving its id from the name when 0) and keeps
+// processInstance is drawn once per process (see ProcessInstance).
+var processInstance = sync.OnceValue(func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+})
+
+// ProcessInstance returns this process's instance id, 16 random hex
+// digits drawn at first use: what Register stamps on records
+// (fleet.WorkerRecord.Instance) so that routers tell a restarted worker
+// (a new id) from a second live process writing its key (a takeover) and
+// from the same worker back after a NATS outage (the same id).
+func ProcessInstance() string { return processInstance() }
+
+// Register validates rec (deriving its id from the name when 0, and its
+// instance from ProcessInstance when empty) and keeps
 // it registered until the returned lease is closed (deregistration) or
 // abandoned (the record then expires after the TTL).
 func (r *Registry) Register(ctx context.Context, rec fleet.WorkerRecord) (*Lease[fleet.WorkerRecord], error) {
 	if rec.ID == 0 {
 		rec.ID = fleet.DeriveID(rec.Name)
+	}
+	if rec.Instance == "" {
+		rec.Instance = ProcessInstance()
 	}
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("registering: %w", err)

@@ -27,12 +27,19 @@ type view struct {
 	// seen holds the keys whose current entry the snapshot delivered as a
 	// put: true when the key is live, false when it is gone here.
 	seen map[string]bool
+	// offline is how long the watcher has been cut off from NATS in all
+	// (the time hold was told about).
+	offline time.Duration
 }
 
 type liveKey struct {
 	rev      uint64
 	created  time.Time // server time of the last put
 	deadline time.Time // local time it expires without a heartbeat
+	// offlineAt is view.offline when the put was observed: the offline
+	// time since is the part of the key's silence the watcher could not
+	// hear.
+	offlineAt time.Duration
 }
 
 // entryOp is what an entry did to its key.
@@ -73,11 +80,28 @@ func (v *view) snapshotting() bool { return v.snapping }
 // removal of a key it never saw). lapsed is set with a Put of a live key
 // that expired in between: it was put more than the TTL after the put the
 // reader saw last (server times on both sides), so the server expired the
-// record meanwhile and the reader must first be told Expired. That is how
-// an expiry missed whole (the watcher blind while the record expired and
-// its owner registered again) still reaches the reader.
-func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed bool) {
+// record meanwhile. That is how an expiry missed whole (the watcher blind
+// while the record expired and its owner registered again) still reaches
+// the reader. outage is set with lapsed when the silence was mostly this
+// watcher's own outage: the part of it the watcher could have heard (its
+// connected time) is shorter than the TTL, so the lapse may be nobody's
+// fault but NATS's (the owner heartbeat into the void).
+//
+// A purge (the server's expiry marker) of a live key whose deadline has
+// not passed here, and which the watcher has been cut off from since its
+// last put, is held back until the deadline: after an outage the
+// deadlines are held a TTL ahead, and the owner's re-put, coming right
+// after its own reconnect, then reaches the reader as a lapsed Put rather
+// than as an expiry and a new worker. If no put comes, expire reports
+// the key at its deadline.
+func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed, outage bool) {
 	cur, isLive := v.live[e.key]
+	if e.op == opPurge && isLive && e.rev > cur.rev && now.Before(cur.deadline) && cur.offlineAt < v.offline {
+		if v.snapping {
+			v.seen[e.key] = true
+		}
+		return 0, false, false
+	}
 	if e.op != opPut {
 		if v.snapping {
 			delete(v.seen, e.key)
@@ -86,14 +110,14 @@ func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed bo
 			if e.rev > v.dead[e.key] {
 				v.dead[e.key] = e.rev
 			}
-			return 0, false
+			return 0, false, false
 		}
 		delete(v.live, e.key)
 		v.dead[e.key] = e.rev
 		if e.op == opDelete {
-			return fleet.Deleted, false
+			return fleet.Deleted, false, false
 		}
-		return fleet.Expired, false
+		return fleet.Expired, false, false
 	}
 	if (isLive && e.rev <= cur.rev) || (!isLive && e.rev <= v.dead[e.key]) {
 		// Already reported (a snapshot re-delivering what the reader
@@ -102,7 +126,7 @@ func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed bo
 		if v.snapping {
 			v.seen[e.key] = isLive
 		}
-		return 0, false
+		return 0, false, false
 	}
 	start := now
 	if v.snapping && e.created.Before(now) {
@@ -110,12 +134,14 @@ func (v *view) observe(e entry, now time.Time) (kind fleet.ChangeKind, lapsed bo
 		// (server time; skew clamped to now). Live ones count from now.
 		start = e.created
 	}
-	lapsed = isLive && e.created.Sub(cur.created) > v.ttl
-	v.live[e.key] = liveKey{rev: e.rev, created: e.created, deadline: start.Add(v.ttl)}
+	silence := e.created.Sub(cur.created)
+	lapsed = isLive && silence > v.ttl
+	outage = lapsed && silence-(v.offline-cur.offlineAt) < v.ttl
+	v.live[e.key] = liveKey{rev: e.rev, created: e.created, deadline: start.Add(v.ttl), offlineAt: v.offline}
 	if v.snapping {
 		v.seen[e.key] = true
 	}
-	return fleet.Put, lapsed
+	return fleet.Put, lapsed, outage
 }
 
 // gone is a key the reader must be told about: Deleted or Expired.
@@ -178,8 +204,11 @@ func (v *view) expire(now time.Time) []string {
 // hold keeps every live key's deadline at least a TTL after now: while
 // the watcher cannot reach the bucket it sees no heartbeats, and a
 // silence it cannot hear is not a record that expired. After the
-// outage the snapshot reports what really left.
-func (v *view) hold(now time.Time) {
+// outage the snapshot reports what really left. away is how long the
+// watcher has been cut off since the previous call (or since it was
+// last connected).
+func (v *view) hold(now time.Time, away time.Duration) {
+	v.offline += max(away, 0)
 	for k, lk := range v.live {
 		if d := now.Add(v.ttl); lk.deadline.Before(d) {
 			lk.deadline = d

@@ -82,7 +82,7 @@ func TestViewSnapshotAfterOutage(t *testing.T) {
 // kind observes e and returns the change, failing on a lapse.
 func kind(t *testing.T, v *view, e entry, now time.Time) fleet.ChangeKind {
 	t.Helper()
-	k, lapsed := v.observe(e, now)
+	k, lapsed, _ := v.observe(e, now)
 	if lapsed {
 		t.Fatalf("%+v: unexpected lapse", e)
 	}
@@ -138,7 +138,7 @@ func TestViewHold(t *testing.T) {
 	kind(t, v, entry{key: "a", rev: 1, op: opPut, created: t0}, t0) // deadline t0+1s
 	kind(t, v, entry{key: "b", rev: 2, op: opPut, created: t0}, t0)
 	for ms := 250; ms <= 3000; ms += 250 { // 3 s disconnected
-		v.hold(t0.Add(time.Duration(ms) * time.Millisecond))
+		v.hold(t0.Add(time.Duration(ms)*time.Millisecond), 250*time.Millisecond)
 	}
 	if got := v.expire(t0.Add(3500 * time.Millisecond)); len(got) != 0 {
 		t.Fatalf("expired %v half a TTL after the hold ended, want nothing", got)
@@ -221,10 +221,10 @@ func TestViewConverges(t *testing.T) {
 			ks = append(ks, slices.Sorted(maps.Keys(markers))...)
 			for _, k := range rapid.Permutation(ks).Draw(t, "order") {
 				if r, ok := bucket[k]; ok {
-					kd, l := v.observe(entry{key: k, rev: r.rev, op: opPut, created: r.created}, now)
+					kd, l, _ := v.observe(entry{key: k, rev: r.rev, op: opPut, created: r.created}, now)
 					apply(k, kd, l, r.rev)
 				} else if rapid.Bool().Draw(t, "marker kept") {
-					kd, l := v.observe(entry{key: k, rev: markers[k], op: opDelete}, now)
+					kd, l, _ := v.observe(entry{key: k, rev: markers[k], op: opDelete}, now)
 					apply(k, kd, l, markers[k])
 				}
 			}
@@ -241,7 +241,7 @@ func TestViewConverges(t *testing.T) {
 			delete(bucket, k)
 			markers[k] = rev
 			if !blind {
-				kd, l := v.observe(entry{key: k, rev: rev, op: op}, now)
+				kd, l, _ := v.observe(entry{key: k, rev: rev, op: op}, now)
 				apply(k, kd, l, rev)
 			}
 		}
@@ -269,7 +269,7 @@ func TestViewConverges(t *testing.T) {
 				atRev[rev] = expiries[k]
 				delete(markers, k)
 				if !blind {
-					kd, l := v.observe(entry{key: k, rev: rev, op: opPut, created: now}, now)
+					kd, l, _ := v.observe(entry{key: k, rev: rev, op: opPut, created: now}, now)
 					apply(k, kd, l, rev)
 				}
 			case 2: // deletion
@@ -291,4 +291,57 @@ func TestViewConverges(t *testing.T) {
 		blind = false
 		snapshot()
 	})
+}
+
+// TestViewOutageLapse: a record whose heartbeats could not be heard
+// because the watcher itself was cut off (its connected share of the
+// silence shorter than the TTL) comes back as a lapsed Put flagged as the
+// outage's; the server's expiry marker delivered first (the snapshot
+// after the reconnect) is held back until the held deadline, so the
+// re-put still reaches the reader as that one Put. A silence the watcher
+// could hear is a lapse, not the outage's.
+func TestViewOutageLapse(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	v := newView(ttl)
+	v.begin()
+	v.end(t0)
+	kind(t, v, entry{key: "a", rev: 1, op: opPut, created: t0}, t0)
+	kind(t, v, entry{key: "b", rev: 2, op: opPut, created: t0}, t0)
+	for ms := 250; ms <= 3000; ms += 250 { // 3 s cut off
+		v.hold(at(ms), 250*time.Millisecond)
+	}
+	// The snapshot after the reconnect: the server's markers, and a's re-put.
+	v.begin()
+	if k, _, _ := v.observe(entry{key: "a", rev: 3, op: opPurge, created: at(1000)}, at(3100)); k != 0 {
+		t.Fatalf("a's marker reported at once: %v", k)
+	}
+	if k, _, _ := v.observe(entry{key: "b", rev: 4, op: opPurge, created: at(1000)}, at(3100)); k != 0 {
+		t.Fatalf("b's marker reported at once: %v", k)
+	}
+	if g := v.end(at(3100)); len(g) != 0 {
+		t.Fatalf("gone at the end of the snapshot: %v", g)
+	}
+	k, lapsed, outage := v.observe(entry{key: "a", rev: 5, op: opPut, created: at(3150)}, at(3200))
+	if k != fleet.Put || !lapsed || !outage {
+		t.Fatalf("a's re-put: %v lapsed %v outage %v; want put, lapsed, outage", k, lapsed, outage)
+	}
+	// b never comes back: it expires at its held deadline.
+	if got := v.expire(at(3900)); len(got) != 0 {
+		t.Fatalf("expired before the held deadline: %v", got)
+	}
+	if got := v.expire(at(4100)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("expired %v after the held deadline, want [b]", got)
+	}
+	// Connected all along: a put 2 TTLs after the last is a lapse the
+	// watcher could have heard.
+	k, lapsed, outage = v.observe(entry{key: "a", rev: 6, op: opPut, created: at(5200)}, at(5200))
+	if k != fleet.Put || !lapsed || outage {
+		t.Fatalf("a after a heard silence: %v lapsed %v outage %v; want put, lapsed, not the outage's", k, lapsed, outage)
+	}
+	// A marker past the local deadline is reported at once.
+	if k, _, _ := v.observe(entry{key: "a", rev: 7, op: opPurge}, at(6300)); k != fleet.Expired {
+		t.Fatalf("marker past the deadline: %v", k)
+	}
 }

@@ -166,6 +166,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 	failures := 0
 	tick := time.NewTicker(max(b.ttl/4, 10*time.Millisecond))
 	defer tick.Stop()
+	prevTick := time.Now()
 	send := func(c fleet.Change[T]) bool {
 		select {
 		case w.c <- c:
@@ -179,6 +180,8 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			sinceTick := now.Sub(prevTick)
+			prevTick = now
 			if n := b.reconnects(); n != reconnects {
 				reconnects, resnap = n, true
 			}
@@ -199,7 +202,7 @@ func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop fun
 				// for a NATS blip), and after the reconnect the re-read
 				// reports what really left; a record that expired and
 				// came back meanwhile is still told Expired, then Put.
-				v.hold(now)
+				v.hold(now, sinceTick)
 				continue
 			}
 			for _, k := range v.expire(now) {
@@ -275,7 +278,7 @@ func (b *Bucket[T]) changes(v *view, e jetstream.KeyValueEntry, now time.Time, i
 	}
 	_, wasLive := v.live[en.key]
 	missed := v.snapshotting() && !initial && !wasLive
-	kind, lapsed := v.observe(en, now)
+	kind, lapsed, outage := v.observe(en, now)
 	if kind == 0 {
 		return nil
 	}
@@ -284,7 +287,11 @@ func (b *Bucket[T]) changes(v *view, e jetstream.KeyValueEntry, now time.Time, i
 		return []fleet.Change[T]{c}
 	}
 	var out []fleet.Change[T]
-	if lapsed {
+	switch {
+	case outage:
+		b.log.Info("record lapsed and was put again during this watcher's NATS outage", "bucket", b.name, "key", en.key, "revision", en.rev)
+		c.Lapsed = true
+	case lapsed:
 		b.log.Info("record expired and was put again while the watch was interrupted", "bucket", b.name, "key", en.key, "revision", en.rev)
 		out = append(out, fleet.Change[T]{Kind: fleet.Expired, Key: en.key})
 	}

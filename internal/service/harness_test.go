@@ -115,6 +115,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
+	fc.Registry = cfg.EventPlane.Registry // one bucket, one TTL
 	var fleet *Fleet
 	var svc *Service
 	startFleet := func() {
@@ -137,7 +138,12 @@ func newRig(t *testing.T, o rigOpt) *rig {
 		t.Fatal(err)
 	}
 	if o.plane == config.PlaneNATS {
-		// The workers register in the router's embedded NATS.
+		// The workers register in the router's NATS (embedded, or an
+		// external one connected to first, as `kvrouter up` does).
+		if err := svc.ConnectNATS(context.Background()); err != nil {
+			svc.Close()
+			t.Fatal(err)
+		}
 		fc.Bus = svc.Bus()
 		startFleet()
 	}

@@ -47,6 +47,10 @@ var (
 		"Registry records ignored because a static worker or another record has the same id or name.", nil, nil)
 	dirConflictingDesc = prometheus.NewDesc("kvrouter_discovery_conflicting_records",
 		"Registry records ignored now because a static worker or another record has the same id or name.", nil, nil)
+	dirURLChangesDesc = prometheus.NewDesc("kvrouter_discovery_url_changes_total",
+		"Changes of a known worker's URL (each logged at WARN with the old and new URL).", nil, nil)
+	dirTakeoversDesc = prometheus.NewDesc("kvrouter_discovery_takeovers_total",
+		"Registry keys written by a second live process (another instance id while the first still heartbeats); its records are ignored.", nil, nil)
 	dirInvalidDesc = prometheus.NewDesc("kvrouter_discovery_invalid_records_total",
 		"Registry records that could not be decoded or failed validation.", nil, nil)
 	dirWorkersDesc = prometheus.NewDesc("kvrouter_discovery_workers",
@@ -59,7 +63,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
 		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
-		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirInvalidDesc, dirWorkersDesc} {
+		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirURLChangesDesc, dirTakeoversDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
 }
@@ -104,6 +108,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(dirConflictsDesc, ds.Conflicts)
 	gauge(dirConflictingDesc, float64(ds.Conflicting))
+	counter(dirURLChangesDesc, ds.URLChanges)
+	counter(dirTakeoversDesc, ds.Takeovers)
 	counter(dirInvalidDesc, ds.Invalid)
 	for st, n := range ds.Workers {
 		gauge(dirWorkersDesc, float64(n), fleet.State(st).String())

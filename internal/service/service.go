@@ -121,7 +121,7 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("static workers: %w", err)
 	}
-	expect := fleet.Expect{BlockSize: cfg.BlockSize, Hash: fleet.DefaultHashContract()}
+	expect := fleet.Expect{BlockSize: cfg.BlockSize, Hash: fleet.DefaultHashContract(), Takeover: cfg.EventPlane.Registry.TTL / 2}
 	dir, notes, err := fleet.NewDirectory(expect, recs, s.log, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("building the worker directory: %w", err)
