@@ -99,4 +99,13 @@ func TestExpiryInvariantCanFail(t *testing.T) {
 	if _, _, checked, skipped := c.expiriesSeen(); checked != 2 || skipped != 1 {
 		t.Fatalf("checked %d, skipped %d; want 2, 1", checked, skipped)
 	}
+
+	// A registration lapsed in a NATS outage must be kept, not removed.
+	from = time.Now()
+	c.addExpiry(expiry{worker: "mock-4", cause: "test", from: from, back: from.Add(time.Second), knew: map[int]uint64{0: 1}, kept: true})
+	check(false, "router 0 did not say it kept mock-4")
+	log.With("router", 0).Info(keptMsg, "worker", "mock-4")
+	check(true, "router 0 kept mock-4")
+	log.With("router", 0).Info(removedMsg, "worker", "mock-4")
+	check(false, "router 0 removed mock-4 as well")
 }

@@ -19,12 +19,18 @@ import (
 // expose no removal counter, so the suite counts these log records.
 const removedMsg = "worker deregistered or expired: removed, its blocks dropped"
 
+// keptMsg is the message internal/fleet logs when a router keeps a worker
+// whose registration lapsed during a NATS outage and came back from the
+// same process (instance id).
+const keptMsg = "worker registration lapsed during a NATS outage and came back from the same process: worker kept"
+
 // removalTap records, per router and worker, when the router logged the
 // worker's removal. It sits in front of the cluster's log handler.
 type removalTap struct {
-	mu sync.Mutex
-	at map[removalKey][]time.Time
-	n  int
+	mu   sync.Mutex
+	at   map[removalKey][]time.Time
+	kept map[removalKey][]time.Time // keptMsg records
+	n    int
 }
 
 type removalKey struct {
@@ -32,7 +38,26 @@ type removalKey struct {
 	worker string
 }
 
-func newRemovalTap() *removalTap { return &removalTap{at: map[removalKey][]time.Time{}} }
+func newRemovalTap() *removalTap {
+	return &removalTap{at: map[removalKey][]time.Time{}, kept: map[removalKey][]time.Time{}}
+}
+
+func (t *removalTap) recordKept(router int, worker string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := removalKey{router, worker}
+	t.kept[k] = append(t.kept[k], at)
+}
+
+// keptSeen reports whether router logged that it kept worker within
+// [from, to].
+func (t *removalTap) keptSeen(router int, worker string, from, to time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.ContainsFunc(t.kept[removalKey{router, worker}], func(at time.Time) bool {
+		return !at.Before(from) && !at.After(to)
+	})
+}
 
 func (t *removalTap) record(router int, worker string, at time.Time) {
 	t.mu.Lock()
@@ -71,7 +96,7 @@ var _ slog.Handler = (*tapHandler)(nil)
 func (h *tapHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
 
 func (h *tapHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == removedMsg {
+	if r.Message == removedMsg || r.Message == keptMsg {
 		router, worker := -1, ""
 		look := func(a slog.Attr) bool {
 			switch a.Key {
@@ -88,7 +113,11 @@ func (h *tapHandler) Handle(ctx context.Context, r slog.Record) error {
 			look(a)
 		}
 		r.Attrs(look)
-		if router >= 0 && worker != "" {
+		switch {
+		case router < 0 || worker == "":
+		case r.Message == keptMsg:
+			h.tap.recordKept(router, worker, r.Time)
+		default:
 			h.tap.record(router, worker, r.Time)
 		}
 	}
@@ -111,6 +140,11 @@ type expiry struct {
 	cause  string
 	from   time.Time
 	back   time.Time
+	// kept: the registration lapsed because NATS was down (nobody's
+	// heartbeats got through) and came back from the same process, so
+	// every router that listed the worker must keep it (log keptMsg and
+	// no removal) rather than remove it.
+	kept bool
 	// knew holds the routers that listed the worker when its heartbeats
 	// stopped, with the router process's generation then: a router
 	// restarted since never had the old registration to remove.
@@ -150,7 +184,9 @@ func (c *cluster) addExpiry(e expiry) {
 // expiriesSeen checks the invariant: every router that listed a worker
 // when its registration expired, and ran on without a restart, logged the
 // worker's removal between the expiry and expiryGrace after the worker
-// registered again. skipped counts (expiry, router) pairs without the
+// registered again; for a registration that lapsed in a NATS outage and
+// came back from the same process (kept), it logged that it kept the
+// worker and no removal. skipped counts (expiry, router) pairs without the
 // removal where the router restarted since (its process may have been
 // stopped before it logged the removal; the new one never had the old
 // registration).
@@ -160,6 +196,23 @@ func (c *cluster) expiriesSeen() (ok bool, detail string, checked, skipped int) 
 	c.mu.Unlock()
 	for _, e := range es {
 		for k, gen := range e.knew {
+			if e.kept {
+				to := e.back.Add(expiryGrace)
+				if c.routers[k].gen.Load() != gen {
+					skipped++
+					continue
+				}
+				if c.removals.seen(k, e.worker, e.from, to) {
+					return false, fmt.Sprintf("router %d removed %s, whose registration lapsed in a NATS outage (%s) and came back from the same process, from %s to %s",
+						k, e.worker, e.cause, e.from.Format("15:04:05.000"), e.back.Format("15:04:05.000")), checked, skipped
+				}
+				if !c.removals.keptSeen(k, e.worker, e.from, to) {
+					return false, fmt.Sprintf("router %d never logged that it kept %s, whose registration lapsed in a NATS outage (%s) from %s to %s",
+						k, e.worker, e.cause, e.from.Format("15:04:05.000"), e.back.Format("15:04:05.000")), checked, skipped
+				}
+				checked++
+				continue
+			}
 			if !c.removals.seen(k, e.worker, e.from, e.back.Add(expiryGrace)) {
 				if c.routers[k].gen.Load() != gen {
 					skipped++ // stopped before it logged the removal, maybe

@@ -157,7 +157,8 @@ func (w *worker) expire(ctx context.Context, hold time.Duration) error {
 // restartNATS stops the NATS server for hold and starts it again. When
 // the server stayed down longer than the TTL, every registration whose
 // heartbeats ran before it certainly expired (its last put came before
-// the stop, the next one after the start): recorded for the invariant.
+// the stop, the next one after the start) and came back from the same
+// process: recorded for the invariant, as one every router must keep.
 func (c *cluster) restartNATS(ctx context.Context, hold time.Duration) error {
 	type leased struct {
 		w     *worker
@@ -189,9 +190,9 @@ func (c *cluster) restartNATS(ctx context.Context, hold time.Duration) error {
 		same := l.w.lease == l.lease
 		l.w.mu.Unlock()
 		if same {
-			c.stats.add("registrations expired during a NATS outage", 1)
+			c.stats.add("registrations lapsed during a NATS outage", 1)
 			c.addExpiry(expiry{worker: l.w.name, cause: "NATS down for " + starting.Sub(stopped).Round(time.Millisecond).String(),
-				from: stopped, back: back, knew: l.knew})
+				from: stopped, back: back, knew: l.knew, kept: true})
 		}
 	}
 	return nil

@@ -153,7 +153,10 @@ type gone struct {
 // end closes the snapshot at now and returns the live keys it lacked:
 // they left the bucket while the watch was not looking. A key whose
 // deadline has passed is reported Expired; one that vanished before its
-// TTL ran out was deleted (or purged) by someone: Deleted.
+// TTL ran out was deleted (or purged) by someone: Deleted, unless the
+// watcher has been cut off since the key's last put: then it stays live
+// until its (held) deadline, when expire reports it, or a put brings it
+// back as a lapse.
 func (v *view) end(now time.Time) []gone {
 	if !v.snapping {
 		return nil
@@ -161,6 +164,13 @@ func (v *view) end(now time.Time) []gone {
 	var out []gone
 	for k, lk := range v.live {
 		if v.seen[k] {
+			continue
+		}
+		if lk.offlineAt < v.offline && now.Before(lk.deadline) {
+			// Gone without a marker since the watcher was cut off (a
+			// server that expired it without one, or lost its store):
+			// an expiry, held back until the held deadline like the
+			// server's marker (see observe).
 			continue
 		}
 		delete(v.live, k)
