@@ -375,7 +375,7 @@ func (d *Directory) contested(key string, rec WorkerRecord, now time.Time) bool 
 	case window > 0 && now.Sub(l.last) <= window:
 		if l.rival != rec.Instance {
 			l.rival, l.flagged = rec.Instance, false
-			d.log.Debug("another process wrote a live worker's registration; ignored unless the first falls silent",
+			d.log.Info("another process wrote a live worker's registration; ignored unless the first falls silent",
 				"worker", rec.Name, "key", key, "instance", l.instance, "other_instance", rec.Instance, "other_url", rec.URL)
 		}
 		l.rivalLast = now
