@@ -48,7 +48,7 @@ type identityRig struct {
 	ctx context.Context
 }
 
-const identityTTL = 3 * time.Second
+const identityTTL = 4 * time.Second
 
 func newIdentityRig(t *testing.T) *identityRig {
 	srv := natstest.StartServer(t, -1, true)
