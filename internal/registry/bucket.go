@@ -113,6 +113,9 @@ type Lease[T any] struct {
 	done chan struct{}
 
 	removeHook func()
+	// prepare, when set, completes or rejects a record given to Update
+	// (Registry.Register sets it).
+	prepare func(T) (T, error)
 }
 
 func (l *Lease[T]) run() {
@@ -160,6 +163,12 @@ func (l *Lease[T]) RefreshOnReconnect(register func(hook func()) (remove func())
 
 // Update replaces the record and puts it now.
 func (l *Lease[T]) Update(ctx context.Context, v T) error {
+	if l.prepare != nil {
+		var err error
+		if v, err = l.prepare(v); err != nil {
+			return err
+		}
+	}
 	l.mu.Lock()
 	l.v = v
 	l.mu.Unlock()

@@ -93,7 +93,8 @@ func ProcessInstance() string { return processInstance() }
 // Register validates rec (deriving its id from the name when 0, and its
 // instance from ProcessInstance when empty) and keeps
 // it registered until the returned lease is closed (deregistration) or
-// abandoned (the record then expires after the TTL).
+// abandoned (the record then expires after the TTL). The lease's Update
+// keeps the id and instance (filled in when zero) and validates.
 func (r *Registry) Register(ctx context.Context, rec fleet.WorkerRecord) (*Lease[fleet.WorkerRecord], error) {
 	if rec.ID == 0 {
 		rec.ID = fleet.DeriveID(rec.Name)
@@ -104,7 +105,26 @@ func (r *Registry) Register(ctx context.Context, rec fleet.WorkerRecord) (*Lease
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("registering: %w", err)
 	}
-	return r.b.Keep(ctx, RecordKey(rec.ID), rec)
+	l, err := r.b.Keep(ctx, RecordKey(rec.ID), rec)
+	if err != nil {
+		return nil, err
+	}
+	l.prepare = func(v fleet.WorkerRecord) (fleet.WorkerRecord, error) {
+		if v.ID == 0 {
+			v.ID = rec.ID
+		}
+		if v.ID != rec.ID {
+			return v, fmt.Errorf("updating %s: worker id %d: a lease keeps its worker id (%d); register the new one", rec.Name, uint64(v.ID), uint64(rec.ID))
+		}
+		if v.Instance == "" {
+			v.Instance = rec.Instance
+		}
+		if err := v.Validate(); err != nil {
+			return v, fmt.Errorf("updating: %w", err)
+		}
+		return v, nil
+	}
+	return l, nil
 }
 
 // Watch watches the registry (see Bucket.Watch), re-reading it every

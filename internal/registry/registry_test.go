@@ -357,3 +357,35 @@ func TestLeaseRefreshOnReconnect(t *testing.T) {
 		t.Error("hook not unregistered when the lease ended")
 	}
 }
+
+// A record put under another worker's key with its own worker id (which
+// Register never writes) used to replace that worker under the new id,
+// forged URL and all, past the instance checks. Follow takes it as
+// invalid: the worker is dropped until its next heartbeat, the forged URL
+// is never routed to.
+func TestRecordUnderAnotherKeyIsInvalid(t *testing.T) {
+	f, _ := newFixture(t, nil)
+	ctx := ctxT(t)
+	l, err := f.reg.Register(ctx, rec("w1", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Abandon()
+	if n := f.next(t); n.Kind != fleet.Added {
+		t.Fatalf("w1: %+v", n)
+	}
+	forged := rec("w1", 16)
+	forged.ID, forged.URL = 12345, "http://127.0.0.1:6666"
+	if err := f.reg.Bucket().Put(ctx, RecordKey(fleet.DeriveID("w1")), forged); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.next(t); n.Kind != fleet.Removed || n.Worker.Record.ID != fleet.DeriveID("w1") {
+		t.Fatalf("after the forged record: %+v", n)
+	}
+	if n := f.next(t); n.Kind != fleet.Added || n.Worker.Record.URL != "http://127.0.0.1:9000" {
+		t.Fatalf("after w1's next heartbeat: %+v", n)
+	}
+	if st := f.dir.Stats(); st.Invalid != 1 {
+		t.Fatalf("invalid %d, want 1", st.Invalid)
+	}
+}
