@@ -189,7 +189,10 @@ func (r *Router) rebuild() {
 	}
 }
 
-// ApplyEvent folds a KV event into the index.
+// ApplyEvent folds a KV event into the index. It is the one way KV events
+// reach the index: every transport's events are handed to it (in a
+// router process, by the service's applier, which also notes the worker
+// alive); nothing else writes them.
 func (r *Router) ApplyEvent(ev kvevent.Event) error {
 	return r.idx.Apply(ev)
 }

@@ -4,8 +4,7 @@
 // What it wires: the static workers (the fleet directory, which refuses a
 // worker whose block size differs from --block-size loudly: log, metric, REFUSED
 // state); the router core over the concurrent prefix index; one vLLM-format
-// ZMQ subscriber per event-fed worker rank, whose batches go straight into
-// the index; the HTTP front door (OpenAI API, /v1/route, /v1/query,
+// ZMQ subscriber per event-fed worker rank; the HTTP front door (OpenAI API, /v1/route, /v1/query,
 // /v1/workers, /health, /ready, /metrics, status page) with the served
 // model's tokenizer and chat template.
 //
@@ -44,6 +43,14 @@
 // plane at all. Event-plane workers get their state from the recovery
 // tracker (EXACT once recovered, DEGRADED with the reason) and share the
 // silence watchdog and health probes with the others.
+//
+// One ingestion path (ingest.go): whatever carried them (an engine's vLLM
+// stream, core NATS, the durable stream and its snapshot, RouterEvents
+// over ZMQ), decoded events are handed to one applier type, which applies
+// them to the index through the router core (router.ApplyEvent) and marks
+// their worker alive for the silence watchdog. Nothing else writes events
+// to the index; the durable consumer only reads it (Flush, Dump) for its
+// snapshots.
 //
 // NATS start-up is resilient (startup.go): the front door serves at once,
 // and every NATS step (connecting to an external server, the subscription,

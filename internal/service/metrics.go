@@ -31,6 +31,8 @@ var (
 		"Worker ranks (and predict shadows) the prefix index tracks.", nil, nil)
 	indexEventsDesc = prometheus.NewDesc("kvrouter_index_events_total",
 		"KV events given to the prefix index (applied or refused).", nil, nil)
+	ingestedDesc = prometheus.NewDesc("kvrouter_kv_events_ingested_total",
+		"KV events handed to the index through the router, by the transport that carried them (engine: an engine's vLLM ZMQ stream; nats, durable, zmq: RouterEvents on the event plane), recovery replays and restored snapshots included.", []string{"transport"}, nil)
 	indexBlockOpsDesc = prometheus.NewDesc("kvrouter_index_block_ops_total",
 		"Blocks stored or removed by applied events.", nil, nil)
 	indexRefusedDesc = prometheus.NewDesc("kvrouter_index_events_refused_total",
@@ -62,7 +64,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
-		indexEventsDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
+		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
 		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirURLChangesDesc, dirTakeoversDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
@@ -91,6 +93,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(indexBytesDesc, float64(is.Bytes))
 	gauge(indexWorkersDesc, float64(is.Workers))
 	counter(indexEventsDesc, is.Events)
+	for t := range numTransports {
+		counter(ingestedDesc, c.s.workers.ingested[t].Load(), t.String())
+	}
 	counter(indexBlockOpsDesc, is.BlockOps)
 	counter(indexRefusedDesc, is.Invalid, "invalid")
 	counter(indexRefusedDesc, is.UnknownParent, "unknown_parent")

@@ -11,11 +11,11 @@ import (
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/eventplane/durable"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
-	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/replica"
 )
@@ -54,38 +54,13 @@ func (s *Service) sourceOf(rec fleet.WorkerRecord, origin fleet.Origin) (src sou
 	}
 }
 
-// planeApplier applies event-plane events to the router and notes that the
-// worker is alive (for the silence watchdog).
-type planeApplier struct{ s *Service }
-
-var _ recovery.Applier = planeApplier{}
-
 // The synced router replica sync hands the front door must be a full
 // frontend.Router.
 var _ frontend.Router = replica.Routed{}
 
-func (a planeApplier) ApplyEvent(ev kvevent.Event) error {
-	err := a.s.router.ApplyEvent(ev)
-	a.s.workers.touched(ev.Worker.ID)
-	return err
-}
-
-// durableIndex is the index as the durable consumer sees it: applied
-// events also mark their worker alive.
-type durableIndex struct{ s *Service }
-
-var _ durable.Index = durableIndex{}
-
-func (d durableIndex) Apply(ev kvevent.Event) error {
-	err := d.s.idx.Apply(ev)
-	d.s.workers.touched(ev.Worker.ID)
-	return err
-}
-
-func (d durableIndex) Dump() []kvevent.Event { return d.s.idx.Dump() }
-
-// Flush lets the durable consumer flush the index writers before a dump.
-func (d durableIndex) Flush() error { return d.s.idx.Flush() }
+// The durable consumer snapshots the index itself (its events go through
+// the durable transport's applier, as every transport's do).
+var _ durable.Snapshotter = (*liveindex.Index)(nil)
 
 // newPlane builds the event plane's consumers (nothing runs until
 // startPlane).
@@ -95,16 +70,17 @@ func (s *Service) newPlane() error {
 	var err error
 	switch {
 	case ep.Kind == config.PlaneNATS && ep.Durable:
-		s.dur, err = durable.New(s.cfg.DurableConfig(s.cfg.Router.ID), s.bus.JetStream(), durableIndex{s}, onState, s.reg, s.log.With("component", "durable"))
+		s.dur, err = durable.New(s.cfg.DurableConfig(s.cfg.Router.ID), s.bus.JetStream(), s.workers.applier(transportDurable), s.idx,
+			onState, s.reg, s.log.With("component", "durable"))
 	case ep.Kind == config.PlaneNATS:
 		cc := natsevents.DefaultConsumerConfig()
 		cc.Namespace, cc.Component = ep.Namespace, ep.Component
 		cc.Recovery.QueryTimeout = max(cc.Recovery.QueryTimeout, s.cfg.Events.ReplayTimeout)
-		s.natsC, err = natsevents.NewConsumer(cc, s.bus.Conn(), planeApplier{s}, onState, s.reg, s.log.With("component", "eventplane"))
+		s.natsC, err = natsevents.NewConsumer(cc, s.bus.Conn(), s.workers.applier(transportNATS), onState, s.reg, s.log.With("component", "eventplane"))
 	case ep.Kind == config.PlaneZMQ:
 		zc := zmqevents.DefaultConsumerConfig()
 		zc.DialRetry = s.cfg.Events.DialRetry
-		s.zmqC, err = zmqevents.NewConsumer(zc, planeApplier{s}, onState, s.reg, s.log.With("component", "eventplane"))
+		s.zmqC, err = zmqevents.NewConsumer(zc, s.workers.applier(transportZMQ), onState, s.reg, s.log.With("component", "eventplane"))
 	}
 	if err != nil {
 		return fmt.Errorf("building the event plane: %w", err)

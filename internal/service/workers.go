@@ -46,6 +46,8 @@ type workerSet struct {
 	// live maps worker ids to their *workerState for the event path's
 	// lock-free touched.
 	live sync.Map
+	// ingested counts the KV events each transport handed in (applier).
+	ingested [numTransports]atomic.Uint64
 }
 
 // workerState is what the service tracks about one worker beyond its
@@ -177,20 +179,21 @@ func (s *workerSet) add(rec fleet.WorkerRecord, src source) *workerState {
 	return w
 }
 
-// Apply implements vllmzmq.Handler: the batch's events go to the router's
-// index, in order.
+// Apply implements vllmzmq.Handler: the batch's events go, in order, to
+// the engine transport's applier (the index through the router, the
+// worker marked alive); the rank keeps only its block-size refusal.
 func (r *rankState) Apply(seq uint64, events []kvevent.Event) {
 	s := r.set
 	if len(events) > 0 && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("KV event batch", "worker", r.w.name, "dp_rank", r.worker.Rank, "seq", seq, "events", len(events), "first", events[0].Kind, "blocks", len(events[0].Blocks))
 	}
+	a := s.applier(transportEngine)
 	for _, ev := range events {
-		if err := s.router.ApplyEvent(ev); err != nil {
+		if err := a.ApplyEvent(ev); err != nil {
 			s.log.Debug("KV event not applied", "worker", r.w.name, "err", err)
 		}
 	}
 	r.blockSizeOK(seq, events)
-	s.alive(r.w)
 }
 
 // alive notes an applied event of w: the silence watchdog's clock, and
@@ -207,9 +210,9 @@ func (s *workerSet) alive(w *workerState) {
 	}
 }
 
-// touched notes an applied event-plane event of worker id (unknown ids,
-// e.g. publishers discovery never announced, are ignored). Lock-free
-// unless it ends a silence.
+// touched notes an applied event of worker id (unknown ids, e.g.
+// publishers discovery never announced, are ignored). Lock-free unless it
+// ends a silence.
 func (s *workerSet) touched(id kvevent.WorkerID) {
 	if v, ok := s.live.Load(id); ok {
 		s.alive(v.(*workerState))

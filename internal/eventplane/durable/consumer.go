@@ -22,15 +22,15 @@ import (
 // SnapshotObject is the object name of the index snapshot in the bucket.
 const SnapshotObject = "radix-state"
 
-// Index is what the durable consumer needs from the router's index: apply
-// events in order and dump the exact state. liveindex.Index satisfies it;
-// an index with a Flush method is flushed before each dump.
-type Index interface {
-	Apply(ev kvevent.Event) error
+// Snapshotter is what the durable consumer needs from the router's index
+// to write a snapshot: Flush applies every write queued so far, Dump
+// returns the exact state. liveindex.Index satisfies it. Events, those of
+// a restored snapshot included, never go to it: they go to the router's
+// applier (recovery.Applier), like every transport's.
+type Snapshotter interface {
+	Flush() error
 	Dump() []kvevent.Event
 }
-
-type flusher interface{ Flush() error }
 
 // Config configures a Consumer.
 type Config struct {
@@ -112,7 +112,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, compon
 type Consumer struct {
 	cfg     Config
 	js      jetstream.JetStream
-	idx     Index
+	a       recovery.Applier
+	snap    Snapshotter
 	log     *slog.Logger
 	m       *metrics
 	tracker *recovery.Tracker
@@ -131,24 +132,28 @@ type Consumer struct {
 	seq uint64
 }
 
-// indexApplier is the tracker's Applier: the index, counted.
-type indexApplier struct{ c *Consumer }
+// counted is the tracker's Applier: the router's applier, counted.
+type counted struct{ c *Consumer }
 
-var _ recovery.Applier = indexApplier{}
+var _ recovery.Applier = counted{}
 
-func (a indexApplier) ApplyEvent(ev kvevent.Event) error {
+func (a counted) ApplyEvent(ev kvevent.Event) error {
 	a.c.m.applied.Inc()
-	return a.c.idx.Apply(ev)
+	return a.c.a.ApplyEvent(ev)
 }
 
-// New returns a consumer applying to idx; recovery queries go over
-// js.Conn(). onState (may be nil) hears every worker's recovery state:
+// New returns a consumer handing every event (stream, recovery answers,
+// restored snapshot) to a, and reading snap for its own snapshots;
+// recovery queries go over js.Conn(). onState (may be nil) hears every worker's recovery state:
 // DEGRADED while a gap, restart or restore query of one of its ranks is
 // outstanding or its last recovery failed, EXACT otherwise. reg nil:
 // metrics not exported; log may be nil.
-func New(cfg Config, js jetstream.JetStream, idx Index, onState recovery.StateFunc, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
+func New(cfg Config, js jetstream.JetStream, a recovery.Applier, snap Snapshotter, onState recovery.StateFunc, reg *prometheus.Registry, log *slog.Logger) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if a == nil || snap == nil {
+		return nil, errors.New("durable: an applier and a snapshotter are required")
 	}
 	if log == nil {
 		log = slog.Default()
@@ -161,9 +166,9 @@ func New(cfg Config, js jetstream.JetStream, idx Index, onState recovery.StateFu
 	if err != nil {
 		return nil, fmt.Errorf("event plane metrics: %w", err)
 	}
-	c := &Consumer{cfg: cfg, js: js, idx: idx, log: log, m: m}
+	c := &Consumer{cfg: cfg, js: js, a: a, snap: snap, log: log, m: m}
 	q := natsevents.NewQuerier(js.Conn(), cfg.Namespace, cfg.Component)
-	if c.tracker, err = recovery.NewTracker(cfg.Recovery, q, indexApplier{c}, onState, rm, log); err != nil {
+	if c.tracker, err = recovery.NewTracker(cfg.Recovery, q, counted{c}, onState, rm, log); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -234,7 +239,7 @@ func (c *Consumer) restore(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range s.Events {
-		if err := c.idx.Apply(ev); err != nil {
+		if err := c.a.ApplyEvent(ev); err != nil {
 			c.log.Debug("durable events: snapshot event refused", "err", err)
 		}
 	}
@@ -329,11 +334,9 @@ func (c *Consumer) maybeSnapshot(ctx context.Context, force bool) error {
 	var s Snapshot
 	c.mu.Lock()
 	err = c.tracker.Frozen(ctx, func(pos map[kvevent.Worker]recovery.Position) {
-		if f, ok := c.idx.(flusher); ok {
-			_ = f.Flush()
-		}
+		_ = c.snap.Flush()
 		s = Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.Worker]uint64, len(pos)),
-			Publishers: make(map[kvevent.Worker]uint64, len(pos)), Events: c.idx.Dump()}
+			Publishers: make(map[kvevent.Worker]uint64, len(pos)), Events: c.snap.Dump()}
 		for w, p := range pos {
 			s.Last[w] = p.Last
 			if p.Publisher != 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
@@ -46,6 +47,16 @@ func newIndex(t *testing.T) *liveindex.Index {
 	}
 	t.Cleanup(idx.Close)
 	return idx
+}
+
+// newRouter is a router core over idx: what the consumer hands its events
+// to, as the service does.
+func newRouter(t *testing.T, idx *liveindex.Index) *router.Router {
+	r, err := router.New(router.DefaultConfig(), idx, time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // Two routers consume the stream; one stops, events keep coming and the
@@ -107,7 +118,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 		cfg := durable.DefaultConfig()
 		cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.ResetStates = id, 50, 50*time.Millisecond, reset
 		idx := newIndex(t)
-		c, err := durable.New(cfg, js, idx, nil, nil, quiet())
+		c, err := durable.New(cfg, js, newRouter(t, idx), idx, nil, nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -127,7 +127,7 @@ func startRouter(t *testing.T, js jetstream.JetStream, id string, workers ...kve
 	cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval = id, 1<<40, time.Hour
 	cfg.Recovery.QueryTimeout, cfg.Recovery.RetryWait = 2*time.Second, 20*time.Millisecond
 	idx := newIndex(t)
-	c, err := durable.New(cfg, js, idx, nil, nil, quiet())
+	c, err := durable.New(cfg, js, newRouter(t, idx), idx, nil, nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
