@@ -47,6 +47,13 @@ type Config struct {
 	// from its peer replaces it first; it should exceed the replica-to-
 	// replica event latency. Default 10 ms.
 	ShadowTTL time.Duration
+	// Clock is the time of bookings, shadows, peers' claims and
+	// departures: give it the clock the router was built with
+	// (router.New), so that the two agree. nil means time.Now. Timers
+	// (heartbeats, shadow ticks, resync retries) run on real time whatever
+	// the clock; so does the epoch, which must grow across restarts even
+	// under a test's fixed clock.
+	Clock func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config.

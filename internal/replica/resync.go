@@ -107,8 +107,8 @@ func (s *Sync) resyncLoop() {
 		case <-retry.C:
 		case <-periodic:
 			s.flagAll(reasonPeriodic)
-		case now := <-claims.C:
-			for _, p := range s.core.Lagging(now, claimGrace) {
+		case <-claims.C:
+			for _, p := range s.core.Lagging(s.clock(), claimGrace) {
 				s.flag(p, reasonClaim)
 			}
 		}
@@ -118,6 +118,7 @@ func (s *Sync) resyncLoop() {
 				return
 			default:
 			}
+			// Due times pace the retry timer: real time, as timers.
 			p, r, ok, next := s.take(time.Now())
 			if !ok {
 				if !next.IsZero() {

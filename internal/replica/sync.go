@@ -32,11 +32,12 @@ type Record struct {
 // network edge around a Core. Create it with New, then Start; Close ends
 // it (deregistering, so peers free this router's bookings at once).
 type Sync struct {
-	cfg  Config
-	bus  *natsbus.Bus
-	r    *router.Router
-	log  *slog.Logger
-	core *Core
+	cfg   Config
+	bus   *natsbus.Bus
+	r     *router.Router
+	log   *slog.Logger
+	core  *Core
+	clock func() time.Time // Config.Clock
 
 	q                                    chan Event
 	published, dropped, pubErrs, badMsgs atomic.Uint64
@@ -78,13 +79,19 @@ func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registr
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sync{cfg: cfg, bus: bus, r: r, log: log.With("router_id", r.Config().RouterID),
+	s := &Sync{cfg: cfg, bus: bus, r: r, log: log.With("router_id", r.Config().RouterID), clock: cfg.Clock,
 		q: make(chan Event, cfg.QueueSize), stop: make(chan struct{}),
 		resyncs: map[string]*atomic.Uint64{}, pending: map[uint64]resyncReq{}, kick: make(chan struct{}, 1)}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
 	for _, why := range resyncReasons {
 		s.resyncs[why] = new(atomic.Uint64)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// The epoch is an incarnation number, not a time the core reasons
+	// with: the wall clock, so that it grows across restarts whatever
+	// Config.Clock says.
 	s.core = NewCore(r, CoreConfig{Shadows: cfg.Shadows, ShadowTTL: cfg.ShadowTTL, Epoch: uint64(time.Now().UnixNano())}, s.enqueue)
 	if reg != nil {
 		if err := s.register(reg); err != nil {
@@ -112,7 +119,7 @@ func (s *Sync) enqueue(ev Event) {
 // Callers that bypass it (calling the router's Route directly) still have
 // their bookings shared, only without shadows.
 func (s *Sync) Route(req router.Request) (router.Decision, error) {
-	return s.core.Route(req, time.Now())
+	return s.core.Route(req, s.clock())
 }
 
 // Routed is the router as seen through replica sync: Route books
@@ -193,7 +200,7 @@ func (s *Sync) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("replica sync: listing replicas: %w", ctx.Err()))
 		}
 	}
-	rec := Record{RouterID: self, StartedAt: time.Now().UTC()}
+	rec := Record{RouterID: self, StartedAt: s.clock().UTC()}
 	err = retryJS(ctx, func(ctx context.Context) (err error) {
 		s.lease, err = bucket.Keep(ctx, RecordKey(self), rec)
 		return err
@@ -203,7 +210,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	}
 	s.lease.RefreshOnReconnect(s.bus.OnReconnect)
 
-	begin := time.Now()
+	begin := time.Now() // a measured latency: real time
 	var fetches sync.WaitGroup
 	for _, p := range peers {
 		fetches.Go(func() {
@@ -318,7 +325,7 @@ func (s *Sync) onSnapshotRequest(m *nats.Msg) {
 		return
 	}
 	if req, err := DecodeChunk(m.Data); err == nil {
-		s.core.Claim(req.RouterID, req.Epoch, req.Seq, time.Now())
+		s.core.Claim(req.RouterID, req.Epoch, req.Seq, s.clock())
 	}
 	snap := s.core.Snapshot()
 	evs, self := snap.Events, snap.RouterID
@@ -360,7 +367,7 @@ func (s *Sync) follow() {
 				s.flag(id, reasonJoined)
 			}
 		case fleet.Deleted, fleet.Expired:
-			n := s.core.PeerDown(id, time.Now())
+			n := s.core.PeerDown(id, s.clock())
 			s.log.Info("replica left; freed its bookings", "peer", id, "how", c.Kind, "bookings", n)
 		}
 	}
@@ -399,8 +406,8 @@ func (s *Sync) publish() {
 		select {
 		case ev := <-s.q:
 			send(ev)
-		case now := <-tick.C:
-			s.core.Tick(now)
+		case <-tick.C:
+			s.core.Tick(s.clock())
 		case <-prune.C:
 			s.core.Prune()
 		case <-lost.C:

@@ -52,6 +52,7 @@ func startReplica(t *testing.T, url string, id uint64, opts ...func(*Config)) *r
 	t.Cleanup(func() { bus.Shutdown(); bus.WaitForShutdown() })
 	r := newTestRouter(t, id, 4, time.Now)
 	cfg := DefaultConfig()
+	cfg.Clock = time.Now // the router's
 	cfg.TTL = time.Second
 	cfg.SnapshotTimeout = 500 * time.Millisecond
 	cfg.ChunkEvents = 3 // several chunks per snapshot
@@ -351,4 +352,46 @@ func TestSyncReturningReplicaRefetched(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b's bookings fetched again", func() bool { n, _ := loadSum(a.r); return n == 5 })
+}
+
+// TestSyncUsesTheRoutersClock: Sync books shadows at the time of the clock
+// it is given (the router's), not the wall clock's: with both on a fake
+// clock far in the past, a shadow booked by Sync.Route lives until that
+// clock reaches its TTL, and ends exactly then. (Not started, so no tick
+// of the publisher's runs in between.)
+func TestSyncUsesTheRoutersClock(t *testing.T) {
+	c := natsbus.DefaultConfig()
+	c.URL = server(t)
+	bus, err := natsbus.Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(); bus.WaitForShutdown() })
+	clk := &clock{now: t0}
+	r := newTestRouter(t, 91, 2, clk.Now)
+	cfg := DefaultConfig()
+	cfg.Clock = clk.Now
+	s, err := New(cfg, bus, r, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s.Core().PeerUp(92) // one live peer: one shadow per booking
+	if _, err := s.Route(router.Request{ID: "k", Tokens: prompt(1, 0, 32, 64)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := loadSum(r); n != 2 {
+		t.Fatalf("%d requests booked, want the request and its peer's shadow", n)
+	}
+	s.Core().Tick(clk.Add(cfg.ShadowTTL - time.Nanosecond))
+	if n, _ := loadSum(r); n != 2 {
+		t.Fatalf("%d requests booked a nanosecond before the shadow's TTL (on the router's clock), want 2", n)
+	}
+	s.Core().Tick(clk.Add(time.Nanosecond))
+	if n, _ := loadSum(r); n != 1 {
+		t.Fatalf("%d requests booked once the router's clock reached the shadow's TTL, want 1", n)
+	}
+	if st := s.Core().Stats(); st.ShadowsBooked != 1 || st.ShadowsExpired != 1 {
+		t.Fatalf("shadows booked %d, expired %d; want 1 and 1", st.ShadowsBooked, st.ShadowsExpired)
+	}
 }
