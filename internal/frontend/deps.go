@@ -11,26 +11,30 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/router"
-	"github.com/kvrouter/kvrouter/internal/sequences"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Router is what the front door needs from the router core.
+// Router is what the front door needs from the router: the one API it
+// routes, books and hashes through (*router.Router, with replica sync's
+// shadow booking attached to its Route when replica sync runs).
 //
 // Route books the request on the chosen worker rank; the front door then
 // calls MarkPrefillCompleted once at the first output token, SetGenerated
 // as tokens stream, and Free exactly once when the request ends for any
 // reason (completion, worker error, client disconnect, retry elsewhere).
-// Plan decides without booking. All methods must be safe for concurrent
-// use and return quickly (no I/O).
+// Plan decides without booking; LocalHashes gives a prompt's block hashes
+// for /v1/query. Refusals are told apart with the router's sentinels
+// (router.ErrNoCandidates, router.ErrAllBusy, router.ErrRequest). All
+// methods must be safe for concurrent use and return quickly (no I/O).
 type Router interface {
 	Route(req router.Request) (router.Decision, error)
 	Plan(req router.Request) (router.Decision, error)
+	LocalHashes(req router.Request) ([]uint64, error)
 	MarkPrefillCompleted(id string) bool
 	Free(id string) bool
 	SetGenerated(id string, tokens int) bool
-	Loads() []sequences.Load
+	Loads() []router.Load
 	Workers() (infos []router.WorkerInfo, down []bool)
 	Config() router.Config
 }

@@ -162,7 +162,6 @@ type fleetOpt struct {
 	speedup float64
 	cfg     func(*Config)
 	rcfg    func(*router.Config)
-	wrap    func(Router) Router
 	// exact feeds the workers' KV events to the router (exact mode)
 	// instead of approximate mode.
 	exact bool
@@ -226,11 +225,7 @@ func newFleet(t testing.TB, o fleetOpt) *testFleet {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	var rt Router = fl.r
-	if o.wrap != nil {
-		rt = o.wrap(fl.r)
-	}
-	fl.f, err = New(cfg, Deps{Router: rt, Directory: fl.dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
+	fl.f, err = New(cfg, Deps{Router: fl.r, Directory: fl.dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
 		Index: fl.idx, Registry: fl.reg, Logger: slog.New(slog.DiscardHandler),
 		Ready: func() error { fl.readyMu.Lock(); defer fl.readyMu.Unlock(); return fl.ready }})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -220,9 +219,9 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	if f.idx != nil {
 		local := nr.BlockHashes
 		if local == nil {
-			local, err = kvhash.LocalHashes(tokens, kvhash.Options{BlockSize: f.blockSize, LoRAName: nr.LoRAName}, nil)
+			local, err = f.router.LocalHashes(router.Request{Tokens: tokens, LoRAName: nr.LoRAName})
 			if err != nil {
-				writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", "hashing: "+err.Error())
+				writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
 				return
 			}
 		}
@@ -235,7 +234,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	} else {
 		// Plan explains every rank even when it refuses (all busy).
 		d, _ := f.router.Plan(router.Request{ID: "query", Tokens: tokens, LoRAName: nr.LoRAName})
-		resp.Blocks = kvhash.NumBlocks(len(tokens), f.blockSize)
+		resp.Blocks = d.Blocks
 		for _, c := range d.Candidates {
 			// The plan merges disk and external tiers; they show as disk.
 			t := tiersJSON{"device": c.Overlap.Device, "host_pinned": c.Overlap.Host, "disk": c.Overlap.Disk, "external": 0}

@@ -18,7 +18,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
-	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // Response headers the front door adds.
@@ -291,7 +290,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	if last == nil {
 		// Every worker was excluded before any attempt (cannot happen on
 		// the first pass); answer as "no worker".
-		ex.rec.Outcome, ex.rec.Status = "no worker left", f.writeRouteError(rw, scheduler.ErrNoCandidates, nil)
+		ex.rec.Outcome, ex.rec.Status = "no worker left", f.writeRouteError(rw, router.ErrNoCandidates, nil)
 		return
 	}
 	ex.rec.Outcome = fmt.Sprintf("worker %s failed (%s): %v", last.worker, last.reason, last.err)
@@ -313,9 +312,9 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[string]any) int {
 	status, typ, code := http.StatusInternalServerError, typeServer, ""
 	switch {
-	case errors.Is(err, scheduler.ErrAllBusy):
+	case errors.Is(err, router.ErrAllBusy):
 		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codeOverloaded
-	case errors.Is(err, scheduler.ErrNoCandidates):
+	case errors.Is(err, router.ErrNoCandidates):
 		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codeNoWorker
 	case errors.Is(err, router.ErrRequest):
 		status, typ = http.StatusBadRequest, typeInvalidRequest
@@ -326,10 +325,10 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	// The router's error names the request's internal id and the
 	// scheduler's steps; the client gets the reason.
 	msg := err.Error()
-	if errors.Is(err, scheduler.ErrAllBusy) {
-		msg = scheduler.ErrAllBusy.Error() + " (over their busy thresholds); retry later"
+	if errors.Is(err, router.ErrAllBusy) {
+		msg = router.ErrAllBusy.Error() + " (over their busy thresholds); retry later"
 	}
-	if errors.Is(err, scheduler.ErrNoCandidates) {
+	if errors.Is(err, router.ErrNoCandidates) {
 		msg = "no eligible worker: " + f.noWorkerReason() + "; see /v1/workers"
 		// No worker while the router is still starting (NATS start-up,
 		// registry not read yet) says so: the client and the operator

@@ -6,7 +6,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
-	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // The JSON shapes of the router-native API, documented in docs/api.md.
@@ -52,7 +51,7 @@ type decisionJSON struct {
 	Candidates    []candidateJSON `json:"candidates"`
 }
 
-func tiersOf(o scheduler.Overlap) tiersJSON {
+func tiersOf(o router.Overlap) tiersJSON {
 	return tiersJSON{"device": o.Device, "host_pinned": o.Host, "disk": o.Disk, "shared": o.Shared}
 }
 

@@ -50,11 +50,10 @@ func herd(t *testing.T, f *testFleet, workers, rounds int) []int {
 	}
 	counts := make([]int, workers+1)
 	var ids []string
-	now := f.clk.Now()
 	for round := range rounds {
-		for i, c := range f.cores {
+		for i, r := range f.routers {
 			id := fmt.Sprintf("r%d-%d", i, round)
-			d, err := c.Route(router.Request{ID: id, Tokens: prompt(7, round*10+i+1, shared, n)}, now)
+			d, err := r.Route(router.Request{ID: id, Tokens: prompt(7, round*10+i+1, shared, n)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,9 +120,9 @@ func TestSplitWorkloadDrainsToZero(t *testing.T) {
 			f := newFleet(t, n, 4, true)
 			var ids []string
 			for i := range 30 {
-				c := f.cores[i%n]
 				id := fmt.Sprintf("q%d", i)
-				if _, err := c.Route(router.Request{ID: id, Tokens: prompt(i%3, i, 64, 160)}, f.clk.Add(time.Millisecond)); err != nil {
+				f.clk.Add(time.Millisecond)
+				if _, err := f.routers[i%n].Route(router.Request{ID: id, Tokens: prompt(i%3, i, 64, 160)}); err != nil {
 					t.Fatal(err)
 				}
 				f.hub.flush()
@@ -169,7 +168,7 @@ func (f *testFleet) tickAll(now time.Time) {
 func TestPeerDownFreesItsBookings(t *testing.T) {
 	f := newFleet(t, 3, 4, true)
 	for i := range 12 {
-		if _, err := f.cores[i%3].Route(router.Request{ID: fmt.Sprint("k", i), Tokens: prompt(1, i, 32, 96)}, f.clk.Now()); err != nil {
+		if _, err := f.routers[i%3].Route(router.Request{ID: fmt.Sprint("k", i), Tokens: prompt(1, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +211,7 @@ func TestSnapshotRebuildsBookings(t *testing.T) {
 	f := newFleet(t, 2, 3, false)
 	for i := range 10 {
 		id := fmt.Sprint("s", i)
-		if _, err := f.cores[i%2].Route(router.Request{ID: id, Tokens: prompt(2, i, 48, 100), ExpectedOutputTokens: 20}, f.clk.Now()); err != nil {
+		if _, err := f.routers[i%2].Route(router.Request{ID: id, Tokens: prompt(2, i, 48, 100), ExpectedOutputTokens: 20}); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {

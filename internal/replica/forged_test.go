@@ -48,7 +48,7 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 	}
 	eventually(t, "the forged bookings refused", func() bool { return refused() >= forged })
 
-	if _, err := b.s.Route(router.Request{ID: "honest", Tokens: prompt(1, 1, 64, 200)}); err != nil {
+	if _, err := b.r.Route(router.Request{ID: "honest", Tokens: prompt(1, 1, 64, 200)}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a sees b's booking", func() bool { reqs, _ := loadSum(a.r); return reqs >= 1 })

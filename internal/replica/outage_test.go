@@ -32,7 +32,7 @@ func TestSyncConnectionCutReconciles(t *testing.T) {
 	recv := outageReplica(t, ns.URL(), 72)
 	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
 	for i := range 10 {
-		if _, err := peer.s.Route(router.Request{ID: fmt.Sprint("o", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
+		if _, err := peer.r.Route(router.Request{ID: fmt.Sprint("o", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestSyncServerRestartReconciles(t *testing.T) {
 	recv := outageReplica(t, ns.URL(), 82)
 	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
 	for i := range 12 {
-		if _, err := peer.s.Route(router.Request{ID: fmt.Sprint("n", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
+		if _, err := peer.r.Route(router.Request{ID: fmt.Sprint("n", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 	}

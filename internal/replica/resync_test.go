@@ -38,7 +38,7 @@ func newPair(t testing.TB) *pair {
 
 func (p *pair) route(t testing.TB, id string, i int) {
 	t.Helper()
-	if _, err := p.a.Route(router.Request{ID: id, Tokens: prompt(i%3, i, 32, 80+16*(i%4)), ExpectedOutputTokens: 8}, p.clk.Now()); err != nil {
+	if _, err := p.ra.Route(router.Request{ID: id, Tokens: prompt(i%3, i, 32, 80+16*(i%4)), ExpectedOutputTokens: 8}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -161,7 +161,7 @@ func simulate(tb testing.TB, run simRun) simResult {
 					tb.Fatal(err)
 				}
 			}
-			d, err := cores[ri].Route(req, now)
+			d, err := routers[ri].Route(req)
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -115,27 +115,6 @@ func (s *Sync) enqueue(ev Event) {
 	}
 }
 
-// Route routes req on the router, with anti-herding shadows when enabled.
-// Callers that bypass it (calling the router's Route directly) still have
-// their bookings shared, only without shadows.
-func (s *Sync) Route(req router.Request) (router.Decision, error) {
-	return s.core.Route(req, s.clock())
-}
-
-// Routed is the router as seen through replica sync: Route books
-// anti-herding shadows; every other method is the router's own. It has the
-// method set the front door needs (frontend.Router).
-type Routed struct {
-	*router.Router
-	s *Sync
-}
-
-// Route routes through the sync (see Sync.Route).
-func (r Routed) Route(req router.Request) (router.Decision, error) { return r.s.Route(req) }
-
-// Router returns the synced router to hand to the front door.
-func (s *Sync) Router() Routed { return Routed{Router: s.r, s: s} }
-
 // Start subscribes to peers' events, announces this replica, learns the
 // live peers and fetches their bookings (all peers at once, each within
 // SnapshotTimeout; a peer that does not answer is logged and retried in

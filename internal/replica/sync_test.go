@@ -116,7 +116,7 @@ func TestSyncReplicasSplitWorkload(t *testing.T) {
 			const total = 24
 			for i := range total {
 				x := rs[i%n]
-				if _, err := x.s.Route(router.Request{ID: fmt.Sprint("req", i), Tokens: prompt(i%4, i, 64, 200)}); err != nil {
+				if _, err := x.r.Route(router.Request{ID: fmt.Sprint("req", i), Tokens: prompt(i%4, i, 64, 200)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -167,7 +167,7 @@ func TestSyncReplicaCrash(t *testing.T) {
 	rs := []*replicaUnderTest{startReplica(t, url, 21), startReplica(t, url, 22), startReplica(t, url, 23)}
 	eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == 2 && len(rs[2].s.Core().Peers()) == 2 })
 	for i := range 18 {
-		if _, err := rs[i%3].s.Route(router.Request{ID: fmt.Sprint("c", i), Tokens: prompt(1, i, 32, 128)}); err != nil {
+		if _, err := rs[i%3].r.Route(router.Request{ID: fmt.Sprint("c", i), Tokens: prompt(1, i, 32, 128)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,7 +194,7 @@ func TestSyncGracefulLeave(t *testing.T) {
 	a, b := startReplica(t, url, 31), startReplica(t, url, 32)
 	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
 	for i := range 4 {
-		if _, err := b.s.Route(router.Request{ID: fmt.Sprint("g", i), Tokens: prompt(1, i, 32, 64)}); err != nil {
+		if _, err := b.r.Route(router.Request{ID: fmt.Sprint("g", i), Tokens: prompt(1, i, 32, 64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,7 +213,7 @@ func TestSyncLateJoinerGetsSnapshot(t *testing.T) {
 	eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == 1 })
 	for i := range 10 {
 		id := fmt.Sprint("s", i)
-		if _, err := rs[i%2].s.Route(router.Request{ID: id, Tokens: prompt(i%2, i, 32, 96)}); err != nil {
+		if _, err := rs[i%2].r.Route(router.Request{ID: id, Tokens: prompt(i%2, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
@@ -268,7 +268,7 @@ func TestSyncHerdingOverNATS(t *testing.T) {
 					defer wg.Done()
 					<-start
 					for k := range per {
-						d, err := x.s.Route(router.Request{ID: fmt.Sprintf("h%d-%d", i, k), Tokens: prompt(7, i*10+k+1, 512, 576)})
+						d, err := x.r.Route(router.Request{ID: fmt.Sprintf("h%d-%d", i, k), Tokens: prompt(7, i*10+k+1, 512, 576)})
 						if err != nil {
 							t.Error(err)
 							return
@@ -321,7 +321,7 @@ func TestSyncQueueFullDropsAndCounts(t *testing.T) {
 	}
 	// Not started: nothing drains the queue.
 	for i := range 5 {
-		if _, err := s.Route(router.Request{ID: fmt.Sprint("d", i), Tokens: prompt(1, i, 16, 48)}); err != nil {
+		if _, err := r.Route(router.Request{ID: fmt.Sprint("d", i), Tokens: prompt(1, i, 16, 48)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -341,7 +341,7 @@ func TestSyncReturningReplicaRefetched(t *testing.T) {
 	a, b := startReplica(t, url, 61), startReplica(t, url, 62)
 	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
 	for i := range 5 {
-		if _, err := b.s.Route(router.Request{ID: fmt.Sprint("b", i), Tokens: prompt(3, i, 32, 64)}); err != nil {
+		if _, err := b.r.Route(router.Request{ID: fmt.Sprint("b", i), Tokens: prompt(3, i, 32, 64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -354,11 +354,11 @@ func TestSyncReturningReplicaRefetched(t *testing.T) {
 	eventually(t, "b's bookings fetched again", func() bool { n, _ := loadSum(a.r); return n == 5 })
 }
 
-// TestSyncUsesTheRoutersClock: Sync books shadows at the time of the clock
-// it is given (the router's), not the wall clock's: with both on a fake
-// clock far in the past, a shadow booked by Sync.Route lives until that
-// clock reaches its TTL, and ends exactly then. (Not started, so no tick
-// of the publisher's runs in between.)
+// TestSyncUsesTheRoutersClock: shadows are booked and ended at the time of
+// the router's clock (the one Sync is given too), not the wall clock's:
+// with both on a fake clock far in the past, a shadow booked by the
+// router's Route lives until that clock reaches its TTL, and ends exactly
+// then. (Not started, so no tick of the publisher's runs in between.)
 func TestSyncUsesTheRoutersClock(t *testing.T) {
 	c := natsbus.DefaultConfig()
 	c.URL = server(t)
@@ -377,7 +377,7 @@ func TestSyncUsesTheRoutersClock(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	s.Core().PeerUp(92) // one live peer: one shadow per booking
-	if _, err := s.Route(router.Request{ID: "k", Tokens: prompt(1, 0, 32, 64)}); err != nil {
+	if _, err := r.Route(router.Request{ID: "k", Tokens: prompt(1, 0, 32, 64)}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := loadSum(r); n != 2 {

@@ -1,11 +1,11 @@
 package router
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/index"
@@ -13,18 +13,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
-)
-
-// Sentinel errors. Route also returns scheduler.ErrNoCandidates and
-// scheduler.ErrAllBusy (wrapped) and sequences.ErrDuplicateRequest.
-var (
-	// ErrBlockSizeMismatch refuses a worker whose KV block size differs
-	// from the router's: its block hashes would never match.
-	ErrBlockSizeMismatch = errors.New("worker block size differs from the router's")
-	// ErrWorkerInfo refuses malformed worker descriptions.
-	ErrWorkerInfo = errors.New("invalid worker info")
-	// ErrRequest refuses malformed requests (empty id).
-	ErrRequest = errors.New("invalid request")
 )
 
 type workerState struct {
@@ -49,6 +37,7 @@ type Router struct {
 	idx      Index
 	clock    func() time.Time
 	observer Observer
+	shadows  atomic.Pointer[shadowsRef]
 	pool     sync.Pool
 
 	mu      sync.Mutex
@@ -199,13 +188,42 @@ func (r *Router) ApplyEvent(ev kvevent.Event) error {
 
 // Route chooses a worker rank for the request and books it there; the
 // caller must later call Free (and MarkPrefillCompleted at the first
-// token). Errors wrap scheduler.ErrNoCandidates, scheduler.ErrAllBusy,
-// sequences.ErrDuplicateRequest, ErrRequest or kvhash errors.
-func (r *Router) Route(req Request) (Decision, error) { return r.route(req, true) }
+// token). With replica sync attached (SetShadows), the shadows whose time
+// has passed end first and the booking's shadows are booked after it.
+// Errors wrap ErrNoCandidates, ErrAllBusy, ErrDuplicateRequest, ErrRequest
+// or a hashing error.
+func (r *Router) Route(req Request) (Decision, error) {
+	sh := r.shadows.Load()
+	if sh == nil {
+		return r.route(req, true)
+	}
+	now := r.clock()
+	sh.s.Tick(now)
+	d, err := r.route(req, true)
+	if err == nil && d.Booked {
+		sh.s.BookShadows(req.ID, now)
+	}
+	return d, err
+}
 
 // Plan is Route without booking: the decision a Route would take now
 // (with the same random draws consumed), for /v1/query-style inspection.
 func (r *Router) Plan(req Request) (Decision, error) { return r.route(req, false) }
+
+// LocalHashes returns the local block hashes of req's prompt as Route
+// computes them (the router's block size; req's LoRA name, namespace and
+// multimodal hashes), for callers that query the index themselves.
+func (r *Router) LocalHashes(req Request) ([]uint64, error) {
+	local, err := kvhash.LocalHashes(req.Tokens, r.hashOptions(req), nil)
+	if err != nil {
+		return nil, fmt.Errorf("hashing: %w", err)
+	}
+	return local, nil
+}
+
+func (r *Router) hashOptions(req Request) kvhash.Options {
+	return kvhash.Options{BlockSize: r.cfg.BlockSize, LoRAName: req.LoRAName, Namespace: req.Namespace, MM: req.MM}
+}
 
 func (r *Router) route(req Request, book bool) (Decision, error) {
 	if book && req.ID == "" {
@@ -215,9 +233,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	sc := r.pool.Get().(*scratch)
 	defer r.pool.Put(sc)
 	var err error
-	sc.local, sc.seq, err = kvhash.Hashes(req.Tokens, kvhash.Options{
-		BlockSize: r.cfg.BlockSize, LoRAName: req.LoRAName, Namespace: req.Namespace, MM: req.MM,
-	}, sc.local, sc.seq)
+	sc.local, sc.seq, err = kvhash.Hashes(req.Tokens, r.hashOptions(req), sc.local, sc.seq)
 	if err != nil {
 		r.reject()
 		return Decision{}, fmt.Errorf("routing %q: hashing: %w", req.ID, err)
@@ -419,10 +435,10 @@ func (r *Router) Sweep() []string {
 }
 
 // Loads returns every worker rank's current load, sorted by worker rank.
-func (r *Router) Loads() []sequences.Load {
+func (r *Router) Loads() []Load {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]sequences.Load, 0, len(r.ranks))
+	out := make([]Load, 0, len(r.ranks))
 	for _, rk := range r.ranks {
 		l, _ := r.seq.Load(rk.w)
 		out = append(out, l)

@@ -15,7 +15,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
-	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
 )
 
@@ -242,10 +241,10 @@ func TestRouteErrorsAndPlan(t *testing.T) {
 	if _, err := r.Route(Request{ID: "a", Tokens: toks}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Route(Request{ID: "a", Tokens: toks}); !errors.Is(err, sequences.ErrDuplicateRequest) {
+	if _, err := r.Route(Request{ID: "a", Tokens: toks}); !errors.Is(err, ErrDuplicateRequest) {
 		t.Fatalf("duplicate id: %v", err)
 	}
-	if _, err := r.Route(Request{ID: "b", Tokens: toks, AllowedWorkers: []kvevent.WorkerID{9}}); !errors.Is(err, scheduler.ErrNoCandidates) {
+	if _, err := r.Route(Request{ID: "b", Tokens: toks, AllowedWorkers: []kvevent.WorkerID{9}}); !errors.Is(err, ErrNoCandidates) {
 		t.Fatalf("no candidates: %v", err)
 	}
 	if err := r.AddWorker(WorkerInfo{ID: 5, BlockSize: 16, DPSize: -1}); !errors.Is(err, ErrWorkerInfo) {

@@ -6,6 +6,14 @@ import (
 	"github.com/kvrouter/kvrouter/internal/sequences"
 )
 
+// Load is a worker rank's current load (Loads), as the active-sequence
+// tracker counts it.
+type Load = sequences.Load
+
+// Overlap is a candidate's cached prefix per storage tier, as a decision's
+// explanation rows carry it.
+type Overlap = scheduler.Overlap
+
 // Mode is how a worker's cache is known.
 type Mode uint8
 

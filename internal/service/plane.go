@@ -13,11 +13,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
-	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/registry"
-	"github.com/kvrouter/kvrouter/internal/replica"
 )
 
 // source is where the service reads one worker's KV events from.
@@ -53,10 +51,6 @@ func (s *Service) sourceOf(rec fleet.WorkerRecord, origin fleet.Origin) (src sou
 		return sourceNone, fmt.Sprintf("the worker publishes on the NATS event plane but this router runs --event-plane %s", plane)
 	}
 }
-
-// The synced router replica sync hands the front door must be a full
-// frontend.Router.
-var _ frontend.Router = replica.Routed{}
 
 // The durable consumer snapshots the index itself (its events go through
 // the durable transport's applier, as every transport's do).
@@ -140,7 +134,6 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.fr.rs.Store(s.rs)
 	}
 	if s.bus == nil {
 		s.regSynced.Store(true)

@@ -65,7 +65,6 @@ type Service struct {
 	zmqC        *zmqevents.Consumer
 	dur         *durable.Consumer
 	rs          *replica.Sync // written by the NATS start-up, read after it
-	fr          *frontRouter  // the front door's router with replica sync
 	unhook      func()
 	staticNotes []fleet.Notification
 	regSynced   atomic.Bool
@@ -190,18 +189,13 @@ func New(cfg config.Config, o Options) (*Service, error) {
 		}
 		s.staticNotes = append(s.staticNotes, n)
 	}
-	var fr frontend.Router = s.router
-	if cfg.EventPlane.ReplicaSync {
-		s.fr = &frontRouter{Router: s.router}
-		fr = s.fr
-	}
 	if s.bus != nil {
 		if err := s.buildNATSPlane(); err != nil {
 			return nil, err
 		}
 	}
 	s.front, err = frontend.New(cfg.FrontendConfig(), frontend.Deps{
-		Router: fr, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
+		Router: s.router, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
 		Index: s.idx, Registry: s.reg, Logger: s.log, Clock: s.clock, Ready: s.Ready,
 	})
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/replica"
-	"github.com/kvrouter/kvrouter/internal/router"
 )
 
 // startupBackoffMax caps the wait between two attempts of a NATS start-up
@@ -235,22 +234,6 @@ func (s *Service) startNATS(ctx context.Context) error {
 	s.boot.set("")
 	follow()
 	return nil
-}
-
-// frontRouter is the router the front door routes through: the router
-// core, and once replica sync has started, through it (anti-herding
-// shadows). Replica sync may start after the front door serves.
-type frontRouter struct {
-	*router.Router
-	rs atomic.Pointer[replica.Sync]
-}
-
-// Route routes through replica sync once it runs, else on the router.
-func (r *frontRouter) Route(req router.Request) (router.Decision, error) {
-	if rs := r.rs.Load(); rs != nil {
-		return rs.Route(req)
-	}
-	return r.Router.Route(req)
 }
 
 // forwardCollector exports whatever the registry it currently points at

@@ -131,7 +131,8 @@ type Core struct {
 	peersN int // len(peers), readable under mu
 }
 
-// New attaches a core to r (as its observer). emit receives the
+// New attaches a core to r: as its observer and, when cfg.Shadows, as
+// the shadow booking around its Route (router.Shadows). emit receives the
 // router's own lifecycle events, numbered, in order, on the routing
 // goroutine under the router's lock (or, for the Frees of DropLost, on
 // the caller's): it must not block or call the router or the core.
@@ -153,11 +154,19 @@ func New(r *router.Router, cfg Config, emit func(Event)) *Core {
 	}
 	c.observe = c.onLocal
 	r.SetObserver(c.observe)
+	if cfg.Shadows {
+		r.SetShadows(c)
+	}
 	return c
 }
 
-// Detach stops observing the router.
-func (c *Core) Detach() { c.r.SetObserver(nil) }
+var _ router.Shadows = (*Core)(nil)
+
+// Detach stops observing the router and booking shadows on its Routes.
+func (c *Core) Detach() {
+	c.r.SetObserver(nil)
+	c.r.SetShadows(nil)
+}
 
 // RouterID returns the local router's id.
 func (c *Core) RouterID() uint64 { return c.self }
@@ -198,16 +207,13 @@ func (c *Core) Position() (epoch, seq uint64) {
 	return c.epoch, c.seq
 }
 
-// Route routes req on the local router and, when shadows are on and peers
-// are live, books one shadow of the decision per live peer (see doc.go).
-func (c *Core) Route(req router.Request, now time.Time) (router.Decision, error) {
-	c.Tick(now)
-	d, err := c.r.Route(req)
-	if err != nil || !d.Booked || !c.cfg.Shadows {
-		return d, err
-	}
+// BookShadows books, when peers are live, one shadow of the local request
+// origin's booking per live peer (see doc.go). The router calls it after
+// each Route that booked (router.Shadows); it does nothing for a request
+// it did not see booked.
+func (c *Core) BookShadows(origin string, now time.Time) {
 	c.mu.Lock()
-	b := c.local[req.ID]
+	b := c.local[origin]
 	var add router.LifecycleEvent
 	if b != nil {
 		add = b.add
@@ -215,7 +221,7 @@ func (c *Core) Route(req router.Request, now time.Time) (router.Decision, error)
 	live := c.peersN > 0
 	c.mu.Unlock()
 	if b == nil || !live {
-		return d, nil
+		return
 	}
 	c.apply.Lock()
 	defer c.apply.Unlock()
@@ -227,12 +233,11 @@ func (c *Core) Route(req router.Request, now time.Time) (router.Decision, error)
 		if !c.r.ApplyRemote(ev) {
 			continue
 		}
-		c.shadows[id] = shadow{peer: p, origin: req.ID, at: now}
+		c.shadows[id] = shadow{peer: p, origin: origin, at: now}
 		c.fifo[p] = append(c.fifo[p], id)
-		c.byOrigin[req.ID] = append(c.byOrigin[req.ID], id)
+		c.byOrigin[origin] = append(c.byOrigin[origin], id)
 		c.count(func(s *Stats) { s.ShadowsBooked++ })
 	}
-	return d, nil
 }
 
 func (c *Core) sortedPeers() []uint64 {
