@@ -459,173 +459,280 @@ func copyHeader(dst, src http.Header) {
 func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange, id string, d router.Decision, entry WorkerEntry) *failure {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	idle := newIdleTimer(f.cfg.StreamIdleTimeout, cancel)
-	defer idle.disarm()
-	freed := false
-	free := func() {
-		if !freed {
-			freed = true
-			f.free(id)
-		}
-	}
-	defer free()
-	fail := func(reason string, err error) *failure {
-		return &failure{reason: reason, worker: ex.rec.Worker, err: err}
-	}
-
-	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(entry.URL, "/")+ex.path, bytes.NewReader(ex.body))
-	if err != nil {
-		return fail("connect", err)
-	}
-	up.Header.Set("Content-Type", "application/json")
-	if a := r.Header.Get("Accept"); a != "" {
-		up.Header.Set("Accept", a)
-	}
-	up.Header.Set("X-Request-Id", id)
-	if entry.SendDPRank {
-		up.Header.Set("X-Data-Parallel-Rank", strconv.FormatUint(uint64(d.Worker.Rank), 10))
-	}
-	if ex.stream {
-		idle.arm() // a worker sends a stream's headers at once
-	}
-	resp, err := f.client.Do(up)
-	idle.disarm()
-	if err != nil {
-		if idle.expired() {
-			f.stalledBeforeCommit(rw, ex, id, d, "headers")
-			return nil
-		}
-		return fail("connect", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 500 {
-		idle.arm()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		idle.disarm()
-		fl := fail("status_5xx", fmt.Errorf("status %d", resp.StatusCode))
-		fl.status, fl.header, fl.body = resp.StatusCode, resp.Header.Clone(), b
+	a := &try{f: f, rw: rw, r: r, ex: ex, id: id, d: d, idle: newIdleTimer(f.cfg.StreamIdleTimeout, cancel)}
+	defer a.idle.disarm()
+	defer a.free()
+	resp, fl := a.send(ctx, entry)
+	if resp == nil {
 		return fl
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		// A client error the router could not judge: the worker's
-		// answer, in the router's error shape.
-		idle.arm()
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		idle.disarm()
-		if rerr != nil && idle.expired() {
-			f.stalledBeforeCommit(rw, ex, id, d, "first_byte")
-			return nil
-		}
-		f.relayClientError(rw, ex, resp, b)
-		return nil
+		return a.workerError(resp)
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	idle.arm()
-	n, rerr := readSome(resp.Body, buf)
-	idle.disarm()
+	n, rerr := a.read(resp.Body, buf)
 	if n == 0 && rerr != nil && !errors.Is(rerr, io.EOF) {
-		if idle.expired() {
-			f.stalledBeforeCommit(rw, ex, id, d, "first_byte")
-			return nil
-		}
-		return fail("read", rerr)
+		return a.noFirstByte(rerr)
 	}
-
 	// Committed: from here the client gets this worker's response.
-	h := rw.Header()
-	copyHeader(h, resp.Header)
-	h.Set(HeaderWorker, ex.rec.Worker)
-	h.Set(HeaderOverlapBlocks, strconv.Itoa(d.OverlapBlocks))
-	rc := http.NewResponseController(rw)
-	if f.cfg.WriteTimeout > 0 {
-		// Each write must reach the client within WriteTimeout; cleared at
-		// the end so a kept-alive connection's next response is not cut.
-		_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
-		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	a.commit(resp)
+	defer a.clearWriteDeadline()
+	ok, rerr := a.relay(resp.Body, buf, n, rerr)
+	if !ok || !a.end(rerr, resp.StatusCode) {
+		return nil
 	}
-	rw.WriteHeader(resp.StatusCode)
-	ex.rec.Status = resp.StatusCode
+	a.free()
+	if a.capture && a.captured != nil {
+		a.tr.usage(a.captured)
+	}
+	f.accuracy(ex, a.tr)
+	return nil
+}
 
-	ok2xx := resp.StatusCode < 300
-	sse := ok2xx && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	tr := &tracker{f: f, id: id, trackOutput: f.router.Config().Sequences.TrackOutputBlocks}
-	var captured []byte
-	capture := ok2xx && !sse && f.cfg.UsageCaptureBytes > 0
+// try is one attempt at one worker: the request on its way there, the
+// idle timer that cancels it when the worker goes silent, its booking,
+// and, once committed, the response being relayed to the client.
+type try struct {
+	f     *Frontend
+	rw    http.ResponseWriter
+	r     *http.Request
+	ex    *exchange
+	id    string // the booking's request id
+	d     router.Decision
+	idle  *idleTimer
+	freed bool
+
+	// Set by commit.
+	rc       *http.ResponseController
+	ok2xx    bool // the worker answered 2xx
+	sse      bool // ... with an SSE stream
+	tr       *tracker
+	capture  bool   // a 2xx body that is not a stream is kept for its usage
+	captured []byte // ... up to UsageCaptureBytes
+}
+
+func (a *try) fail(reason string, err error) *failure {
+	return &failure{reason: reason, worker: a.ex.rec.Worker, err: err}
+}
+
+// free ends the booking, once.
+func (a *try) free() {
+	if !a.freed {
+		a.freed = true
+		a.f.free(a.id)
+	}
+}
+
+// stalled answers 504 for a worker that went silent at stage, before the
+// client was sent anything.
+func (a *try) stalled(stage string) { a.f.stalledBeforeCommit(a.rw, a.ex, a.id, a.d, stage) }
+
+// send sends the request to the worker and waits for its response headers
+// (within the idle timeout for a stream). A nil response comes with the
+// failure to retry, or with none when the worker stalled (the client got
+// 504).
+func (a *try) send(ctx context.Context, entry WorkerEntry) (*http.Response, *failure) {
+	up, err := a.upstreamRequest(ctx, entry)
+	if err != nil {
+		return nil, a.fail("connect", err)
+	}
+	if a.ex.stream {
+		a.idle.arm() // a worker sends a stream's headers at once
+	}
+	resp, err := a.f.client.Do(up)
+	a.idle.disarm()
+	if err != nil {
+		if a.idle.expired() {
+			a.stalled("headers")
+			return nil, nil
+		}
+		return nil, a.fail("connect", err)
+	}
+	return resp, nil
+}
+
+// upstreamRequest is the request to the worker: the (possibly rewritten)
+// body, the client's Accept, the booking's id and, for a worker serving
+// several dp ranks behind one URL, the chosen rank.
+func (a *try) upstreamRequest(ctx context.Context, entry WorkerEntry) (*http.Request, error) {
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(entry.URL, "/")+a.ex.path, bytes.NewReader(a.ex.body))
+	if err != nil {
+		return nil, err
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if accept := a.r.Header.Get("Accept"); accept != "" {
+		up.Header.Set("Accept", accept)
+	}
+	up.Header.Set("X-Request-Id", a.id)
+	if entry.SendDPRank {
+		up.Header.Set("X-Data-Parallel-Rank", strconv.FormatUint(uint64(a.d.Worker.Rank), 10))
+	}
+	return up, nil
+}
+
+// workerError handles a worker's error status before the client was sent
+// anything: a 5xx is a failure (its body kept, to answer with if no other
+// worker does better); a 4xx, a client error the router could not judge,
+// is relayed in the router's error shape.
+func (a *try) workerError(resp *http.Response) *failure {
+	a.idle.arm()
+	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	a.idle.disarm()
+	if resp.StatusCode >= 500 {
+		fl := a.fail("status_5xx", fmt.Errorf("status %d", resp.StatusCode))
+		fl.status, fl.header, fl.body = resp.StatusCode, resp.Header.Clone(), b
+		return fl
+	}
+	if rerr != nil && a.idle.expired() {
+		a.stalled("first_byte")
+		return nil
+	}
+	a.f.relayClientError(a.rw, a.ex, resp, b)
+	return nil
+}
+
+// read reads the next bytes of the worker's body within the idle timeout.
+func (a *try) read(body io.Reader, buf []byte) (int, error) {
+	a.idle.arm()
+	n, err := readSome(body, buf)
+	a.idle.disarm()
+	return n, err
+}
+
+// noFirstByte handles a worker whose body broke before its first byte: a
+// stall is answered 504 (nil), anything else is a failure to retry.
+func (a *try) noFirstByte(err error) *failure {
+	if a.idle.expired() {
+		a.stalled("first_byte")
+		return nil
+	}
+	return a.fail("read", err)
+}
+
+// commit sends the client the worker's status and headers, with the
+// router's own, and prepares the relay: the response's kind, its tracker,
+// the usage capture, and WriteTimeout's first deadline (each write must
+// reach the client within it).
+func (a *try) commit(resp *http.Response) {
+	h := a.rw.Header()
+	copyHeader(h, resp.Header)
+	h.Set(HeaderWorker, a.ex.rec.Worker)
+	h.Set(HeaderOverlapBlocks, strconv.Itoa(a.d.OverlapBlocks))
+	a.rc = http.NewResponseController(a.rw)
+	if a.f.cfg.WriteTimeout > 0 {
+		_ = a.rc.SetWriteDeadline(time.Now().Add(a.f.cfg.WriteTimeout))
+	}
+	a.rw.WriteHeader(resp.StatusCode)
+	a.ex.rec.Status = resp.StatusCode
+	a.ok2xx = resp.StatusCode < 300
+	a.sse = a.ok2xx && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	a.tr = &tracker{f: a.f, id: a.id, trackOutput: a.f.router.Config().Sequences.TrackOutputBlocks}
+	a.capture = a.ok2xx && !a.sse && a.f.cfg.UsageCaptureBytes > 0
+}
+
+// clearWriteDeadline lifts commit's write deadline at the end, so that a
+// kept-alive connection's next response is not cut.
+func (a *try) clearWriteDeadline() {
+	if a.f.cfg.WriteTimeout > 0 {
+		_ = a.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// relay streams the worker's body to the client, starting with the n
+// bytes already read, until a read error (io.EOF at the body's end),
+// which it returns. It returns false when the client went away or could
+// not keep up (recorded as 499).
+func (a *try) relay(body io.Reader, buf []byte, n int, rerr error) (bool, error) {
 	first := true
 	for {
 		if n > 0 {
-			chunk := buf[:n]
-			switch {
-			case sse:
-				tr.feed(chunk, ex)
-			case first && ok2xx:
-				tr.firstToken(ex)
+			if !a.deliver(buf[:n], first) {
+				return false, rerr
 			}
 			first = false
-			if capture {
-				if len(captured)+n <= f.cfg.UsageCaptureBytes {
-					captured = append(captured, chunk...)
-				} else {
-					capture, captured = false, nil
-				}
-			}
-			if f.cfg.WriteTimeout > 0 {
-				_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
-			}
-			if _, werr := rw.Write(chunk); werr != nil {
-				ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
-				return nil
-			}
-			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				ex.rec.Outcome, ex.rec.Status = "client too slow or gone: "+ferr.Error(), 499
-				return nil
-			}
 		}
 		if rerr != nil {
-			break
+			return true, rerr
 		}
-		idle.arm()
-		n, rerr = readSome(resp.Body, buf)
-		idle.disarm()
+		n, rerr = a.read(body, buf)
 	}
+}
+
+// deliver passes one chunk of the worker's body to the client: the
+// tracker sees it first (SSE events, or the first byte of a body that is
+// not a stream as its first token), a body kept for its usage grows, and
+// the chunk is written and flushed at once. It returns false when the
+// client went away or could not keep up (recorded).
+func (a *try) deliver(chunk []byte, first bool) bool {
+	switch {
+	case a.sse:
+		a.tr.feed(chunk, a.ex)
+	case first && a.ok2xx:
+		a.tr.firstToken(a.ex)
+	}
+	if a.capture {
+		if len(a.captured)+len(chunk) <= a.f.cfg.UsageCaptureBytes {
+			a.captured = append(a.captured, chunk...)
+		} else {
+			a.capture, a.captured = false, nil
+		}
+	}
+	if a.f.cfg.WriteTimeout > 0 {
+		_ = a.rc.SetWriteDeadline(time.Now().Add(a.f.cfg.WriteTimeout))
+	}
+	if _, err := a.rw.Write(chunk); err != nil {
+		a.ex.rec.Outcome, a.ex.rec.Status = "client disconnected", 499
+		return false
+	}
+	if err := a.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		a.ex.rec.Outcome, a.ex.rec.Status = "client too slow or gone: "+err.Error(), 499
+		return false
+	}
+	return true
+}
+
+// end records how the worker's response ended, rerr being the read error
+// that stopped the relay, and tells a streaming client in-band when the
+// worker stalled or broke mid-stream (a non-streaming client's connection
+// is aborted after a stall). It returns false when the client left first.
+func (a *try) end(rerr error, status int) bool {
+	rec := &a.ex.rec
 	switch {
 	case errors.Is(rerr, io.EOF):
-		ex.rec.Outcome = "ok"
-		if !ok2xx {
-			ex.rec.Outcome = "worker answered " + strconv.Itoa(resp.StatusCode)
+		rec.Outcome = "ok"
+		if !a.ok2xx {
+			rec.Outcome = "worker answered " + strconv.Itoa(status)
 		}
-	case idle.expired():
-		msg := f.streamTimedOut(ex, id, d, "mid_stream")
-		ex.rec.Outcome, ex.rec.Status = msg, http.StatusGatewayTimeout
-		if !sse {
-			ex.abort = true
+	case a.idle.expired():
+		msg := a.f.streamTimedOut(a.ex, a.id, a.d, "mid_stream")
+		rec.Outcome, rec.Status = msg, http.StatusGatewayTimeout
+		if !a.sse {
+			a.ex.abort = true
 			break
 		}
 		code := codeWorkerTimeout
-		b, _ := marshal(apiError{Error: apiErrorInfo{Message: msg, Type: typeUpstream, Code: &code}})
-		_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
-		_ = rc.Flush()
-	case r.Context().Err() != nil:
-		ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
-		return nil
+		a.sseError(apiErrorInfo{Message: msg, Type: typeUpstream, Code: &code})
+	case a.r.Context().Err() != nil:
+		rec.Outcome, rec.Status = "client disconnected", 499
+		return false
 	default:
-		ex.rec.Outcome = "worker failed mid-response: " + rerr.Error()
-		if sse {
-			// Tell a streaming client in-band; a non-streaming one sees a
-			// truncated body.
-			b, _ := marshal(apiError{Error: apiErrorInfo{Message: "worker failed mid-stream: " + rerr.Error(), Type: typeUpstream}})
-			_, _ = rw.Write([]byte("data: " + string(b) + "\n\n"))
-			_ = rc.Flush()
+		rec.Outcome = "worker failed mid-response: " + rerr.Error()
+		if a.sse {
+			// A non-streaming client sees a truncated body.
+			a.sseError(apiErrorInfo{Message: "worker failed mid-stream: " + rerr.Error(), Type: typeUpstream})
 		}
 	}
-	free()
-	if capture && captured != nil {
-		tr.usage(captured)
-	}
-	f.accuracy(ex, tr)
-	return nil
+	return true
+}
+
+// sseError ends a stream with an error event.
+func (a *try) sseError(e apiErrorInfo) {
+	b, _ := marshal(apiError{Error: e})
+	_, _ = a.rw.Write([]byte("data: " + string(b) + "\n\n"))
+	_ = a.rc.Flush()
 }
 
 // relayClientError answers a worker's 4xx in the router's OpenAI error
