@@ -432,50 +432,105 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx := req.Context()
-	notify := make(chan struct{}, 1)
-	choices := make([]*choiceState, len(prompts))
-	for i, p := range prompts {
-		id, st, err := w.submit(ctx, r, p, maxTok, notify)
-		if err != nil {
-			for _, ch := range choices[:i] {
-				w.abort(r, ch.id)
-			}
-			writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
-			return
-		}
-		choices[i] = &choiceState{id: id, st: st, prompt: len(p)}
+	g := &generation{w: w, rw: rw, rank: r, notify: make(chan struct{}, 1), chat: chat}
+	if err := g.submit(req.Context(), prompts, maxTok); err != nil {
+		writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
+		return
 	}
 	finished := false
 	defer func() {
 		if !finished {
-			for _, ch := range choices {
-				if !ch.done {
-					w.abort(r, ch.id)
-				}
-			}
+			g.abortUnfinished()
 		}
 	}()
-
-	respID := newID("cmpl-")
-	object := "text_completion"
-	if chat {
-		respID, object = newID("chatcmpl-"), "chat.completion"
+	g.start(c.Stream)
+	if !g.collect(req.Context()) {
+		return
 	}
-	created := time.Now().Unix()
-	model := w.cfg.servedName()
+	finished = true
+	defer w.finished()
+	u := g.usage()
+	if g.sse != nil {
+		if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
+			g.sse.event(map[string]any{"id": g.id, "object": g.object, "created": g.created, "model": g.model,
+				"choices": []any{}, "usage": u})
+		}
+		g.sse.done()
+		return
+	}
+	writeJSON(rw, http.StatusOK, g.whole(u))
+}
 
-	var sse *sseWriter
-	if c.Stream {
-		sse = newSSE(rw)
-		if chat {
-			object = "chat.completion.chunk"
+// generation is one request's prompts on their way through a rank's
+// engine, and the answer being built from their tokens.
+type generation struct {
+	w       *Worker
+	rw      http.ResponseWriter
+	rank    *rank
+	notify  chan struct{} // signalled when any choice has new output
+	choices []*choiceState
+	chat    bool
+
+	// Set by start.
+	sse        *sseWriter // nil when the answer is sent whole
+	id, object string
+	model      string
+	created    int64
+}
+
+// submit hands every prompt to the rank's engine; when one cannot be
+// submitted, the ones already submitted are aborted.
+func (g *generation) submit(ctx context.Context, prompts [][]uint32, maxTok int) error {
+	g.choices = make([]*choiceState, len(prompts))
+	for i, p := range prompts {
+		id, st, err := g.w.submit(ctx, g.rank, p, maxTok, g.notify)
+		if err != nil {
+			for _, ch := range g.choices[:i] {
+				g.w.abort(g.rank, ch.id)
+			}
+			return err
+		}
+		g.choices[i] = &choiceState{id: id, st: st, prompt: len(p)}
+	}
+	return nil
+}
+
+// abortUnfinished aborts the choices the engine has not finished (the
+// client left or the engine failed).
+func (g *generation) abortUnfinished() {
+	for _, ch := range g.choices {
+		if !ch.done {
+			g.w.abort(g.rank, ch.id)
 		}
 	}
+}
+
+// start names the answer (id, object, creation time, model) and, for a
+// stream, sends its headers.
+func (g *generation) start(stream bool) {
+	g.id, g.object = newID("cmpl-"), "text_completion"
+	if g.chat {
+		g.id, g.object = newID("chatcmpl-"), "chat.completion"
+	}
+	g.created = time.Now().Unix()
+	g.model = g.w.cfg.servedName()
+	if stream {
+		g.sse = newSSE(g.rw)
+		if g.chat {
+			g.object = "chat.completion.chunk"
+		}
+	}
+}
+
+// collect takes every choice's tokens as the engine produces them (sent
+// at once when streaming, kept otherwise) until every choice is done. It
+// returns false when the request ended first: the client left, or the
+// engine failed (the client is told).
+func (g *generation) collect(ctx context.Context) bool {
 	var buf []mocker.Output
 	for {
 		all := true
-		for i, ch := range choices {
+		for i, ch := range g.choices {
 			if ch.done {
 				continue
 			}
@@ -483,64 +538,74 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 			var err error
 			buf, end, err = ch.st.take(buf)
 			if err != nil {
-				if sse != nil {
-					sse.event(apiError{apiErrorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
-					return
-				}
-				writeError(rw, http.StatusInternalServerError, err.Error())
-				return
+				g.engineFailed(err)
+				return false
 			}
-			for _, o := range buf {
-				ch.gen = o.Generated
-				ch.cached = o.CachedTokens
-				piece := w.tok.Decode([]uint32{o.Token})
-				ch.ids = append(ch.ids, o.Token)
-				if sse != nil {
-					sse.event(w.chunk(respID, object, created, model, i, piece, o.Finished, chat, !ch.started))
-					ch.started = true
-				} else {
-					ch.text.WriteString(piece)
-				}
-			}
+			g.add(i, ch, buf)
 			if end {
 				ch.done = true
 			} else {
 				all = false
 			}
 		}
-		if sse != nil {
-			sse.flush()
+		if g.sse != nil {
+			g.sse.flush()
 		}
 		if all {
-			break
+			return true
 		}
 		select {
-		case <-notify:
+		case <-g.notify:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
-	finished = true
-	defer w.finished()
+}
+
+// add records choice i's new tokens and streams them, or keeps their text
+// for the whole answer.
+func (g *generation) add(i int, ch *choiceState, outs []mocker.Output) {
+	for _, o := range outs {
+		ch.gen = o.Generated
+		ch.cached = o.CachedTokens
+		piece := g.w.tok.Decode([]uint32{o.Token})
+		ch.ids = append(ch.ids, o.Token)
+		if g.sse != nil {
+			g.sse.event(g.w.chunk(g.id, g.object, g.created, g.model, i, piece, o.Finished, g.chat, !ch.started))
+			ch.started = true
+		} else {
+			ch.text.WriteString(piece)
+		}
+	}
+}
+
+// engineFailed tells the client that the engine failed: in-band when
+// streaming, as a 500 otherwise.
+func (g *generation) engineFailed(err error) {
+	if g.sse != nil {
+		g.sse.event(apiError{apiErrorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
+		return
+	}
+	writeError(g.rw, http.StatusInternalServerError, err.Error())
+}
+
+// usage sums the choices' token counts.
+func (g *generation) usage() usage {
 	u := usage{PromptTokensDetails: &promptDetails{}}
-	for _, ch := range choices {
+	for _, ch := range g.choices {
 		u.PromptTokens += ch.prompt
 		u.CompletionTokens += ch.gen
 		u.PromptTokensDetails.CachedTokens += ch.cached
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if sse != nil {
-		if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
-			sse.event(map[string]any{"id": respID, "object": object, "created": created, "model": model,
-				"choices": []any{}, "usage": u})
-		}
-		sse.done()
-		return
-	}
-	out := map[string]any{"id": respID, "object": object, "created": created, "model": model, "usage": u}
-	list := make([]any, len(choices))
-	for i, ch := range choices {
-		if chat {
+	return u
+}
+
+// whole is the answer sent in one body, in the completion or chat shape.
+func (g *generation) whole(u usage) map[string]any {
+	list := make([]any, len(g.choices))
+	for i, ch := range g.choices {
+		if g.chat {
 			list[i] = map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": ch.text.String()},
 				"logprobs": nil, "finish_reason": "length", "stop_reason": nil}
 		} else {
@@ -548,8 +613,7 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 				"finish_reason": "length", "stop_reason": nil}
 		}
 	}
-	out["choices"] = list
-	writeJSON(rw, http.StatusOK, out)
+	return map[string]any{"id": g.id, "object": g.object, "created": g.created, "model": g.model, "usage": u, "choices": list}
 }
 
 // chunk is one streamed token, in the completion or chat chunk shape.
