@@ -92,6 +92,14 @@ func (st *stream) behind(epoch, seq uint64) bool {
 	return epoch > st.epoch || epoch == st.epoch && seq > st.last
 }
 
+// settleClaim forgets the peer's outstanding claim once the stream has
+// reached the position it claimed.
+func (st *stream) settleClaim() {
+	if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
+		st.claimAt = time.Time{}
+	}
+}
+
 type shadow struct {
 	peer   uint64
 	origin string
@@ -366,9 +374,7 @@ func (c *Core) Receive(ev Event) (resync bool) {
 			resync = true
 		}
 		st.epoch, st.last = ev.Epoch, ev.Seq
-		if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
-			st.claimAt = time.Time{}
-		}
+		st.settleClaim()
 	}
 	if st.log != nil {
 		st.log = append(st.log, ev)
@@ -680,14 +686,7 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	c.apply.Lock()
 	defer c.apply.Unlock()
 	peer := snap.RouterID
-	if peer == c.self {
-		return 0, 0, false
-	}
-	if _, gone := c.dead[peer]; gone {
-		return 0, 0, false
-	}
-	if _, live := c.peers[peer]; !live {
-		c.count(func(s *Stats) { s.Unannounced++ })
+	if !c.snapshotFollowed(peer) {
 		return 0, 0, false
 	}
 	st := c.stream(peer)
@@ -695,30 +694,71 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	if sequenced && snap.Epoch < st.epoch {
 		return 0, 0, true
 	}
-	want := map[string]*booking{}
-	var order []string
-	put := func(ev router.LifecycleEvent) {
-		switch ev.Kind {
-		case router.AddRequest:
-			if _, ok := want[ev.RequestID]; !ok {
-				order = append(order, ev.RequestID)
-			}
-			want[ev.RequestID] = &booking{add: ev}
-		case router.MarkPrefillCompleted:
-			if b := want[ev.RequestID]; b != nil {
-				b.done = true
-			}
-		case router.Free:
-			delete(want, ev.RequestID)
-		}
+	want, again := snapshotTarget(snap, st.log, sequenced)
+	freed = c.freeUnwanted(peer, want)
+	added = c.addWanted(peer, want)
+	if sequenced && st.behind(snap.Epoch, snap.Seq) {
+		st.epoch, st.last = snap.Epoch, snap.Seq
 	}
+	st.settleClaim()
+	c.count(func(s *Stats) { s.ResyncFreed += uint64(freed) })
+	return added, freed, again
+}
+
+// snapshotFollowed says whether a snapshot of peer is applied: not one of
+// this router, nor of a replica declared gone, nor of a router id that is
+// not a live peer (counted as unannounced). apply held.
+func (c *Core) snapshotFollowed(peer uint64) bool {
+	if peer == c.self {
+		return false
+	}
+	if _, gone := c.dead[peer]; gone {
+		return false
+	}
+	if _, live := c.peers[peer]; !live {
+		c.count(func(s *Stats) { s.Unannounced++ })
+		return false
+	}
+	return true
+}
+
+// bookingSet is the bookings a peer should hold, by request id, with the
+// ids in the order they were first booked.
+type bookingSet struct {
+	m     map[string]*booking
+	order []string
+}
+
+// put applies one of the peer's lifecycle events to the set.
+func (w *bookingSet) put(ev router.LifecycleEvent) {
+	switch ev.Kind {
+	case router.AddRequest:
+		if _, ok := w.m[ev.RequestID]; !ok {
+			w.order = append(w.order, ev.RequestID)
+		}
+		w.m[ev.RequestID] = &booking{add: ev}
+	case router.MarkPrefillCompleted:
+		if b := w.m[ev.RequestID]; b != nil {
+			b.done = true
+		}
+	case router.Free:
+		delete(w.m, ev.RequestID)
+	}
+}
+
+// snapshotTarget is what the snapshot's router should be held to: the
+// snapshot's own events, then those of log (its events received since
+// BeginResync) that the snapshot does not cover. again says there is a
+// hole among the latter.
+func snapshotTarget(snap Snapshot, log []Event, sequenced bool) (want *bookingSet, again bool) {
+	want = &bookingSet{m: map[string]*booking{}}
 	for _, ev := range snap.Events {
-		if ev.RouterID == peer {
-			put(ev)
+		if ev.RouterID == snap.RouterID {
+			want.put(ev)
 		}
 	}
 	next := snap.Seq + 1
-	for _, ev := range st.log {
+	for _, ev := range log {
 		if sequenced && ev.Seq != 0 {
 			if ev.Epoch != snap.Epoch || ev.Seq < next {
 				continue // an older incarnation's, or covered by the snapshot
@@ -728,8 +768,15 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 			}
 			next = ev.Seq + 1
 		}
-		put(ev.LifecycleEvent)
+		want.put(ev.LifecycleEvent)
 	}
+	return want, again
+}
+
+// freeUnwanted frees, in id order, the bookings held for peer that want
+// lacks (their Free was lost), after forgetting those this router dropped
+// by itself. It returns how many the router freed. apply held.
+func (c *Core) freeUnwanted(peer uint64, want *bookingSet) (freed int) {
 	held := c.remote[peer]
 	ids := make([]string, 0, len(held))
 	for id := range held {
@@ -739,7 +786,7 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 			delete(held, id)
 			continue
 		}
-		if _, ok := want[id]; !ok {
+		if _, ok := want.m[id]; !ok {
 			ids = append(ids, id)
 		}
 	}
@@ -753,9 +800,16 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 	if len(held) == 0 {
 		delete(c.remote, peer)
 	}
+	return freed
+}
+
+// addWanted books, in want's order, the bookings not held for peer, and
+// marks the prefill completed of those past it. It returns how many it
+// booked. apply held.
+func (c *Core) addWanted(peer uint64, want *bookingSet) int {
 	before := c.snapshotApplied()
-	for _, id := range order {
-		b := want[id]
+	for _, id := range want.order {
+		b := want.m[id]
 		if b == nil {
 			continue
 		}
@@ -767,15 +821,7 @@ func (c *Core) ApplySnapshot(snap Snapshot) (added, freed int, again bool) {
 			c.applyEvent(router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: peer, RequestID: id, Worker: b.add.Worker}, true)
 		}
 	}
-	added = int(c.snapshotApplied() - before)
-	if sequenced && st.behind(snap.Epoch, snap.Seq) {
-		st.epoch, st.last = snap.Epoch, snap.Seq
-	}
-	if st.claimAt != (time.Time{}) && !st.behind(st.claimEpoch, st.claim) {
-		st.claimAt = time.Time{}
-	}
-	c.count(func(s *Stats) { s.ResyncFreed += uint64(freed) })
-	return added, freed, again
+	return int(c.snapshotApplied() - before)
 }
 
 func (c *Core) snapshotApplied() uint64 {
