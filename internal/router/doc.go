@@ -18,7 +18,11 @@
 //
 // Lifecycle events (AddRequest, MarkPrefillCompleted, Free), each stamped
 // with the router id, go to an Observer for replica sync; ApplyRemote
-// applies other routers' events and ignores the router's own.
+// applies other routers' events and ignores the router's own. Replica
+// sync's anti-herding shadow booking runs inside Route (SetShadows), so
+// Route is never wrapped: this package's API is the one the front door
+// routes, books and hashes through, and the sentinels it documents
+// (errors.go) are the ones callers tell refusals apart by.
 //
 // Prefill booked for a request is its input tokens minus its device overlap
 // on the chosen worker times the block size (host and disk hits still cost
