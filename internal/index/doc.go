@@ -45,9 +45,11 @@
 // prefetches the slots 16 blocks ahead of the one it applies (and a
 // removal the nodes 8 ahead) with PREFETCHT0, which does not stall the
 // loop; elsewhere it loads the home slots of a run of 32 blocks up front.
-// Reserve sizes a worker's table for its KV capacity when it joins, so
-// that a fresh index does not double its tables (every doubling moves all
-// entries into fresh memory); a fresh table's pages are written before
+// A worker's table grows by doubling with the blocks it stores; Reserve
+// (its KV capacity, given when it joins) only keeps the table from
+// shrinking below that size, so that a churning cache does not resize
+// back and forth, while a fleet of many lightly filled workers pays only
+// for the entries they hold. A fresh table's pages are written before
 // they are probed, one page fault each instead of two. A node does not
 // know its engine hashes (that would cost 8 bytes per entry): the rare
 // cascade below a removed block finds them in one pass over the worker's

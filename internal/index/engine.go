@@ -15,7 +15,7 @@ import (
 type engineTable struct {
 	slots []engineSlot
 	n     int
-	floor int               // slots the table never shrinks below (Reserve); 0 = none
+	floor int               // slots the table never shrinks below once grown past (Reserve); 0 = none
 	multi map[uint64]uint32 // refcount - 1 for hashes stored more than once
 }
 
@@ -212,14 +212,11 @@ func (t *engineTable) deleteAt(i int) {
 	}
 }
 
-// setFloor makes the table at least slots big (a power of two, or 0) and
-// keeps it from shrinking below that.
-func (t *engineTable) setFloor(slots int) {
-	t.floor = slots
-	if len(t.slots) < slots {
-		t.resize(slots)
-	}
-}
+// setFloor keeps the table from shrinking below slots (a power of two, or
+// 0). It allocates nothing: the table still grows by doubling as keys
+// arrive, so a worker that holds few blocks costs few slots whatever its
+// capacity.
+func (t *engineTable) setFloor(slots int) { t.floor = slots }
 
 func (t *engineTable) resize(size int) {
 	old := t.slots

@@ -10,14 +10,18 @@ import (
 // (2^24 blocks: a 400 MB engine table).
 const MaxReserveBlocks = 1 << 24
 
-// Reserve sizes worker rank w's device-tier engine-hash table for blocks
-// entries, the rank's KV cache capacity in blocks, so that applying its
-// events never doubles the table (each doubling moves every entry and
-// touches fresh memory), and keeps it from shrinking below that size. The
-// reservation holds across Cleared events and ends with RemoveWorker or
-// with Reserve(w, 0). It changes no answer of the index, only its speed
-// and memory: the table costs 12 bytes a slot at most 75 % full (about
-// 24 bytes per reserved block) from now on.
+// Reserve tells the index that worker rank w's KV cache holds up to
+// blocks blocks (its capacity), and keeps w's device-tier engine-hash
+// table from shrinking below the size that holds that many entries, so
+// that a worker whose cache churns does not halve and double its table
+// over and over. The table is not allocated at that size up front: it
+// grows by doubling with the entries w actually stores (each entry is
+// moved about once in all), because a fleet of many workers that each
+// hold a fraction of their capacity would otherwise pay 24 bytes per
+// reserved block for empty slots (1,024 workers of 16,384 blocks: 400 MB
+// for a few hundred thousand entries). The reservation holds across
+// Cleared events and ends with RemoveWorker or with Reserve(w, 0). It
+// changes no answer of the index, only its speed and memory.
 //
 // blocks outside [0, MaxReserveBlocks] is refused with ErrInvalid.
 func (x *Index) Reserve(w kvevent.Worker, blocks int) error {

@@ -48,7 +48,12 @@ func deviceSlots(x *Index, w kvevent.Worker) int {
 	return len(x.holders[id].engine[kvevent.TierDevice].slots)
 }
 
-func TestReserveSizesTableAndKeepsIt(t *testing.T) {
+// TestReserveGrowsLazilyAndKeepsIt pins the sizing policy: a reserved
+// table starts small and grows with the entries stored (a lightly filled
+// worker costs little whatever its capacity), and once grown it never
+// shrinks below the reservation, across Cleared, until Reserve(w, 0) or
+// RemoveWorker.
+func TestReserveGrowsLazilyAndKeepsIt(t *testing.T) {
 	x := mustNew(t, DefaultConfig())
 	if err := x.Reserve(w1, 3000); err != nil {
 		t.Fatal(err)
@@ -58,58 +63,70 @@ func TestReserveSizesTableAndKeepsIt(t *testing.T) {
 	for i := range ls {
 		ls[i] = uint64(i + 1)
 	}
-	if err := apply(t, x, chain(w1, 0, 100, ls...)); err != nil {
-		t.Fatal(err)
-	}
-	if got := deviceSlots(x, w1); got != 4096 {
-		t.Fatalf("reserved table has %d slots, want 4096 (no growth)", got)
-	}
-	// Removing everything does not shrink it below the reservation.
 	rm := kvevent.Event{Worker: w1, Kind: kvevent.Removed}
 	for i := len(ls) - 1; i >= 0; i-- {
 		rm.Removed = append(rm.Removed, 100+uint64(i))
 	}
+	// One block: a small table, not the reserved 4096 slots.
+	if err := apply(t, x, chain(w1, 0, 100, ls[:1]...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := deviceSlots(x, w1); got >= 4096 || got == 0 {
+		t.Fatalf("one block in a reserved table: %d slots, want a small table", got)
+	}
+	_ = apply(t, x, kvevent.Event{Worker: w1, Kind: kvevent.Removed, Removed: []uint64{100}})
+	if err := apply(t, x, chain(w1, 0, 100, ls...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := deviceSlots(x, w1); got != 4096 {
+		t.Fatalf("3000 blocks: %d slots, want 4096", got)
+	}
+	// Removing everything does not shrink it below the reservation.
 	if err := apply(t, x, rm); err != nil {
 		t.Fatal(err)
 	}
 	if got := deviceSlots(x, w1); got != 4096 {
 		t.Fatalf("after removing all: %d slots, want 4096", got)
 	}
-	// A Cleared worker keeps its reservation.
+	// A Cleared worker keeps its reservation: a fresh table, small at
+	// first, that again stays at 4096 once grown and emptied.
 	_ = apply(t, x, chain(w1, 0, 100, 1))
 	_ = apply(t, x, kvevent.Event{Worker: w1, Kind: kvevent.Cleared})
-	_ = apply(t, x, chain(w1, 0, 100, 1))
+	_ = apply(t, x, chain(w1, 0, 100, ls...))
+	_ = apply(t, x, rm)
 	if got := deviceSlots(x, w1); got != 4096 {
-		t.Fatalf("after Cleared: %d slots, want 4096", got)
+		t.Fatalf("after Cleared, filling and emptying: %d slots, want 4096", got)
 	}
 	// Reserve(w, 0) ends it: the table may shrink again on removals.
 	if err := x.Reserve(w1, 0); err != nil {
 		t.Fatal(err)
 	}
-	_ = apply(t, x, kvevent.Event{Worker: w1, Kind: kvevent.Removed, Removed: []uint64{100}})
 	_ = apply(t, x, chain(w1, 0, 100, 1))
+	_ = apply(t, x, kvevent.Event{Worker: w1, Kind: kvevent.Removed, Removed: []uint64{100}})
 	if got := deviceSlots(x, w1); got >= 4096 {
 		t.Fatalf("after ending the reservation: %d slots, want fewer than 4096", got)
 	}
 	// RemoveWorker forgets the reservation.
 	_ = x.Reserve(w2, 3000)
-	_ = apply(t, x, chain(w2, 0, 100, 1))
-	if got := deviceSlots(x, w2); got != 4096 {
-		t.Fatalf("w2: %d slots, want 4096", got)
-	}
+	_ = apply(t, x, chain(w2, 0, 100, ls...))
 	x.RemoveWorker(w2.ID)
+	_ = apply(t, x, chain(w2, 0, 100, ls...))
+	_ = apply(t, x, kvevent.Event{Worker: w2, Kind: kvevent.Removed, Removed: rm.Removed})
 	_ = apply(t, x, chain(w2, 0, 100, 1))
 	if got := deviceSlots(x, w2); got >= 4096 {
-		t.Fatalf("w2 after RemoveWorker: %d slots, want a fresh small table", got)
+		t.Fatalf("w2 after RemoveWorker, filling and emptying: %d slots, want it shrunk", got)
 	}
 	// Other tiers are not reserved.
 	_ = x.Reserve(w1r1, 3000)
-	ev := chain(w1r1, 0, 100, 1)
+	ev := chain(w1r1, 0, 100, ls...)
 	ev.Tier = kvevent.TierHostPinned
 	_ = apply(t, x, ev)
+	rmHost := kvevent.Event{Worker: w1r1, Kind: kvevent.Removed, Tier: kvevent.TierHostPinned, Removed: rm.Removed}
+	_ = apply(t, x, rmHost)
+	_ = apply(t, x, func() kvevent.Event { e := chain(w1r1, 0, 100, 1); e.Tier = kvevent.TierHostPinned; return e }())
 	id := x.byKey[holderKey{w1r1, kindExact}]
 	if got := len(x.holders[id].engine[kvevent.TierHostPinned].slots); got >= 4096 {
-		t.Fatalf("host tier table has %d slots, want a small one", got)
+		t.Fatalf("host tier table has %d slots after emptying, want it shrunk", got)
 	}
 }
 
