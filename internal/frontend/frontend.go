@@ -48,6 +48,9 @@ type Frontend struct {
 
 	idPrefix string
 	ids      atomic.Uint64
+	// explanations recycles the storage of routing decisions' candidate
+	// rows (router.Request.Explanation) once they are rendered.
+	explanations sync.Pool
 
 	mu     sync.Mutex
 	recent ring

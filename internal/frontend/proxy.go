@@ -233,8 +233,15 @@ type failure struct {
 func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange) {
 	var excluded []kvevent.WorkerID
 	var last *failure
+	// The decision's candidate rows are only read by decisionView: their
+	// storage goes back to the pool when forward returns.
+	expl, _ := f.explanations.Get().(*[]scheduler.Explanation)
+	if expl == nil {
+		expl = new([]scheduler.Explanation)
+	}
+	defer f.explanations.Put(expl)
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
-		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected}
+		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected, Explanation: *expl}
 		if len(excluded) > 0 {
 			req.AllowedWorkers = f.allowedExcept(excluded)
 			if len(req.AllowedWorkers) == 0 {
@@ -244,6 +251,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 		t0 := f.clock()
 		d, err := f.router.Route(req)
 		f.m.decision.Observe(f.clock().Sub(t0).Seconds())
+		*expl = d.Candidates
 		ex.rec.RequestID = req.ID
 		ex.rec.Attempts = attempt + 1
 		if err != nil {

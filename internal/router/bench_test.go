@@ -10,12 +10,13 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // BenchmarkRoute measures Route end to end — hashing a 16 k-token prompt,
 // querying a warm concurrent index, the tracker's potential load, the cost
-// of 64 workers and the booking — and reports the p99 of single Route
-// calls. Each worker holds 4 cached 16 k prompts from 8 system-prompt
+// of every worker and the booking — and reports the p99 of single Route
+// calls, for fleets of 64, 256 and 1,024 workers. Each worker holds 4 cached 16 k prompts from 8 system-prompt
 // families (4 k shared tokens) and has 4 running requests; each timed
 // request shares its family's system prompt with a quarter of the workers.
 // The request is freed after timing so the load stays steady. Besides
@@ -24,14 +25,15 @@ import (
 // and the thread-CPU percentiles of hashing the same prompt alone (done
 // outside the timed Route call, in the same loop).
 func BenchmarkRoute(b *testing.B) {
-	for _, bs := range []int{16, 64} {
-		b.Run(fmt.Sprintf("block=%d", bs), func(b *testing.B) { benchRoute(b, bs) })
+	for _, workers := range []int{64, 256, 1024} {
+		for _, bs := range []int{16, 64} {
+			b.Run(fmt.Sprintf("workers=%d/block=%d", workers, bs), func(b *testing.B) { benchRoute(b, workers, bs) })
+		}
 	}
 }
 
-func benchRoute(b *testing.B, bs int) {
+func benchRoute(b *testing.B, workers, bs int) {
 	const (
-		workers  = 64
 		families = 8
 		shared   = 4096
 		prompt   = 16384
@@ -77,6 +79,7 @@ func benchRoute(b *testing.B, bs int) {
 	_, haveCPU := threadCPU()
 	var lat, cpu, hashCPU []time.Duration
 	var local, seq []uint64
+	var expl []scheduler.Explanation
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -88,7 +91,7 @@ func benchRoute(b *testing.B, bs int) {
 		hashCPU = append(hashCPU, h1-h0)
 		c0, _ := threadCPU()
 		start := time.Now()
-		d, err := r.Route(Request{ID: ids[i%len(ids)], Tokens: reqs[i%len(reqs)]})
+		d, err := r.Route(Request{ID: ids[i%len(ids)], Tokens: reqs[i%len(reqs)], Explanation: expl})
 		lat = append(lat, time.Since(start))
 		c1, _ := threadCPU()
 		cpu = append(cpu, c1-c0)
@@ -96,6 +99,7 @@ func benchRoute(b *testing.B, bs int) {
 			b.Fatal(err)
 		}
 		r.Free(d.RequestID)
+		expl = d.Candidates
 	}
 	b.StopTimer()
 	report := func(xs []time.Duration, unit string) {

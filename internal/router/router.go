@@ -269,7 +269,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 			}
 		}
 	}
-	sd, err := r.sched.Select(scheduler.Request{
+	sd, err := r.sched.SelectInto(req.Explanation, scheduler.Request{
 		InputTokens:    len(req.Tokens),
 		BlockSize:      r.cfg.BlockSize,
 		Overrides:      req.Overrides,

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
@@ -124,6 +125,57 @@ func TestLongerPrefixNeverCostsMore(t *testing.T) {
 			rt.Fatalf("clamp on, both credits cover raw %v: costs %v and %v, want a tie", raw, ca, cb)
 		case !cfg.PrefillClamp && d.Chosen != 1:
 			rt.Fatalf("clamp off: chose row %d, want the longer prefix", d.Chosen)
+		}
+	})
+}
+
+// TestSelectIntoMatchesSelect: a decision written into reused storage
+// (left dirty by an earlier decision over other candidates) equals the
+// one Select allocates, whatever the policy, temperature, exclusions and
+// busy rows, and uses that storage when it is big enough.
+func TestSelectIntoMatchesSelect(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(rt, "temp")
+		cfg.ActivePrefillTokensThreshold = rapid.SampledFrom([]int{0, 5000}).Draw(rt, "busy")
+		name := rapid.SampledFrom([]string{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded}).Draw(rt, "policy")
+		mk := func() *Scheduler {
+			p, _ := NewPolicy(name)
+			s, err := New(cfg, p)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return s
+		}
+		a, b := mk(), mk()
+		draw := func(label string) []Candidate {
+			cands := make([]Candidate, rapid.IntRange(1, 40).Draw(rt, label+"n"))
+			for i := range cands {
+				cands[i] = Candidate{
+					Worker:              kvevent.Worker{ID: kvevent.WorkerID(i + 1)},
+					Down:                rapid.IntRange(0, 5).Draw(rt, label+"down") == 0,
+					Overlap:             Overlap{Device: rapid.IntRange(0, 100).Draw(rt, label+"dev")},
+					ActivePrefillTokens: rapid.IntRange(0, 8000).Draw(rt, label+"apt"),
+					DecodeBlocks:        float64(rapid.IntRange(0, 3000).Draw(rt, label+"dec")),
+					ActiveRequests:      rapid.IntRange(0, 5).Draw(rt, label+"req"),
+				}
+			}
+			return cands
+		}
+		req := Request{InputTokens: rapid.IntRange(0, 5000).Draw(rt, "isl"), BlockSize: 16}
+		var rows []Explanation
+		for round := range 3 {
+			cands := draw("r")
+			seed := rapid.Uint64().Draw(rt, "seed")
+			want, werr := a.Select(req, cands, seeded(seed))
+			got, gerr := b.SelectInto(rows, req, cands, seeded(seed))
+			if (werr == nil) != (gerr == nil) || !reflect.DeepEqual(got, want) {
+				rt.Fatalf("round %d: SelectInto = %+v, %v; Select = %+v, %v", round, got, gerr, want, werr)
+			}
+			if cap(rows) >= len(cands) && &got.Candidates[0] != &rows[:1][0] {
+				rt.Fatalf("round %d: storage of capacity %d not reused for %d rows", round, cap(rows), len(cands))
+			}
+			rows = got.Candidates
 		}
 	})
 }

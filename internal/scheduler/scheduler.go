@@ -50,6 +50,15 @@ func (s *Scheduler) Policy() Policy { return s.policy }
 // sampling; seed it for reproducible decisions. Errors: ErrBlockSize,
 // ErrNoCandidates, ErrAllBusy.
 func (s *Scheduler) Select(req Request, cands []Candidate, rng *rand.Rand) (Decision, error) {
+	return s.SelectInto(nil, req, cands, rng)
+}
+
+// SelectInto is Select writing the decision's Candidates into rows when
+// its capacity suffices (fresh memory otherwise): pass back the
+// Candidates of a decision you are done with. With a thousand candidates
+// the explanation is about 140 KB, and allocating and clearing it was
+// half the cost of a decision.
+func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidate, rng *rand.Rand) (Decision, error) {
 	if req.BlockSize <= 0 {
 		return Decision{}, ErrBlockSize
 	}
@@ -57,11 +66,17 @@ func (s *Scheduler) Select(req Request, cands []Candidate, rng *rand.Rand) (Deci
 	if o := req.Overrides.Temperature; o != nil && validKnob(*o) {
 		temp = *o
 	}
-	d := Decision{Policy: s.policy.Name(), Temperature: temp, Chosen: -1, Candidates: make([]Explanation, len(cands))}
+	if cap(rows) >= len(cands) {
+		rows = rows[:len(cands)]
+		clear(rows)
+	} else {
+		rows = make([]Explanation, len(cands))
+	}
+	d := Decision{Policy: s.policy.Name(), Temperature: temp, Chosen: -1, Candidates: rows}
 	eligible, busy := 0, 0
 	minPrefill := math.MaxInt
 	for i := range cands {
-		// Filled in place, field by field (make zeroed the row), and
+		// Filled in place, field by field (the rows are zeroed), and
 		// Excluded written only when set: it is a string, so each write to
 		// the heap row costs a write barrier while the GC runs.
 		c, row := &cands[i], &d.Candidates[i]
