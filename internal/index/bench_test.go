@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -195,5 +196,58 @@ func BenchmarkQueryLatency256Blocks100Workers(b *testing.B) {
 		slices.Sort(m.xs)
 		b.ReportMetric(float64(m.xs[len(m.xs)/2].Nanoseconds()), "p50-"+m.unit)
 		b.ReportMetric(float64(m.xs[len(m.xs)*99/100].Nanoseconds()), "p99-"+m.unit)
+	}
+}
+
+// BenchmarkQuerySharedPrefix: every worker holds 16 chains of 256 blocks
+// whose first 8 blocks (a system prompt) all workers share; a query is one
+// worker's chain, so it scores every worker (8 blocks, and 256 for one):
+// the cost that grows with the fleet.
+func BenchmarkQuerySharedPrefix(b *testing.B) {
+	for _, workers := range []int{64, 256, 1024} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			x := mustNew(b, DefaultConfig())
+			const chains, n, shared = 16, 256, 8
+			var queries [][]uint64
+			for w := range workers {
+				for c := range chains {
+					ev := kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(w + 1)}, Kind: kvevent.Stored}
+					q := make([]uint64, n)
+					for i := range n {
+						q[i] = uint64(i + 1)
+						if i >= shared {
+							q[i] = uint64(w+1)<<40 | uint64(c)<<20 | uint64(i)
+						}
+						if c == 0 || i >= shared { // chains after the first hang below the shared blocks
+							ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: uint64(c)<<32 | uint64(i) + 1, LocalHash: q[i]})
+						}
+					}
+					if c > 0 {
+						ev.HasParent, ev.Parent = true, shared
+					}
+					if err := x.Apply(&ev); err != nil {
+						b.Fatal(err)
+					}
+					if c == 0 {
+						queries = append(queries, q)
+					}
+				}
+			}
+			var s Scores
+			b.ReportAllocs()
+			i := 0
+			var ct *cpuTimer
+			for b.Loop() {
+				if ct == nil {
+					ct = startCPU(b)
+				}
+				x.Query(queries[i%len(queries)], &s)
+				i++
+			}
+			ct.stop()
+			if len(s.List) != workers {
+				b.Fatalf("%d scores, want %d", len(s.List), workers)
+			}
+		})
 	}
 }

@@ -31,7 +31,7 @@ type Scores struct {
 	List []Score
 
 	act, nxt []active
-	twin     []bool
+	twins    []int32 // indices into List of scores whose worker rank has several holders
 }
 
 // Get returns worker rank w's score (zero Blocks when absent).
@@ -59,7 +59,7 @@ func fastest(mask uint8) int { return bits.TrailingZeros8(mask) }
 // along the path; workers that do not match cost nothing.
 func (x *Index) Query(local []uint64, dst *Scores) {
 	dst.List = dst.List[:0]
-	dst.twin = dst.twin[:0]
+	dst.twins = dst.twins[:0]
 	x.queryAppend(local, dst)
 	x.mergeTwins(dst, 0)
 }
@@ -110,9 +110,7 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 			nxt = nxt[:0]
 			j := 0
 			if lazy {
-				for _, e := range x.ns.holders(curNode, &single0) {
-					nxt = x.advance(dst, active{e: e}, hs, &j, i, nxt)
-				}
+				nxt = x.splitLazy(dst, x.ns.holders(curNode, &single0), hs, i, nxt)
 				lazy = false
 			} else {
 				for _, a := range act {
@@ -131,9 +129,7 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 		depth = i + 1
 	}
 	if lazy {
-		for _, e := range x.ns.holders(curNode, &single0) {
-			x.finish(dst, active{e: e}, depth)
-		}
+		x.finishLazy(dst, x.ns.holders(curNode, &single0), depth)
 	}
 	for _, a := range act {
 		x.finish(dst, a, depth)
@@ -163,6 +159,71 @@ func (x *Index) advance(dst *Scores, a active, hs []uint32, j *int, i int, nxt [
 	return nxt
 }
 
+// splitLazy is advance for every holder of a node whose holders are
+// still implicit (all active since depth 0, on one tier each): ps is that
+// node's sorted holder list, hs its child's at depth i. The holders of
+// the child go on to nxt; the others are scored at depth i in one pass.
+// A prompt every worker of a large fleet shares ends here with a score
+// per worker, so this loop is what a query's cost grows with.
+func (x *Index) splitLazy(dst *Scores, ps, hs []uint32, i int, nxt []active) []active {
+	dst.List = slices.Grow(dst.List, len(ps)-min(len(ps), len(hs)))
+	j := 0
+	for _, e := range ps {
+		id := entryID(e)
+		for j < len(hs) && entryID(hs[j]) < id {
+			j++ // holds the child but not the parent: not a prefix
+		}
+		if j < len(hs) && entryID(hs[j]) == id {
+			a := active{e: e}
+			if hs[j] != e {
+				a.tiers[fastest(entryMask(e))] = int32(i)
+				a.start = int32(i)
+				a.e = hs[j]
+			}
+			nxt = append(nxt, a)
+			continue
+		}
+		x.finishFirst(dst, e, i)
+	}
+	return nxt
+}
+
+// finishLazy scores every holder in ps (implicit, see splitLazy) at depth.
+func (x *Index) finishLazy(dst *Scores, ps []uint32, depth int) {
+	dst.List = slices.Grow(dst.List, len(ps))
+	for _, e := range ps {
+		x.finishFirst(dst, e, depth)
+	}
+}
+
+// finishFirst is finish for a holder active since depth 0 on the tiers of
+// entry e, written field by field.
+func (x *Index) finishFirst(dst *Scores, e uint32, depth int) {
+	h := &x.holders[entryID(e)]
+	n := len(dst.List)
+	if n < cap(dst.List) {
+		dst.List = dst.List[:n+1]
+	} else {
+		dst.List = append(dst.List, Score{})
+	}
+	s := &dst.List[n]
+	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
+	s.Tiers = [kvevent.NumTiers]int{}
+	s.Tiers[fastest(entryMask(e))&(kvevent.NumTiers-1)] = depth
+	if h.twin || h.kind == kindPredict {
+		x.finishRare(dst, h, n)
+	}
+}
+
+// finishRare completes score n of a holder that has twins or is a
+// predict-on-route shadow.
+func (x *Index) finishRare(dst *Scores, h *holder, n int) {
+	dst.List[n].Indexed = x.Indexed(h.worker) // predicted blocks are not indexed
+	if h.twin {
+		dst.twins = append(dst.twins, int32(n))
+	}
+}
+
 func (x *Index) finish(dst *Scores, a active, depth int) {
 	h := &x.holders[entryID(a.e)]
 	// Filled in place: a query over a popular prefix finishes a score
@@ -175,32 +236,30 @@ func (x *Index) finish(dst *Scores, a active, depth int) {
 	}
 	s := &dst.List[n]
 	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
-	if h.twin || h.kind == kindPredict {
-		s.Indexed = x.Indexed(h.worker) // predicted blocks are not indexed
-	}
 	s.Tiers = [kvevent.NumTiers]int{int(a.tiers[0]), int(a.tiers[1]), int(a.tiers[2]), int(a.tiers[3])}
 	s.Tiers[fastest(entryMask(a.e))] += depth - int(a.start)
-	dst.twin = append(dst.twin, h.twin)
+	if h.twin || h.kind == kindPredict {
+		x.finishRare(dst, h, n)
+	}
 }
 
 // mergeTwins keeps one score per worker rank when it has several holders
 // (exact or approximate entries plus predict-on-route ones): the one with
-// the most blocks.
+// the most blocks. dst.twins lists the scores (from index from on) whose
+// worker rank has several holders, in List order.
 func (x *Index) mergeTwins(dst *Scores, from int) {
-	if !slices.Contains(dst.twin[from:], true) {
+	if len(dst.twins) == 0 {
 		return
 	}
-	n := len(dst.List)
-	for i := from; i < n; i++ {
-		if !dst.twin[i] {
-			continue
+	for a, i := range dst.twins {
+		if dst.List[i].Blocks < 0 {
+			continue // merged into an earlier one
 		}
-		for j := i + 1; j < n; j++ {
-			if dst.twin[j] && dst.List[j].Worker == dst.List[i].Worker {
+		for _, j := range dst.twins[a+1:] {
+			if dst.List[j].Blocks >= 0 && dst.List[j].Worker == dst.List[i].Worker {
 				if dst.List[j].Blocks > dst.List[i].Blocks {
 					dst.List[i] = dst.List[j]
 				}
-				dst.twin[j] = false
 				dst.List[j].Blocks = -1 // drop below
 			}
 		}
@@ -212,5 +271,5 @@ func (x *Index) mergeTwins(dst *Scores, from int) {
 		}
 	}
 	dst.List = out
-	dst.twin = dst.twin[:0]
+	dst.twins = dst.twins[:0]
 }
