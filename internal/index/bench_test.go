@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -203,9 +204,22 @@ func BenchmarkQueryLatency256Blocks100Workers(b *testing.B) {
 // whose first 8 blocks (a system prompt) all workers share; a query is one
 // worker's chain, so it scores every worker (8 blocks, and 256 for one):
 // the cost that grows with the fleet.
+//
+// With layered, each worker's first chain continues below the system
+// prompt with 8-block runs shared by halving groups of workers (half the
+// fleet, a quarter, ... one), so the holder set shrinks step by step.
 func BenchmarkQuerySharedPrefix(b *testing.B) {
-	for _, workers := range []int{64, 256, 1024} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+	for _, layered := range []bool{false, true} {
+		for _, workers := range []int{64, 256, 1024} {
+			b.Run(fmt.Sprintf("layered=%v/workers=%d", layered, workers), func(b *testing.B) { benchSharedPrefix(b, workers, layered) })
+		}
+	}
+}
+
+func benchSharedPrefix(b *testing.B, workers int, layered bool) {
+	levels := bits.Len(uint(workers - 1))
+	{
+		{
 			x := mustNew(b, DefaultConfig())
 			const chains, n, shared = 16, 256, 8
 			var queries [][]uint64
@@ -217,6 +231,9 @@ func BenchmarkQuerySharedPrefix(b *testing.B) {
 						q[i] = uint64(i + 1)
 						if i >= shared {
 							q[i] = uint64(w+1)<<40 | uint64(c)<<20 | uint64(i)
+						}
+						if k := (i-shared)/8 + 1; layered && c == 0 && i >= shared && k <= levels {
+							q[i] = 1<<63 | uint64(k)<<48 | uint64(w>>(levels-k))<<20 | uint64(i)
 						}
 						if c == 0 || i >= shared { // chains after the first hang below the shared blocks
 							ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: uint64(c)<<32 | uint64(i) + 1, LocalHash: q[i]})
@@ -248,6 +265,6 @@ func BenchmarkQuerySharedPrefix(b *testing.B) {
 			if len(s.List) != workers {
 				b.Fatalf("%d scores, want %d", len(s.List), workers)
 			}
-		})
+		}
 	}
 }

@@ -75,7 +75,9 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 	// lazy: the active holders are all of curNode's, none changed tier
 	// since depth 0, so act is not built yet. A popular prefix (a system
 	// prompt every worker holds) then costs nothing per holder until the
-	// holders change.
+	// holders change, and while holders only leave (no tier change) it
+	// stays lazy: each change costs a merge of two holder lists and a
+	// score per leaver, not a copy of every active holder.
 	lazy := false
 	cur := uint32(0)
 	curNode := x.ns.at(0)
@@ -107,6 +109,14 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 			// Same holders, all device-only: nothing changes.
 		default:
 			hs := x.ns.holders(cn, &single)
+			if lazy && len(hs) > 0 {
+				if ps := x.ns.holders(curNode, &single0); subsetSameTiers(hs, ps) {
+					// Holders only left, none changed tier: score the
+					// leavers and keep the rest implicit.
+					x.scoreLeavers(dst, ps, hs, i)
+					break
+				}
+			}
 			nxt = nxt[:0]
 			j := 0
 			if lazy {
@@ -186,6 +196,41 @@ func (x *Index) splitLazy(dst *Scores, ps, hs []uint32, i int, nxt []active) []a
 		x.finishFirst(dst, e, i)
 	}
 	return nxt
+}
+
+// subsetSameTiers reports whether every entry of hs (a child's sorted
+// holder list) is in ps (its parent's), tier mask included: the child's
+// holders are then the parent's minus some, none changed tier.
+func subsetSameTiers(hs, ps []uint32) bool {
+	if len(hs) > len(ps) {
+		return false
+	}
+	j := 0
+	for _, e := range hs {
+		id := entryID(e)
+		for j < len(ps) && entryID(ps[j]) < id {
+			j++
+		}
+		if j == len(ps) || ps[j] != e {
+			return false
+		}
+		j++
+	}
+	return true
+}
+
+// scoreLeavers scores, at depth i, the entries of ps (implicit holders,
+// see splitLazy) that are not in hs, a subset of ps.
+func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
+	dst.List = slices.Grow(dst.List, len(ps)-len(hs))
+	j := 0
+	for _, e := range ps {
+		if j < len(hs) && hs[j] == e {
+			j++
+			continue
+		}
+		x.finishFirst(dst, e, i)
+	}
 }
 
 // finishLazy scores every holder in ps (implicit, see splitLazy) at depth.
