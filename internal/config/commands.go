@@ -650,7 +650,8 @@ type BenchIndex struct {
 	Trace string
 	// Stream sizes the workload: --block-size (tokens, default 64),
 	// --workers (default 64), --worker-blocks (blocks, default 16384),
-	// --requests (trace rows, 0 all).
+	// --requests (trace rows, 0 all), --passes (replays of the trace with
+	// new block ids, default 1).
 	Stream indexbench.Config
 	// Run sets the measurement: --queries (default 20000), --writers
 	// (goroutines, default 4).
@@ -671,6 +672,7 @@ func (b *BenchIndex) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&b.Stream.Workers, "workers", b.Stream.Workers, "number of simulated workers")
 	fs.IntVar(&b.Stream.WorkerBlocks, "worker-blocks", b.Stream.WorkerBlocks, "KV cache capacity of each worker in blocks (LRU)")
 	fs.IntVar(&b.Stream.MaxRequests, "requests", b.Stream.MaxRequests, "use only the first N trace rows (0 = all)")
+	fs.IntVar(&b.Stream.Passes, "passes", b.Stream.Passes, "replay the trace this many times, each pass with new block ids (fills a large fleet's caches)")
 	fs.IntVar(&b.Run.Queries, "queries", b.Run.Queries, "number of individually timed queries")
 	fs.IntVar(&b.Run.Writers, "writers", b.Run.Writers, "writer goroutines of the concurrent index")
 	fs.BoolVar(&b.JSON, "json", b.JSON, "print one JSON object instead of a table")

@@ -19,11 +19,16 @@ type Config struct {
 	WorkerBlocks int
 	// MaxRequests caps the trace rows used; 0 means all.
 	MaxRequests int
+	// Passes replays the trace this many times; each pass after the first
+	// renames its hash ids (so its blocks are new, shared within the pass
+	// as in the trace), which fills the caches of a large fleet. Default 1
+	// (0 also means 1).
+	Passes int
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{BlockSize: 64, Workers: 64, WorkerBlocks: 16384}
+	return Config{BlockSize: 64, Workers: 64, WorkerBlocks: 16384, Passes: 1}
 }
 
 // Validate reports the first invalid field.
@@ -37,6 +42,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker blocks must be positive, got %d", c.WorkerBlocks)
 	case c.MaxRequests < 0:
 		return fmt.Errorf("max requests must not be negative, got %d", c.MaxRequests)
+	case c.Passes < 0 || c.Passes > MaxPasses:
+		return fmt.Errorf("passes must be in [0, %d], got %d", MaxPasses, c.Passes)
 	}
 	return nil
 }
@@ -62,6 +69,9 @@ type Stream struct {
 	WorkerBlocks int
 }
 
+// MaxPasses bounds Config.Passes.
+const MaxPasses = 64
+
 // ErrEmpty is returned when the trace yields no full block.
 var ErrEmpty = errors.New("trace has no full block at this block size")
 
@@ -80,7 +90,18 @@ func Build(reqs []trace.Request, cfg Config) (*Stream, error) {
 	var tokens []uint32
 	var local, seq []uint64
 	used := map[int]bool{}
-	for i, q := range reqs {
+	rows := reqs
+	for p := 1; p < cfg.Passes; p++ {
+		for _, q := range reqs {
+			r := q
+			r.HashIDs = make([]uint64, len(q.HashIDs))
+			for k, h := range q.HashIDs {
+				r.HashIDs[k] = h ^ uint64(p)<<48
+			}
+			rows = append(rows, r)
+		}
+	}
+	for i, q := range rows {
 		tokens = q.Tokens(tokens, uint64(i))
 		var err error
 		local, seq, err = kvhash.Hashes(tokens, kvhash.Options{BlockSize: cfg.BlockSize}, local, seq)

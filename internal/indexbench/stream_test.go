@@ -96,3 +96,43 @@ func TestBuildStreamIsConsistent(t *testing.T) {
 		t.Fatalf("index holds %d entries, the caches %d", st.Entries, held)
 	}
 }
+
+// Passes replays the rows again with new block ids: as many queries per
+// pass, and no first block of a later pass equals one of the first pass.
+func TestBuildPasses(t *testing.T) {
+	reqs, err := trace.Load("synthetic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{BlockSize: 64, Workers: 8, WorkerBlocks: 512, MaxRequests: 100}
+	one, err := Build(reqs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Passes = 3
+	three, err := Build(reqs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(one.Queries)
+	if len(three.Queries) != 3*n {
+		t.Fatalf("3 passes: %d queries, want %d", len(three.Queries), 3*n)
+	}
+	if diff := cmp.Diff(one.Queries, three.Queries[:n]); diff != "" {
+		t.Fatalf("the first pass differs from a single pass:\n%s", diff)
+	}
+	firsts := map[uint64]bool{}
+	for _, q := range one.Queries {
+		firsts[q[0]] = true
+	}
+	for i, q := range three.Queries[n:] {
+		if firsts[q[0]] {
+			t.Fatalf("query %d of a later pass starts with a first-pass block", n+i)
+		}
+	}
+	for _, p := range []int{-1, MaxPasses + 1} {
+		if err := (Config{BlockSize: 64, Workers: 8, WorkerBlocks: 512, Passes: p}).Validate(); err == nil {
+			t.Errorf("Passes %d accepted", p)
+		}
+	}
+}
