@@ -47,6 +47,7 @@ type Router struct {
 	workers map[kvevent.WorkerID]*workerState
 	ranks   []rank
 	pos     map[kvevent.Worker]int
+	first   map[kvevent.WorkerID]int // worker -> index in ranks of its first rank (ranks are sorted by id, rank)
 	loads   []sequences.Load
 	cands   []scheduler.Candidate
 	stats   Stats
@@ -84,6 +85,7 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers:  make(map[kvevent.WorkerID]*workerState),
 		pos:      make(map[kvevent.Worker]int),
+		first:    make(map[kvevent.WorkerID]int),
 	}
 	r.pool.New = func() any { return new(scratch) }
 	return r, nil
@@ -172,10 +174,30 @@ func (r *Router) rebuild() {
 	ws := r.seq.Workers()
 	r.ranks = r.ranks[:0]
 	clear(r.pos)
+	clear(r.first)
 	for i, w := range ws {
 		r.ranks = append(r.ranks, rank{w: w, ws: r.workers[w.ID]})
 		r.pos[w] = i
+		if _, ok := r.first[w.ID]; !ok {
+			r.first[w.ID] = i
+		}
 	}
+}
+
+// rankPos returns worker rank w's index in ranks. It is pos[w] through a
+// map keyed by the 8-byte worker id (a struct key is hashed the slow way;
+// Route looks up one rank per scored worker): a worker's ranks are
+// contiguous, usually numbered without gaps.
+func (r *Router) rankPos(w kvevent.Worker) (int, bool) {
+	i, ok := r.first[w.ID]
+	if !ok {
+		return 0, false
+	}
+	if j := i + int(w.Rank) - int(r.ranks[i].w.Rank); j >= i && j < len(r.ranks) && r.ranks[j].w == w {
+		return j, true
+	}
+	p, ok := r.pos[w]
+	return p, ok
 }
 
 // ApplyEvent folds a KV event into the index. It is the one way KV events
@@ -261,7 +283,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	}
 	r.cands = cands
 	for _, s := range sc.scores.List {
-		if p, ok := r.pos[s.Worker]; ok {
+		if p, ok := r.rankPos(s.Worker); ok {
 			cands[p].Overlap = scheduler.Overlap{
 				Device: s.Tiers[kvevent.TierDevice],
 				Host:   s.Tiers[kvevent.TierHostPinned],

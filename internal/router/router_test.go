@@ -326,3 +326,40 @@ func TestAddWorkerReservesIndexTables(t *testing.T) {
 		t.Fatalf("Validate with cap above the index's maximum: %v", err)
 	}
 }
+
+// rankPos agrees with the rank table for workers with several dp ranks
+// (starting above 0 too) and refuses unknown ranks, through adds and
+// removals.
+func TestRankPosMatchesRanks(t *testing.T) {
+	r := newRouter(t, DefaultConfig(), serialIndex(t), 0)
+	check := func() {
+		t.Helper()
+		for i, rk := range r.ranks {
+			if p, ok := r.rankPos(rk.w); !ok || p != i {
+				t.Fatalf("rankPos(%v) = %d, %v; want %d", rk.w, p, ok, i)
+			}
+		}
+		for _, w := range []kvevent.Worker{{ID: 3, Rank: 1}, {ID: 3, Rank: 9}, {ID: 99}} {
+			if p, ok := r.rankPos(w); ok {
+				t.Fatalf("rankPos(%v) = %d for an unknown rank", w, p)
+			}
+		}
+	}
+	for _, wi := range []WorkerInfo{
+		{ID: 5, DPStart: 2, DPSize: 3}, {ID: 1}, {ID: 3, DPStart: 4, DPSize: 2}, {ID: 8, DPSize: 4},
+	} {
+		wi.BlockSize = DefaultConfig().BlockSize
+		if err := r.AddWorker(wi); err != nil {
+			t.Fatal(err)
+		}
+		check()
+	}
+	if err := r.RemoveWorker(5); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	if err := r.AddWorker(WorkerInfo{ID: 8, DPStart: 1, DPSize: 2, BlockSize: DefaultConfig().BlockSize}); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}

@@ -75,6 +75,11 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	d := Decision{Policy: s.policy.Name(), Temperature: temp, Chosen: -1, Candidates: rows}
 	eligible, busy := 0, 0
 	minPrefill := math.MaxInt
+	k := s.knobs(&req)
+	// Without the credit decay a row's cost does not depend on the other
+	// rows: it is computed in the same pass (one pass over a thousand
+	// rows instead of two).
+	fused := !(s.cfg.TrackPrefillTokens && s.cfg.OverlapScoreCreditDecay > 0)
 	for i := range cands {
 		// Filled in place, field by field (the rows are zeroed), and
 		// Excluded written only when set: it is a string, so each write to
@@ -97,6 +102,9 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 			continue
 		}
 		minPrefill = min(minPrefill, c.ActivePrefillTokens)
+		if fused {
+			s.cost(&k, row, minPrefill)
+		}
 	}
 	switch {
 	case eligible == 0:
@@ -104,9 +112,11 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	case eligible == busy:
 		return d, fmt.Errorf("selecting among %d eligible workers: %w", eligible, ErrAllBusy)
 	}
-	for i := range d.Candidates {
-		if row := &d.Candidates[i]; row.Excluded == Eligible {
-			s.cost(req, row, minPrefill)
+	if !fused {
+		for i := range d.Candidates {
+			if row := &d.Candidates[i]; row.Excluded == Eligible {
+				s.cost(&k, row, minPrefill)
+			}
 		}
 	}
 	if eligible-busy == len(cands) {
@@ -168,28 +178,39 @@ func (s *Scheduler) busy(c *Candidate) Exclusion {
 	return Eligible
 }
 
-// cost fills the kv cost columns of an eligible row.
-func (s *Scheduler) cost(req Request, row *Explanation, minPrefill int) {
-	credit, scale := s.cfg.OverlapScoreCredit, s.cfg.PrefillLoadScale
+// knobs are a request's cost parameters, resolved once per decision.
+type knobs struct {
+	credit, scale, b float64
+	isl, reqBlocks   int
+}
+
+func (s *Scheduler) knobs(req *Request) knobs {
+	k := knobs{credit: s.cfg.OverlapScoreCredit, scale: s.cfg.PrefillLoadScale, b: float64(req.BlockSize), isl: max(req.InputTokens, 0)}
 	if o := req.Overrides.OverlapScoreCredit; o != nil && validKnob(*o) {
-		credit = *o
+		k.credit = *o
 	}
 	if o := req.Overrides.PrefillLoadScale; o != nil && validKnob(*o) {
-		scale = *o
+		k.scale = *o
 	}
-	b := float64(req.BlockSize)
-	isl := max(req.InputTokens, 0)
+	if req.BlockSize > 0 {
+		k.reqBlocks = (k.isl + req.BlockSize - 1) / req.BlockSize
+	}
+	return k
+}
+
+// cost fills the kv cost columns of an eligible row. minPrefill is only
+// read with the credit decay on (then it must be final).
+func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) {
 	decay := 1.0
 	if s.cfg.TrackPrefillTokens {
-		row.RawPrefillBlocks = float64(row.ActivePrefillTokens+isl) / b
-		reqBlocks := (isl + req.BlockSize - 1) / req.BlockSize
-		if s.cfg.OverlapScoreCreditDecay > 0 && reqBlocks > 0 {
-			excess := (float64(row.ActivePrefillTokens-minPrefill) / b) / float64(reqBlocks)
+		row.RawPrefillBlocks = float64(row.ActivePrefillTokens+k.isl) / k.b
+		if s.cfg.OverlapScoreCreditDecay > 0 && k.reqBlocks > 0 {
+			excess := (float64(row.ActivePrefillTokens-minPrefill) / k.b) / float64(k.reqBlocks)
 			decay = 1 / (1 + s.cfg.OverlapScoreCreditDecay*excess)
 		}
 	}
 	o := row.Overlap
-	row.CreditBlocks = credit*decay*float64(o.Device) +
+	row.CreditBlocks = k.credit*decay*float64(o.Device) +
 		s.cfg.HostCacheHitWeight*float64(o.Host) +
 		s.cfg.DiskCacheHitWeight*float64(o.Disk) +
 		s.cfg.SharedCacheMultiplier*float64(o.Shared)
@@ -197,5 +218,5 @@ func (s *Scheduler) cost(req Request, row *Explanation, minPrefill int) {
 	if s.cfg.PrefillClamp {
 		row.AdjustedPrefillBlocks = max(row.AdjustedPrefillBlocks, 0)
 	}
-	row.Cost = scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
+	row.Cost = k.scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
 }
