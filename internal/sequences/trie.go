@@ -26,6 +26,7 @@ type tnode struct {
 	count  int32    // running requests covering the whole edge
 	parent *tnode
 	kids   []*tnode
+	firsts []uint64          // firsts[i] = kids[i].hashes[0], scanned without touching the kids
 	index  map[uint64]*tnode // first hash -> kid, once kids is long
 }
 
@@ -35,9 +36,12 @@ func (n *tnode) child(h uint64) *tnode {
 	if n.index != nil {
 		return n.index[h]
 	}
-	for _, k := range n.kids {
-		if k.hashes[0] == h {
-			return k
+	// The first hashes sit in one array: a lookup touches one line, not
+	// every kid (Potential walks the tries of every worker sharing the
+	// candidate's first block).
+	for i, f := range n.firsts {
+		if f == h {
+			return n.kids[i]
 		}
 	}
 	return nil
@@ -46,6 +50,7 @@ func (n *tnode) child(h uint64) *tnode {
 func (n *tnode) addKid(k *tnode) {
 	k.parent = n
 	n.kids = append(n.kids, k)
+	n.firsts = append(n.firsts, k.hashes[0])
 	switch {
 	case n.index != nil:
 		n.index[k.hashes[0]] = k
@@ -64,6 +69,8 @@ func (n *tnode) removeKid(k *tnode) {
 			n.kids[i] = n.kids[last]
 			n.kids[last] = nil
 			n.kids = n.kids[:last]
+			n.firsts[i] = n.firsts[last]
+			n.firsts = n.firsts[:last]
 			break
 		}
 	}
