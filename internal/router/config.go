@@ -33,12 +33,13 @@ type Config struct {
 	Sequences sequences.Config
 	// IndexReserveMaxBlocks caps the engine-table reservation AddWorker
 	// asks the index for on each of a worker's ranks: the rank's KV
-	// capacity in blocks, at most this many. A reserved table never
-	// doubles while the worker's cache fills (each doubling moves every
-	// entry), at about 24 bytes per reserved block, spent when the rank's
-	// first block is indexed. 0 turns reservations off. Default 2^20
-	// (about 24 MB per rank at most), so a registration that claims a huge
-	// capacity cannot make the router allocate more than that up front.
+	// capacity in blocks, at most this many. The table still grows by
+	// doubling with the blocks the rank stores; the reservation keeps it
+	// from shrinking below the capacity's size (about 24 bytes per
+	// reserved block) once it has grown there, so a churning cache does
+	// not resize back and forth. 0 turns reservations off. Default 2^20
+	// (about 24 MB per rank at most), so a registration that claims a
+	// huge capacity cannot pin more than that.
 	IndexReserveMaxBlocks int
 }
 
