@@ -174,9 +174,12 @@ func (x *Index) advance(dst *Scores, a active, hs []uint32, j *int, i int, nxt [
 // node's sorted holder list, hs its child's at depth i. The holders of
 // the child go on to nxt; the others are scored at depth i in one pass.
 // A prompt every worker of a large fleet shares ends here with a score
-// per worker, so this loop is what a query's cost grows with.
+// per worker, so this loop is what a query's cost grows with: it writes
+// the scores through a local slice with room made up front, no call per
+// score.
 func (x *Index) splitLazy(dst *Scores, ps, hs []uint32, i int, nxt []active) []active {
-	dst.List = slices.Grow(dst.List, len(ps)-min(len(ps), len(hs)))
+	list := slices.Grow(dst.List, len(ps))
+	holders := x.holders
 	j := 0
 	for _, e := range ps {
 		id := entryID(e)
@@ -193,8 +196,16 @@ func (x *Index) splitLazy(dst *Scores, ps, hs []uint32, i int, nxt []active) []a
 			nxt = append(nxt, a)
 			continue
 		}
-		x.finishFirst(dst, e, i)
+		n := len(list)
+		list = list[:n+1]
+		h := &holders[id]
+		putFirst(&list[n], h, e, i)
+		if h.twin || h.kind == kindPredict {
+			dst.List = list
+			x.finishRare(dst, h, n)
+		}
 	}
+	dst.List = list
 	return nxt
 }
 
@@ -220,44 +231,39 @@ func subsetSameTiers(hs, ps []uint32) bool {
 }
 
 // scoreLeavers scores, at depth i, the entries of ps (implicit holders,
-// see splitLazy) that are not in hs, a subset of ps.
+// see splitLazy) that are not in hs, a subset of ps (nil: all of ps).
 func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
-	dst.List = slices.Grow(dst.List, len(ps)-len(hs))
+	list := slices.Grow(dst.List, len(ps)-len(hs))
+	holders := x.holders
 	j := 0
 	for _, e := range ps {
 		if j < len(hs) && hs[j] == e {
 			j++
 			continue
 		}
-		x.finishFirst(dst, e, i)
+		n := len(list)
+		list = list[:n+1]
+		h := &holders[entryID(e)]
+		putFirst(&list[n], h, e, i)
+		if h.twin || h.kind == kindPredict {
+			dst.List = list
+			x.finishRare(dst, h, n)
+		}
 	}
+	dst.List = list
 }
 
 // finishLazy scores every holder in ps (implicit, see splitLazy) at depth.
 func (x *Index) finishLazy(dst *Scores, ps []uint32, depth int) {
-	dst.List = slices.Grow(dst.List, len(ps))
-	for _, e := range ps {
-		x.finishFirst(dst, e, depth)
-	}
+	x.scoreLeavers(dst, ps, nil, depth)
 }
 
-// finishFirst is finish for a holder active since depth 0 on the tiers of
-// entry e, written field by field.
-func (x *Index) finishFirst(dst *Scores, e uint32, depth int) {
-	h := &x.holders[entryID(e)]
-	n := len(dst.List)
-	if n < cap(dst.List) {
-		dst.List = dst.List[:n+1]
-	} else {
-		dst.List = append(dst.List, Score{})
-	}
-	s := &dst.List[n]
+// putFirst writes the score of holder h, active since depth 0 on the
+// tiers of its entry e, ending at depth.
+func putFirst(s *Score, h *holder, e uint32, depth int) {
 	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
 	s.Tiers = [kvevent.NumTiers]int{}
 	s.Tiers[fastest(entryMask(e))&(kvevent.NumTiers-1)] = depth
-	if h.twin || h.kind == kindPredict {
-		x.finishRare(dst, h, n)
-	}
 }
 
 // finishRare completes score n of a holder that has twins or is a
