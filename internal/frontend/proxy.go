@@ -235,9 +235,9 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	var last *failure
 	// The decision's candidate rows are only read by decisionView: their
 	// storage goes back to the pool when forward returns.
-	expl, _ := f.explanations.Get().(*[]scheduler.Explanation)
+	expl, _ := f.explanations.Get().(*[]router.Explanation)
 	if expl == nil {
-		expl = new([]scheduler.Explanation)
+		expl = new([]router.Explanation)
 	}
 	defer f.explanations.Put(expl)
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {

@@ -10,7 +10,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
-	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // BenchmarkRoute measures Route end to end — hashing a 16 k-token prompt,
@@ -79,7 +78,7 @@ func benchRoute(b *testing.B, workers, bs int) {
 	_, haveCPU := threadCPU()
 	var lat, cpu, hashCPU []time.Duration
 	var local, seq []uint64
-	var expl []scheduler.Explanation
+	var expl []Explanation
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {

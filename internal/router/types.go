@@ -14,6 +14,9 @@ type Load = sequences.Load
 // explanation rows carry it.
 type Overlap = scheduler.Overlap
 
+// Explanation is one candidate's row in a decision's explanation.
+type Explanation = scheduler.Explanation
+
 // Mode is how a worker's cache is known.
 type Mode uint8
 
@@ -73,7 +76,7 @@ type Request struct {
 	// decision's Candidates are written into instead of fresh memory:
 	// pass back the Candidates of a Decision you are done with. A fleet
 	// of 1,024 worker ranks makes a 140 KB explanation per decision.
-	Explanation []scheduler.Explanation
+	Explanation []Explanation
 }
 
 // Decision is a routing decision with its explanation.
