@@ -2,6 +2,7 @@ package natstest_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -79,4 +80,87 @@ func TestRestartableKeepsPortAndStore(t *testing.T) {
 	if _, err := js.Stream(ctx, "S"); err != nil {
 		t.Fatalf("stream after restart: %v", err)
 	}
+}
+
+// TestClusterFailover: a three-node cluster forms with one meta leader;
+// an R3 stream outlives the kill of its leader (another node takes over,
+// the client's publishes are acknowledged meanwhile) and of the meta
+// leader; a restarted node rejoins; an isolated node is cut off (no
+// routes, not counted in Formed) and rejoins when healed.
+func TestClusterFailover(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := natstest.Connect(t, c.URLs())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var lead *natstest.ClusterNode
+	natstest.WaitFor(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
+	publish := func(what string) {
+		t.Helper()
+		natstest.WaitFor(t, 20*time.Second, func() bool {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, err := js.Publish(pctx, "s.x", []byte(what), jetstream.WithMsgID(what)) // a retry is deduplicated
+			return err == nil
+		}, "an acknowledged publish: "+what)
+	}
+	publish("before")
+	lead.Stop()
+	publish("stream leader down")
+	natstest.WaitFor(t, 20*time.Second, func() bool { l := c.StreamLeader("S"); return l != nil && l != lead }, "a new stream leader")
+	lead.Start()
+	c.WaitFormed(30 * time.Second)
+
+	meta := c.MetaLeader()
+	if meta == nil {
+		t.Fatal("formed without a meta leader")
+	}
+	meta.Stop()
+	natstest.WaitFor(t, 20*time.Second, func() bool { m := c.MetaLeader(); return m != nil && m != meta }, "a new meta leader")
+	publish("meta leader down")
+	meta.Start()
+	c.WaitFormed(30 * time.Second)
+
+	iso := c.Node(0)
+	iso.Isolate()
+	if !iso.Running() {
+		t.Fatal("isolated node not running")
+	}
+	c.WaitFormed(30 * time.Second) // the other two, with a leader between them
+	if n := iso.Server().NumRoutes(); n != 0 {
+		t.Fatalf("isolated node has %d routes", n)
+	}
+	publish("one node isolated")
+	iso.Heal()
+	c.WaitFormed(30 * time.Second)
+	st, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	natstest.WaitFor(t, 20*time.Second, func() bool {
+		info, err := st.Info(ctx)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("%d messages, leader %s, replicas %+v", info.State.Msgs, info.Cluster.Leader, info.Cluster.Replicas)
+		return info.State.Msgs == 4 && len(info.Cluster.Replicas) == 2 && currentReplicas(info) == 2
+	}, "4 messages on 3 current replicas")
+	t.Log(last)
+}
+
+func currentReplicas(info *jetstream.StreamInfo) int {
+	n := 0
+	for _, r := range info.Cluster.Replicas {
+		if r.Current {
+			n++
+		}
+	}
+	return n
 }
