@@ -281,7 +281,7 @@ func (c *cluster) settled(ctx context.Context) func() (bool, string) {
 		if ok {
 			ok, detail = c.registrationsFresh(ctx)
 		}
-		if !ok || c.bus == nil {
+		if !ok || !c.cfg.nats {
 			since = time.Time{}
 			return ok, detail
 		}

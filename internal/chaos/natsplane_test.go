@@ -69,7 +69,7 @@ func (s *natsServer) stop() {
 // registration with a TTL heartbeat, as `kvrouter mocker --event-plane
 // nats` and the agent do.
 func (w *worker) startNATS() error {
-	nc, err := nats.Connect(w.c.bus.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect(w.c.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.name, err)
 	}
@@ -106,7 +106,7 @@ func (w *worker) register() error {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var reg *registry.Registry
-		if reg, err = registry.OpenRegistry(ctx, js, registry.RegistryConfig{Bucket: registry.DefaultRegistryConfig().Bucket, TTL: registryTTL}, w.c.log); err == nil {
+		if reg, err = registry.OpenRegistry(ctx, js, registry.RegistryConfig{Bucket: registry.DefaultRegistryConfig().Bucket, TTL: registryTTL, Replicas: w.c.natsReplicas()}, w.c.log); err == nil {
 			lease, err = reg.Register(ctx, rec)
 		}
 		cancel()

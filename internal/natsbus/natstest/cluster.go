@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ClusterName is the NATS cluster name of a Cluster's nodes.
@@ -313,4 +315,31 @@ func (n *ClusterNode) Stop() {
 		s.Shutdown()
 		s.WaitForShutdown()
 	}
+}
+
+// StreamCurrent reports whether stream (in the account js uses) has a
+// leader and every one of its other replicas is current, asking over js
+// (the stream's leader answers); the detail says what is missing. After
+// a node restarts, a fault on another node is a single fault only once
+// this holds again for every replicated stream.
+func StreamCurrent(ctx context.Context, js jetstream.JetStream, stream string) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false, fmt.Sprintf("stream %s: %v", stream, err)
+	}
+	info := st.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return false, "stream " + stream + " has no leader"
+	}
+	if want := info.Config.Replicas - 1; len(info.Cluster.Replicas) != want {
+		return false, fmt.Sprintf("stream %s: %d peers of its leader, want %d", stream, len(info.Cluster.Replicas), want)
+	}
+	for _, r := range info.Cluster.Replicas {
+		if !r.Current || r.Offline {
+			return false, fmt.Sprintf("stream %s: replica %s not current (lag %d)", stream, r.Name, r.Lag)
+		}
+	}
+	return true, ""
 }

@@ -2,7 +2,6 @@ package natstest_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -142,25 +141,11 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last string
 	natstest.WaitFor(t, 20*time.Second, func() bool {
-		info, err := st.Info(ctx)
-		if err != nil {
-			last = err.Error()
-			return false
-		}
-		last = fmt.Sprintf("%d messages, leader %s, replicas %+v", info.State.Msgs, info.Cluster.Leader, info.Cluster.Replicas)
-		return info.State.Msgs == 4 && len(info.Cluster.Replicas) == 2 && currentReplicas(info) == 2
-	}, "4 messages on 3 current replicas")
-	t.Log(last)
-}
-
-func currentReplicas(info *jetstream.StreamInfo) int {
-	n := 0
-	for _, r := range info.Cluster.Replicas {
-		if r.Current {
-			n++
-		}
+		ok, _ := natstest.StreamCurrent(ctx, js, "S")
+		return ok
+	}, "every replica of the stream current")
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
+		t.Fatalf("stream after the faults: %v, %v; want the 4 acknowledged messages", info, err)
 	}
-	return n
 }
