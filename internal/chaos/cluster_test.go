@@ -77,10 +77,22 @@ type clusterConfig struct {
 	// a single server of its own: every process is given all its nodes'
 	// URLs, and every JetStream asset is created with one replica per node.
 	natsCluster *natstest.Cluster
+	// ttl is the workers' registration TTL on the NATS plane; 0 means
+	// registryTTL.
+	ttl time.Duration
 }
 
-// registryTTL is the workers' registration TTL on the NATS plane.
+// registryTTL is the workers' registration TTL on the NATS plane unless
+// a schedule sets another (clusterConfig.ttl).
 const registryTTL = time.Second
+
+// ttl is the workers' registration TTL of this cluster.
+func (c *cluster) ttl() time.Duration {
+	if c.cfg.ttl > 0 {
+		return c.cfg.ttl
+	}
+	return registryTTL
+}
 
 // cluster is a fleet of mock workers (each behind a proxy, each with a
 // faulty event sink) and 1–3 routers, all on loopback.
@@ -423,7 +435,7 @@ func (r *routerProc) start() error {
 		cfg.EventPlane.NATS.URL = r.c.natsURL()
 		cfg.EventPlane.NATS.Replicas = r.c.natsReplicas()
 		cfg.EventPlane.NATS.ReconnectWait = 50 * time.Millisecond
-		cfg.EventPlane.Registry.TTL = registryTTL
+		cfg.EventPlane.Registry.TTL = r.c.ttl()
 		cfg.EventPlane.Durable = r.c.cfg.durable
 		cfg.EventPlane.ReplicaSync = r.c.cfg.replicaSync
 		cfg.Router.ID = uint64(r.k + 1) // a durable consumer per router, kept across its restarts

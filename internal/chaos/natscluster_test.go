@@ -60,11 +60,13 @@ const clusterNodes = 3
 
 // runClusterSchedule runs the faults in order on a fresh fleet (3
 // workers, 2 routers in durable mode with replica sync) on a fresh NATS
-// cluster, under load, and checks every invariant after the heal. Each
-// fault is held for hold(rng) (a kill) or at least twice the registry
-// TTL (a partition), and the next one starts once the cluster has formed
-// again.
-func runClusterSchedule(t *testing.T, seed uint64, faults []clusterFault, hold func(*rand.Rand) time.Duration) result {
+// cluster, under load, and checks every invariant after the heal. The
+// workers' registration TTL is ttl (0: registryTTL). Each fault is held
+// for hold(rng) (a kill) or at least 2.5 TTLs (a partition), and the next
+// one starts once the cluster has formed again and every replicated
+// stream is led and current (one fault at a time: three nodes survive
+// one).
+func runClusterSchedule(t *testing.T, seed uint64, ttl time.Duration, faults []clusterFault, hold func(*rand.Rand) time.Duration) result {
 	t.Helper()
 	var res result
 	ok := t.Run(fmt.Sprintf("cluster/seed=%d", seed), func(t *testing.T) {
@@ -84,7 +86,7 @@ func runClusterSchedule(t *testing.T, seed uint64, faults []clusterFault, hold f
 		}()
 		nats := natstest.StartCluster(t, clusterNodes)
 		c, err := newCluster(clusterConfig{workers: 3, routers: 2, kvBlocks: 160, seed: seed, dataDir: t.TempDir(),
-			nats: true, durable: true, replicaSync: true, natsCluster: nats}, logs, stats)
+			nats: true, durable: true, replicaSync: true, natsCluster: nats, ttl: ttl}, logs, stats)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +124,11 @@ func runClusterSchedule(t *testing.T, seed uint64, faults []clusterFault, hold f
 		c.log.Info("CHAOS healed: every node up and routed")
 		var outs map[outcome]int
 		var errs []string
+		removalsBefore := c.removals.total()
 		res.convergedMS, outs, errs = checkHealed(t, c, l, seed, stats)
+		// How often a router dropped a worker (and added it again): what
+		// a fault cost in routing, beyond the invariants.
+		stats.add(fmt.Sprintf("worker removals logged by the routers during the faults (TTL %v)", c.ttl()), removalsBefore)
 		res.faults, res.requests = stats.snapshot(), outs
 		t.Logf("cluster seed %d: %d faults; converged %d ms after heal; requests %v; %v; first errors: %s",
 			seed, len(faults), res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))
@@ -190,7 +196,7 @@ func (c *cluster) injectCluster(ctx context.Context, t *testing.T, nats *natstes
 		leaderOf("a leader of "+snapshotStream, func() *natstest.ClusterNode { return nats.StreamLeader(snapshotStream) })
 	case cfPartition:
 		victim = nats.Node(rng.IntN(len(nats.Nodes())))
-		return c.partition(ctx, nats, victim, max(hold, 2*registryTTL+registryTTL/2), stats)
+		return c.partition(ctx, nats, victim, max(hold, 2*c.ttl()+c.ttl()/2), stats)
 	}
 	victim.Stop()
 	sleep(ctx, hold)
@@ -231,10 +237,10 @@ func (c *cluster) partition(ctx context.Context, nats *natstest.Cluster, nd *nat
 		nc := o.w.nc
 		o.w.mu.Unlock()
 		if nc != nil && nc.IsConnected() && nc.ConnectedUrl() == nd.URL() && nc.Stats().Reconnects == o.reconnects &&
-			healing.Sub(from) > registryTTL+registryTTL/3 {
+			healing.Sub(from) > c.ttl()+c.ttl()/3 {
 			stuck = append(stuck, o.w.name)
 			c.addExpiry(expiry{worker: o.w.name, cause: "connected to a partitioned NATS node for " + healing.Sub(from).Round(time.Millisecond).String(),
-				from: from, back: time.Now().Add(registryTTL / 3), knew: o.knew})
+				from: from, back: time.Now().Add(c.ttl() / 3), knew: o.knew})
 			stats.add("registrations expired on a partitioned node", 1)
 		}
 	}
@@ -254,6 +260,6 @@ func TestChaosNATSCluster(t *testing.T) {
 	if *flagSeed != 0 {
 		seed = *flagSeed
 	}
-	res := runClusterSchedule(t, seed, faults, func(*rand.Rand) time.Duration { return 400 * time.Millisecond })
+	res := runClusterSchedule(t, seed, 0, faults, func(*rand.Rand) time.Duration { return 400 * time.Millisecond })
 	report(t, []result{res})
 }

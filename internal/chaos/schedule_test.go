@@ -319,7 +319,7 @@ func (c *cluster) inject(ctx context.Context, f fault, rng *rand.Rand, stalls *w
 		sleep(ctx, hold)
 	case faultNATSRestart:
 		if rng.IntN(3) == 0 { // an outage past the TTL: every registration expires
-			hold += registryTTL + time.Duration(rng.IntN(500))*time.Millisecond
+			hold += c.ttl() + time.Duration(rng.IntN(500))*time.Millisecond
 		}
 		return c.restartNATS(ctx, hold)
 	case faultRegistryExpire:
