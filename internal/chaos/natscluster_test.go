@@ -195,7 +195,7 @@ func (c *cluster) injectCluster(ctx context.Context, t *testing.T, nats *natstes
 	case cfSnapshotLeader:
 		leaderOf("a leader of "+snapshotStream, func() *natstest.ClusterNode { return nats.StreamLeader(snapshotStream) })
 	case cfPartition:
-		victim = nats.Node(rng.IntN(len(nats.Nodes())))
+		victim = c.busiestNode(nats, rng)
 		return c.partition(ctx, nats, victim, max(hold, 2*c.ttl()+c.ttl()/2), stats)
 	}
 	victim.Stop()
@@ -204,11 +204,38 @@ func (c *cluster) injectCluster(ctx context.Context, t *testing.T, nats *natstes
 	return fmt.Sprintf("%s down for %v", victim.Name(), hold)
 }
 
-// partition isolates nd for hold and heals it. A worker whose connection
-// sat on the isolated node, without a reconnect, from shortly after the
-// cut until the heal could not heartbeat for longer than the TTL (its
-// puts reach no stream leader): its registration certainly expired, and
-// is recorded for the invariant.
+// busiestNode is the node most of the fleet's processes (routers and
+// workers) are connected to, ties broken by rng: the partition that
+// strands the most clients on the minority side.
+func (c *cluster) busiestNode(nats *natstest.Cluster, rng *rand.Rand) *natstest.ClusterNode {
+	count := map[string]int{}
+	for _, r := range c.routers {
+		if svc := r.service(); svc != nil && svc.Bus() != nil {
+			count[svc.Bus().Conn().ConnectedUrl()]++
+		}
+	}
+	for _, w := range c.workers {
+		w.mu.Lock()
+		if w.nc != nil {
+			count[w.nc.ConnectedUrl()]++
+		}
+		w.mu.Unlock()
+	}
+	var best *natstest.ClusterNode
+	for _, k := range rng.Perm(len(nats.Nodes())) {
+		if nd := nats.Node(k); best == nil || count[nd.URL()] > count[best.URL()] {
+			best = nd
+		}
+	}
+	return best
+}
+
+// partition isolates nd for hold and heals it. Clients stay connected to
+// the isolated node: a worker whose connection sat on it, without a
+// reconnect, from the cut until the heal could not heartbeat for longer
+// than the TTL (its puts reach no stream leader): its registration
+// certainly expired, and is recorded for the invariant. A router on it
+// sees no heartbeat of anyone and drops every worker until the heal.
 func (c *cluster) partition(ctx context.Context, nats *natstest.Cluster, nd *natstest.ClusterNode, hold time.Duration,
 	stats *counters) string {
 	type conn struct {
@@ -216,10 +243,8 @@ func (c *cluster) partition(ctx context.Context, nats *natstest.Cluster, nd *nat
 		reconnects uint64
 		knew       map[int]uint64
 	}
+	from := time.Now() // no heartbeat through nd after this
 	nd.Isolate()
-	settle := 300 * time.Millisecond // the isolated node's former clients reconnect meanwhile
-	sleep(ctx, settle)
-	from := time.Now()
 	var on []conn
 	for _, w := range c.workers {
 		w.mu.Lock()
@@ -229,7 +254,7 @@ func (c *cluster) partition(ctx context.Context, nats *natstest.Cluster, nd *nat
 			on = append(on, conn{w, nc.Stats().Reconnects, c.knowers(w.name)})
 		}
 	}
-	sleep(ctx, hold-settle)
+	sleep(ctx, hold-time.Since(from))
 	healing := time.Now()
 	var stuck []string
 	for _, o := range on {
@@ -244,8 +269,15 @@ func (c *cluster) partition(ctx context.Context, nats *natstest.Cluster, nd *nat
 			stats.add("registrations expired on a partitioned node", 1)
 		}
 	}
+	var routers []int
+	for _, r := range c.routers {
+		if svc := r.service(); svc != nil && svc.Bus() != nil && svc.Bus().Conn().ConnectedUrl() == nd.URL() {
+			routers = append(routers, r.k)
+		}
+	}
 	nd.Heal()
-	return fmt.Sprintf("%s isolated for %v; workers stuck on it: %v", nd.Name(), hold, stuck)
+	return fmt.Sprintf("%s isolated for %v; workers on it (registrations certainly expired): %v; routers on it at the heal: %v",
+		nd.Name(), hold, stuck, routers)
 }
 
 // TestChaosNATSCluster is the short, scripted cluster schedule of the

@@ -27,10 +27,20 @@ const GlobalAccount = "$G"
 // started again on the same client and cluster ports with the same store,
 // or cut off from the others (Isolate). Its methods are safe for
 // concurrent use.
+//
+// Every route goes through a TCP relay of its own, one per ordered pair
+// of nodes (node i dials node j's cluster port through links[i][j]): a
+// partition cuts relays, and leaves every server and client connection
+// running, as a network partition does. nats-server has no API to drop a
+// route from outside, and a route closed inside the server would be
+// dialled again within milliseconds. The nodes advertise an unreachable
+// cluster address, so that the gossip which completes a cluster's mesh
+// cannot open a direct route around the relays.
 type Cluster struct {
 	t     testing.TB
 	mu    sync.Mutex
 	nodes []*ClusterNode
+	links [][]*link // links[i][j]: node i's routes to node j; nil on the diagonal
 }
 
 // ClusterNode is one node of a Cluster.
@@ -39,8 +49,13 @@ type ClusterNode struct {
 	name, dir   string
 	port, route int // client and cluster ports, kept across restarts
 	srv         *natsserver.Server
+	k           int
 	isolated    bool
 }
+
+// unreachableRoute is the cluster address every node advertises (see
+// Cluster): nothing listens on port 1 of the loopback interface.
+const unreachableRoute = "127.0.0.1:1"
 
 // StartCluster starts n nodes (n ≥ 1) and waits until the cluster has
 // formed (WaitFormed). Every node is stopped at cleanup.
@@ -50,16 +65,39 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		t.Fatalf("cluster of %d nodes", n)
 	}
 	c := &Cluster{t: t}
-	ports := freePorts(t, 2*n)
+	ports := freePorts(t, 2*n+n*(n-1))
 	for i := range n {
-		c.nodes = append(c.nodes, &ClusterNode{c: c, name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(),
+		c.nodes = append(c.nodes, &ClusterNode{c: c, k: i, name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(),
 			port: ports[2*i], route: ports[2*i+1]})
 	}
+	next := 2 * n
+	c.links = make([][]*link, n)
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
 			nd.Stop()
 		}
+		for _, row := range c.links {
+			for _, l := range row {
+				if l != nil {
+					l.close()
+				}
+			}
+		}
 	})
+	for i := range n {
+		c.links[i] = make([]*link, n)
+		for j := range n {
+			if i == j {
+				continue
+			}
+			l, err := newLink(ports[next], fmt.Sprintf("127.0.0.1:%d", c.nodes[j].route))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.links[i][j] = l
+			next++
+		}
+	}
 	for _, nd := range c.nodes {
 		nd.Start()
 	}
@@ -68,8 +106,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 }
 
 // freePorts reserves n distinct free loopback ports (all held open at
-// once, then released): every node's routes must name the other nodes'
-// cluster ports before any of them starts.
+// once, then released): every node's routes must name the relays to the
+// other nodes before any of them starts.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
@@ -106,11 +144,13 @@ func (c *Cluster) URLs() string {
 	return strings.Join(us, ",")
 }
 
-// routes is every node's cluster URL.
-func (c *Cluster) routes() []*url.URL {
+// routes is node k's route URLs: its relays to every other node.
+func (c *Cluster) routes(k int) []*url.URL {
 	var rs []*url.URL
-	for _, nd := range c.nodes {
-		rs = append(rs, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", nd.route)})
+	for j, l := range c.links[k] {
+		if j != k {
+			rs = append(rs, &url.URL{Scheme: "nats-route", Host: l.ln.Addr().String()})
+		}
 	}
 	return rs
 }
@@ -229,52 +269,59 @@ func (n *ClusterNode) Server() *natsserver.Server {
 // Running reports whether the node is started (isolated or not).
 func (n *ClusterNode) Running() bool { return n.Server() != nil }
 
-// Start starts a stopped node on its ports with its store, routed to the
-// others; it does not wait for the cluster to form (WaitFormed does).
-func (n *ClusterNode) Start() {
-	n.c.t.Helper()
-	n.start(false)
-}
-
 // Isolate cuts the node off from the others, as a network partition
-// would: it is restarted with the same client port and store but with a
-// cluster listener on a fresh port and no route but one to itself (which
-// the server drops; JetStream in a cluster refuses to start without one). nats-server has no API
-// to drop a route from outside, and a closed route is dialled again by
-// its peers within milliseconds; with the node listening elsewhere and
-// dialling no one, its peers' dials to its cluster port are refused and
-// no route forms either way. The isolated node keeps serving clients
-// (core NATS among its own clients only; JetStream requests find no
-// quorum). Its clients are disconnected by the restart and reconnect to
-// whichever node their URL list gives them. Start (after Stop) heals.
+// would: every relay between it and another node is cut (connections
+// closed, new ones refused). The node and its clients keep running: its
+// clients stay connected to it, core NATS works among them only, and its
+// JetStream has no quorum. It returns once the node has no route left.
+// Heal ends it.
 func (n *ClusterNode) Isolate() {
 	n.c.t.Helper()
-	n.Stop()
-	n.start(true)
+	n.c.mu.Lock()
+	n.isolated = true
+	n.c.mu.Unlock()
+	n.setLinks(true)
+	WaitFor(n.c.t, 10*time.Second, func() bool {
+		s := n.Server()
+		return s == nil || s.NumRoutes() == 0
+	}, n.name+" without routes (a route bypassed the relays?)")
 }
 
-// Heal ends an isolation: the node restarts routed to the others.
+// Heal ends an isolation: the relays carry routes again, which the nodes
+// dial again by themselves (WaitFormed waits for them).
 func (n *ClusterNode) Heal() {
-	n.c.t.Helper()
-	n.Stop()
-	n.Start()
+	n.setLinks(false)
+	n.c.mu.Lock()
+	n.isolated = false
+	n.c.mu.Unlock()
 }
 
-func (n *ClusterNode) start(isolated bool) {
+// Isolated reports whether the node is cut off from the others.
+func (n *ClusterNode) Isolated() bool {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return n.isolated
+}
+
+func (n *ClusterNode) setLinks(down bool) {
+	for j := range n.c.nodes {
+		if j != n.k {
+			n.c.links[n.k][j].set(down)
+			n.c.links[j][n.k].set(down)
+		}
+	}
+}
+
+// Start starts a stopped node on its ports with its store, routed to the
+// others (through the relays, cut while it is isolated); it does not wait
+// for the cluster to form (WaitFormed does).
+func (n *ClusterNode) Start() {
 	n.c.t.Helper()
 	n.c.mu.Lock()
 	running := n.srv != nil
 	n.c.mu.Unlock()
 	if running {
 		return
-	}
-	route := n.route
-	routes := n.c.routes()
-	if isolated {
-		// JetStream in a cluster needs a configured route: the node's own
-		// (a route to self is recognised and dropped).
-		route = freePorts(n.c.t, 1)[0]
-		routes = []*url.URL{{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", route)}}
 	}
 	var s *natsserver.Server
 	var err error
@@ -283,8 +330,8 @@ func (n *ClusterNode) start(isolated bool) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		o := &natsserver.Options{ServerName: n.name, Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true,
 			JetStream: true, StoreDir: n.dir,
-			Cluster: natsserver.ClusterOpts{Name: ClusterName, Host: "127.0.0.1", Port: route},
-			Routes:  routes}
+			Cluster: natsserver.ClusterOpts{Name: ClusterName, Host: "127.0.0.1", Port: n.route, Advertise: unreachableRoute},
+			Routes:  n.c.routes(n.k)}
 		if s, err = natsserver.NewServer(o); err == nil {
 			go s.Start()
 			if s.ReadyForConnections(readyTimeout) {
@@ -300,7 +347,7 @@ func (n *ClusterNode) start(isolated bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	n.c.mu.Lock()
-	n.srv, n.isolated = s, isolated
+	n.srv = s
 	n.c.mu.Unlock()
 }
 
@@ -309,7 +356,7 @@ func (n *ClusterNode) start(isolated bool) {
 func (n *ClusterNode) Stop() {
 	n.c.mu.Lock()
 	s := n.srv
-	n.srv, n.isolated = nil, false
+	n.srv = nil
 	n.c.mu.Unlock()
 	if s != nil {
 		s.Shutdown()

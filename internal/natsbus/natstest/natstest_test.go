@@ -84,8 +84,9 @@ func TestRestartableKeepsPortAndStore(t *testing.T) {
 // TestClusterFailover: a three-node cluster forms with one meta leader;
 // an R3 stream outlives the kill of its leader (another node takes over,
 // the client's publishes are acknowledged meanwhile) and of the meta
-// leader; a restarted node rejoins; an isolated node is cut off (no
-// routes, not counted in Formed) and rejoins when healed.
+// leader; a restarted node rejoins; an isolated node keeps its clients
+// but no message crosses to the others and its JetStream acknowledges
+// nothing, and it rejoins when healed.
 func TestClusterFailover(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	nc := natstest.Connect(t, c.URLs())
@@ -99,15 +100,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var lead *natstest.ClusterNode
 	natstest.WaitFor(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
-	publish := func(what string) {
-		t.Helper()
-		natstest.WaitFor(t, 20*time.Second, func() bool {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			_, err := js.Publish(pctx, "s.x", []byte(what), jetstream.WithMsgID(what)) // a retry is deduplicated
-			return err == nil
-		}, "an acknowledged publish: "+what)
-	}
+	publish := func(what string) { t.Helper(); publishOn(t, js, what) }
 	publish("before")
 	lead.Stop()
 	publish("stream leader down")
@@ -125,18 +118,49 @@ func TestClusterFailover(t *testing.T) {
 	meta.Start()
 	c.WaitFormed(30 * time.Second)
 
-	iso := c.Node(0)
+	// Core NATS crosses the routes before the partition (the positive
+	// signal), not during it; a client of the isolated node stays on it.
+	iso, other := c.Node(0), c.Node(1)
+	isoNC := natstest.Connect(t, iso.URL())
+	otherNC := natstest.Connect(t, other.URL())
+	sub, err := otherNC.SubscribeSync("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crosses := func() bool {
+		t.Helper()
+		if err := isoNC.Publish("p", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sub.NextMsg(time.Second)
+		return err == nil
+	}
+	natstest.WaitFor(t, 10*time.Second, crosses, "a message from n1's client to n2's before the partition")
 	iso.Isolate()
-	if !iso.Running() {
-		t.Fatal("isolated node not running")
+	if !iso.Running() || !isoNC.IsConnected() {
+		t.Fatal("isolated node or its client down")
+	}
+	if crosses() {
+		t.Fatal("a message crossed the partition")
 	}
 	c.WaitFormed(30 * time.Second) // the other two, with a leader between them
-	if n := iso.Server().NumRoutes(); n != 0 {
-		t.Fatalf("isolated node has %d routes", n)
+	otherJS, err := jetstream.New(otherNC)
+	if err != nil {
+		t.Fatal(err)
 	}
-	publish("one node isolated")
+	publishOn(t, otherJS, "one node isolated")
+	isoJS, err := jetstream.New(isoNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	if _, err := isoJS.Publish(pctx, "s.x", []byte("minority")); err == nil {
+		t.Error("a publish on the isolated node was acknowledged")
+	}
+	cancel()
 	iso.Heal()
 	c.WaitFormed(30 * time.Second)
+	natstest.WaitFor(t, 10*time.Second, crosses, "a message crossing again after the heal")
 	st, err := js.Stream(ctx, "S")
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +172,16 @@ func TestClusterFailover(t *testing.T) {
 	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
 		t.Fatalf("stream after the faults: %v, %v; want the 4 acknowledged messages", info, err)
 	}
+}
+
+// publishOn publishes what on s.x until one publish is acknowledged (a
+// retry is deduplicated by its message id).
+func publishOn(t *testing.T, js jetstream.JetStream, what string) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "s.x", []byte(what), jetstream.WithMsgID(what))
+		return err == nil
+	}, "an acknowledged publish: "+what)
 }
