@@ -17,10 +17,10 @@ import (
 // under load: registrations may expire, routers drop and re-add workers)
 // or 5 s (longer: a single node fault should cost no registration; the
 // count of removals is reported). -chaos.schedules sets how many (default
-// 4); -chaos.seed replays one.
+// 4, 1 under -short); -chaos.seed replays one.
 func TestChaosNATSClusterLong(t *testing.T) {
 	var rs []result
-	for _, seed := range seeds(longSchedules(4)) {
+	for _, seed := range seeds(longSchedules(4, 1)) {
 		rng := rand.New(rand.NewPCG(seed, 22))
 		var faults []clusterFault
 		for range 8 {
