@@ -21,9 +21,10 @@ import (
 // workers are given every node's URL, every JetStream asset (the worker
 // and router registry buckets, the durable event stream, the snapshot
 // store) has three replicas, and the faults are the cluster's own: a
-// node killed and restarted on its ports with its store (the one a
+// node crashing and restarting on its ports with its store (the one a
 // router is connected to, the JetStream meta leader, the leader of the
-// durable stream, of the registry bucket, of the snapshot store), and a
+// durable stream, of the registry bucket, of the snapshot store; a crash
+// hands no leadership over, so the others wait out an election), and a
 // node cut off from the other two. The invariants are those of every
 // schedule (checkHealed).
 
@@ -31,18 +32,18 @@ import (
 type clusterFault int
 
 const (
-	cfRouterNode     clusterFault = iota // kill+restart the node a router is connected to
-	cfMetaLeader                         // kill+restart the JetStream meta leader
-	cfStreamLeader                       // kill+restart the durable event stream's leader
-	cfRegistryLeader                     // kill+restart the registry bucket's leader
-	cfSnapshotLeader                     // kill+restart the snapshot object store's leader
+	cfRouterNode     clusterFault = iota // crash+restart the node a router is connected to
+	cfMetaLeader                         // crash+restart the JetStream meta leader
+	cfStreamLeader                       // crash+restart the durable event stream's leader
+	cfRegistryLeader                     // crash+restart the registry bucket's leader
+	cfSnapshotLeader                     // crash+restart the snapshot object store's leader
 	cfPartition                          // isolate one node from the other two, then heal
 	numClusterFaults
 )
 
-var clusterFaultNames = [...]string{"kill+restart the node a router is connected to", "kill+restart the JetStream meta leader",
-	"kill+restart the durable stream's leader", "kill+restart the registry bucket's leader",
-	"kill+restart the snapshot store's leader", "partition one node"}
+var clusterFaultNames = [...]string{"crash+restart the node a router is connected to", "crash+restart the JetStream meta leader",
+	"crash+restart the durable stream's leader", "crash+restart the registry bucket's leader",
+	"crash+restart the snapshot store's leader", "partition one node"}
 
 // Stream names of the assets kvrouter creates with its defaults.
 var (
@@ -62,7 +63,7 @@ const clusterNodes = 3
 // workers, 2 routers in durable mode with replica sync) on a fresh NATS
 // cluster, under load, and checks every invariant after the heal. The
 // workers' registration TTL is ttl (0: registryTTL). Each fault is held
-// for hold(rng) (a kill) or at least 2.5 TTLs (a partition), and the next
+// for hold(rng) (a crash) or at least 2.5 TTLs (a partition), and the next
 // one starts once the cluster has formed again and every replicated
 // stream is led and current (one fault at a time: three nodes survive
 // one).
@@ -198,10 +199,10 @@ func (c *cluster) injectCluster(ctx context.Context, t *testing.T, nats *natstes
 		victim = c.busiestNode(nats, rng)
 		return c.partition(ctx, nats, victim, max(hold, 2*c.ttl()+c.ttl()/2), stats)
 	}
-	victim.Stop()
+	victim.Crash()
 	sleep(ctx, hold)
 	victim.Start()
-	return fmt.Sprintf("%s down for %v", victim.Name(), hold)
+	return fmt.Sprintf("%s crashed, down for %v", victim.Name(), hold)
 }
 
 // busiestNode is the node most of the fleet's processes (routers and

@@ -47,7 +47,7 @@ type Cluster struct {
 type ClusterNode struct {
 	c           *Cluster
 	name, dir   string
-	port, route int // client and cluster ports, kept across restarts
+	port, route int // client and cluster ports, kept across restarts (-1 before the first start)
 	srv         *natsserver.Server
 	k           int
 	isolated    bool
@@ -65,12 +65,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		t.Fatalf("cluster of %d nodes", n)
 	}
 	c := &Cluster{t: t}
-	ports := freePorts(t, 2*n+n*(n-1))
 	for i := range n {
-		c.nodes = append(c.nodes, &ClusterNode{c: c, k: i, name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(),
-			port: ports[2*i], route: ports[2*i+1]})
+		// Ports -1: free ones at the first start, kept across restarts.
+		c.nodes = append(c.nodes, &ClusterNode{c: c, k: i, name: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), port: -1, route: -1})
 	}
-	next := 2 * n
 	c.links = make([][]*link, n)
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
@@ -90,12 +88,11 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			if i == j {
 				continue
 			}
-			l, err := newLink(ports[next], fmt.Sprintf("127.0.0.1:%d", c.nodes[j].route))
+			l, err := newLink()
 			if err != nil {
 				t.Fatal(err)
 			}
 			c.links[i][j] = l
-			next++
 		}
 	}
 	for _, nd := range c.nodes {
@@ -103,29 +100,6 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	c.WaitFormed(30 * time.Second)
 	return c
-}
-
-// freePorts reserves n distinct free loopback ports (all held open at
-// once, then released): every node's routes must name the relays to the
-// other nodes before any of them starts.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // Nodes returns the nodes in start order.
@@ -157,8 +131,8 @@ func (c *Cluster) routes(k int) []*url.URL {
 
 // Formed reports whether every running node that is not isolated has a
 // route to every other such node, sees JetStream's meta group as current,
-// and exactly one of them is the meta leader; the detail says what is
-// missing.
+// and exactly one of them is the meta leader, which sees them all online;
+// the detail says what is missing.
 func (c *Cluster) Formed() (bool, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -191,6 +165,11 @@ func (c *Cluster) Formed() (bool, string) {
 		}
 		if nd.srv.JetStreamIsLeader() {
 			leaders++
+			// The leader places new streams only on peers it has fresh
+			// stats of ("no suitable peers for placement" otherwise).
+			if online := nd.srv.JetStreamClusterPeers(); len(online) < len(up) {
+				return false, fmt.Sprintf("meta leader %s sees %d of %d nodes online", nd.name, len(online), len(up))
+			}
 		}
 	}
 	if leaders != 1 {
@@ -349,10 +328,38 @@ func (n *ClusterNode) Start() {
 	n.c.mu.Lock()
 	n.srv = s
 	n.c.mu.Unlock()
+	if n.port == -1 { // the first start, before StartCluster returns: no reader yet
+		n.port, n.route = s.Addr().(*net.TCPAddr).Port, s.ClusterAddr().Port
+	}
+	for j := range n.c.nodes {
+		if j != n.k {
+			n.c.links[j][n.k].setTarget(fmt.Sprintf("127.0.0.1:%d", n.route))
+		}
+	}
 }
 
-// Stop shuts the node down (a crash, as far as the cluster and clients
-// can tell) and waits for it; stopping a stopped node does nothing.
+// Crash stops the node as a crash would, as far as the rest of the
+// cluster can tell: its relays are cut first, so the leaderships it hands
+// over on a clean shutdown (nats-server steps its raft leaders down
+// before it exits) never reach the others, who have to wait out an
+// election timeout (4–9 s by default) for each group it led. Its clients
+// see their connections close. Start brings it back, routed again.
+func (n *ClusterNode) Crash() {
+	n.c.t.Helper()
+	n.setLinks(true)
+	WaitFor(n.c.t, 10*time.Second, func() bool {
+		s := n.Server()
+		return s == nil || s.NumRoutes() == 0
+	}, n.name+" without routes before the crash")
+	n.Stop()
+	if !n.Isolated() {
+		n.setLinks(false) // the others dial it again, and find nothing there
+	}
+}
+
+// Stop shuts the node down cleanly (its raft leaders step down first;
+// its clients see their connections close) and waits for it; stopping a
+// stopped node does nothing.
 func (n *ClusterNode) Stop() {
 	n.c.mu.Lock()
 	s := n.srv

@@ -3,7 +3,6 @@ package natstest
 import (
 	"io"
 	"net"
-	"strconv"
 	"sync"
 )
 
@@ -11,22 +10,23 @@ import (
 // node's cluster port: cutting it is a network partition between the two,
 // with both servers and their clients left running.
 type link struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	target string // "" until the target node has started
+	down   bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
-// newLink relays 127.0.0.1:port to target.
-func newLink(port int, target string) (*link, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+// newLink listens on a free loopback port; what it accepts is relayed to
+// the target set by setTarget (refused until then).
+func newLink() (*link, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	l := &link{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	l := &link{ln: ln, conns: map[net.Conn]struct{}{}}
 	l.wg.Go(l.accept)
 	return l, nil
 }
@@ -49,9 +49,22 @@ func (l *link) accept() {
 	}
 }
 
+// setTarget sets the address relayed to.
+func (l *link) setTarget(addr string) {
+	l.mu.Lock()
+	l.target = addr
+	l.mu.Unlock()
+}
+
 func (l *link) relay(c net.Conn) {
 	defer l.drop(c)
-	up, err := net.Dial("tcp", l.target)
+	l.mu.Lock()
+	target := l.target
+	l.mu.Unlock()
+	if target == "" {
+		return
+	}
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}

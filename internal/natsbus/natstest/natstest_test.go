@@ -82,8 +82,8 @@ func TestRestartableKeepsPortAndStore(t *testing.T) {
 }
 
 // TestClusterFailover: a three-node cluster forms with one meta leader;
-// an R3 stream outlives the kill of its leader (another node takes over,
-// the client's publishes are acknowledged meanwhile) and of the meta
+// an R3 stream outlives the crash of its leader (another node takes over,
+// a publish is acknowledged meanwhile) and the clean stop of the meta
 // leader; a restarted node rejoins; an isolated node keeps its clients
 // but no message crosses to the others and its JetStream acknowledges
 // nothing, and it rejoins when healed.
@@ -102,8 +102,8 @@ func TestClusterFailover(t *testing.T) {
 	natstest.WaitFor(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
 	publish := func(what string) { t.Helper(); publishOn(t, js, what) }
 	publish("before")
-	lead.Stop()
-	publish("stream leader down")
+	lead.Crash()
+	publish("stream leader crashed")
 	natstest.WaitFor(t, 20*time.Second, func() bool { l := c.StreamLeader("S"); return l != nil && l != lead }, "a new stream leader")
 	lead.Start()
 	c.WaitFormed(30 * time.Second)
