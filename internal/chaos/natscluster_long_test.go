@@ -12,7 +12,7 @@ import (
 // schedules of 8 cluster faults each (every kind of TestChaosNATSCluster,
 // plus crashes of the registry bucket's and the snapshot store's leaders),
 // nodes down for 0.1–3 s (past the registry TTL at times: clients move to
-// the other nodes), partitions of at least 2.5 registration TTLs. The TTL
+// the other nodes), partitions of 2.5 registration TTLs (at most 10 s). The TTL
 // alternates between schedules: 1 s (far shorter than the election a
 // crashed leader costs: registrations expire, routers drop and re-add
 // workers) and 10 s (kvrouter's default; the count of removals is
