@@ -78,13 +78,15 @@ func runAgentNATS(ctx context.Context, a config.Agent, cfg agent.Config, log *sl
 	}
 	defer func() { bus.Shutdown(); bus.WaitForShutdown() }()
 	if a.Durable {
-		if _, err := durable.EnsureStream(ctx, bus.JetStream(), cfg.Publisher.Namespace, cfg.Publisher.Component, time.Hour); err != nil {
+		if _, err := durable.EnsureStream(ctx, bus.JetStream(), cfg.Publisher.Namespace, cfg.Publisher.Component, time.Hour, a.NATS.Replicas); err != nil {
 			return fail("%v", err)
 		}
 	}
 	var reg *registry.Registry
 	if cfg.Register {
-		if reg, err = registry.OpenRegistry(ctx, bus.JetStream(), a.Registry, log); err != nil {
+		rc := a.Registry
+		rc.Replicas = a.NATS.Replicas
+		if reg, err = registry.OpenRegistry(ctx, bus.JetStream(), rc, log); err != nil {
 			return fail("opening the registry: %v", err)
 		}
 	}
@@ -124,11 +126,12 @@ func (m *mockerNATS) start(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("connecting to NATS: %w", err)
 	}
 	if m.durable {
-		if _, err := durable.EnsureStream(ctx, m.bus.JetStream(), m.namespace, m.component, time.Hour); err != nil {
+		if _, err := durable.EnsureStream(ctx, m.bus.JetStream(), m.namespace, m.component, time.Hour, m.nats.Replicas); err != nil {
 			m.close()
 			return err
 		}
 	}
+	m.registry.Replicas = m.nats.Replicas
 	if m.reg, err = registry.OpenRegistry(ctx, m.bus.JetStream(), m.registry, log); err != nil {
 		m.close()
 		return fmt.Errorf("opening the registry: %w", err)

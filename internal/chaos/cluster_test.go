@@ -23,6 +23,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
@@ -72,10 +73,26 @@ type clusterConfig struct {
 	// durable and replicaSync are the routers' --durable-kv-events and
 	// --router-replica-sync (nats only).
 	durable, replicaSync bool
+	// natsCluster, when set, is the NATS the nats plane runs on instead of
+	// a single server of its own: every process is given all its nodes'
+	// URLs, and every JetStream asset is created with one replica per node.
+	natsCluster *natstest.Cluster
+	// ttl is the workers' registration TTL on the NATS plane; 0 means
+	// registryTTL.
+	ttl time.Duration
 }
 
-// registryTTL is the workers' registration TTL on the NATS plane.
+// registryTTL is the workers' registration TTL on the NATS plane unless
+// a schedule sets another (clusterConfig.ttl).
 const registryTTL = time.Second
+
+// ttl is the workers' registration TTL of this cluster.
+func (c *cluster) ttl() time.Duration {
+	if c.cfg.ttl > 0 {
+		return c.cfg.ttl
+	}
+	return registryTTL
+}
 
 // cluster is a fleet of mock workers (each behind a proxy, each with a
 // faulty event sink) and 1–3 routers, all on loopback.
@@ -153,10 +170,12 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 		}
 	}()
 	if cc.nats {
-		if c.bus, err = startNATS(filepath.Join(cc.dataDir, "nats-server")); err != nil {
-			return nil, err
+		if cc.natsCluster == nil {
+			if c.bus, err = startNATS(filepath.Join(cc.dataDir, "nats-server")); err != nil {
+				return nil, err
+			}
 		}
-		if c.nc, err = nats.Connect(c.bus.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)); err != nil {
+		if c.nc, err = nats.Connect(c.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)); err != nil {
 			return nil, err
 		}
 	}
@@ -180,6 +199,24 @@ func newCluster(cc clusterConfig, logs *logBuf, stats *counters) (*cluster, erro
 	}
 	ok = true
 	return c, nil
+}
+
+// natsURL is what every process of the nats plane connects to: the
+// single server's URL, or every cluster node's.
+func (c *cluster) natsURL() string {
+	if c.cfg.natsCluster != nil {
+		return c.cfg.natsCluster.URLs()
+	}
+	return c.bus.url
+}
+
+// natsReplicas is the JetStream replica count of the nats plane's assets:
+// one per cluster node.
+func (c *cluster) natsReplicas() int {
+	if c.cfg.natsCluster != nil {
+		return len(c.cfg.natsCluster.Nodes())
+	}
+	return 1
 }
 
 func (c *cluster) close() {
@@ -395,9 +432,10 @@ func (r *routerProc) start() error {
 	if r.c.cfg.nats {
 		cfg.Workers = nil // discovered in the registry
 		cfg.EventPlane.Kind = config.PlaneNATS
-		cfg.EventPlane.NATS.URL = r.c.bus.url
+		cfg.EventPlane.NATS.URL = r.c.natsURL()
+		cfg.EventPlane.NATS.Replicas = r.c.natsReplicas()
 		cfg.EventPlane.NATS.ReconnectWait = 50 * time.Millisecond
-		cfg.EventPlane.Registry.TTL = registryTTL
+		cfg.EventPlane.Registry.TTL = r.c.ttl()
 		cfg.EventPlane.Durable = r.c.cfg.durable
 		cfg.EventPlane.ReplicaSync = r.c.cfg.replicaSync
 		cfg.Router.ID = uint64(r.k + 1) // a durable consumer per router, kept across its restarts

@@ -252,7 +252,7 @@ func (c *cluster) registrationsFresh(ctx context.Context) (bool, string) {
 		if err != nil {
 			return false, fmt.Sprintf("%s's registration: %v", w.name, err)
 		}
-		if age := time.Since(e.Created()); age >= registryTTL {
+		if age := time.Since(e.Created()); age >= c.ttl() {
 			return false, fmt.Sprintf("%s's registration is %v old", w.name, age.Round(time.Millisecond))
 		}
 	}
@@ -266,7 +266,7 @@ func (c *cluster) registrationsFresh(ctx context.Context) (bool, string) {
 // expiry tick) of the last heartbeat it saw: a router ready through the
 // whole window has seen fresh heartbeats of every worker, so no removal
 // of an outage's expired registration is still pending.
-const settleWindow = registryTTL + registryTTL/2
+func (c *cluster) settleWindow() time.Duration { return c.ttl() + c.ttl()/2 }
 
 // settled is the heal's steady-state condition (poll it): every router
 // ready with every worker EXACT (ready), every registration fresh, and on
@@ -281,7 +281,7 @@ func (c *cluster) settled(ctx context.Context) func() (bool, string) {
 		if ok {
 			ok, detail = c.registrationsFresh(ctx)
 		}
-		if !ok || c.bus == nil {
+		if !ok || !c.cfg.nats {
 			since = time.Time{}
 			return ok, detail
 		}
@@ -289,8 +289,8 @@ func (c *cluster) settled(ctx context.Context) func() (bool, string) {
 		if since.IsZero() || n != removals || g != gens {
 			since, removals, gens = time.Now(), n, g
 		}
-		if d := time.Since(since); d < settleWindow {
-			return false, fmt.Sprintf("ready for %v of %v", d.Round(time.Millisecond), settleWindow)
+		if d := time.Since(since); d < c.settleWindow() {
+			return false, fmt.Sprintf("ready for %v of %v", d.Round(time.Millisecond), c.settleWindow())
 		}
 		return true, ""
 	}

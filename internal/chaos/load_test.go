@@ -85,8 +85,9 @@ type load struct {
 	outs map[outcome]int
 	errs []string
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 func newLoad(c *cluster, seed uint64, timeout time.Duration, stalls *windows) *load {
@@ -131,8 +132,9 @@ func (l *load) run(n int, seed uint64) {
 
 // halt stops the clients and waits until each one's last request ended
 // (bounded by the client deadline: nothing can hang here).
+// halt stops the clients and waits for them; halting twice is fine.
 func (l *load) halt() {
-	close(l.stop)
+	l.stopOnce.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	l.client.CloseIdleConnections()
 }

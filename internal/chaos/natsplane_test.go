@@ -69,7 +69,7 @@ func (s *natsServer) stop() {
 // registration with a TTL heartbeat, as `kvrouter mocker --event-plane
 // nats` and the agent do.
 func (w *worker) startNATS() error {
-	nc, err := nats.Connect(w.c.bus.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect(w.c.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.name, err)
 	}
@@ -106,7 +106,7 @@ func (w *worker) register() error {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var reg *registry.Registry
-		if reg, err = registry.OpenRegistry(ctx, js, registry.RegistryConfig{Bucket: registry.DefaultRegistryConfig().Bucket, TTL: registryTTL}, w.c.log); err == nil {
+		if reg, err = registry.OpenRegistry(ctx, js, registry.RegistryConfig{Bucket: registry.DefaultRegistryConfig().Bucket, TTL: w.c.ttl(), Replicas: w.c.natsReplicas()}, w.c.log); err == nil {
 			lease, err = reg.Register(ctx, rec)
 		}
 		cancel()
@@ -143,7 +143,7 @@ func (w *worker) expire(ctx context.Context, hold time.Duration) error {
 	knew := w.c.knowers(w.name)
 	lease.Abandon()
 	from := time.Now() // no heartbeat after this
-	sleep(ctx, registryTTL*2+hold)
+	sleep(ctx, w.c.ttl()*2+hold)
 	if !w.running() {
 		return nil
 	}
@@ -181,10 +181,10 @@ func (c *cluster) restartNATS(ctx context.Context, hold time.Duration) error {
 	if err := c.bus.start(); err != nil {
 		return err
 	}
-	if starting.Sub(stopped) <= registryTTL+50*time.Millisecond { // margin: the server's timestamps
+	if starting.Sub(stopped) <= c.ttl()+50*time.Millisecond { // margin: the server's timestamps
 		return nil
 	}
-	back := time.Now().Add(registryTTL / 3) // the reconnect re-put, or the next heartbeat at the latest
+	back := time.Now().Add(c.ttl() / 3) // the reconnect re-put, or the next heartbeat at the latest
 	for _, l := range ls {
 		l.w.mu.Lock()
 		same := l.w.lease == l.lease

@@ -162,75 +162,11 @@ func runSchedule(t *testing.T, s schedule) result {
 				}
 			}
 		}
-		healed := time.Now()
 		c.log.Info("CHAOS healed: every fault off, every process up")
-		// Steady state, not a passing glance: after a NATS outage a router
-		// may still be about to drop (and re-add) a worker whose
-		// registration expired meanwhile.
-		eventually(t, 20*time.Second, "routers ready, every worker routable and every registration fresh after the last fault", c.settled(ctx))
-		l.halt()
+		var outs map[outcome]int
+		var errs []string
+		res.convergedMS, outs, errs = checkHealed(t, c, l, s.seed, stats)
 		halted = true
-
-		// After the last fault: a clean phase in which nothing may fail.
-		clean := newLoad(c, s.seed+1, 10*time.Second, &windows{})
-		for i := range 3 * len(c.routers) * 4 {
-			r := c.routers[i%len(c.routers)]
-			if o, detail := clean.do(r.url(), clean.prompts[i%len(clean.prompts)], 4); o != outOK {
-				t.Errorf("request %d after the last fault via router %d: %s: %s", i, r.k, o, detail)
-			}
-		}
-		clean.client.CloseIdleConnections()
-
-		// Every router removed every worker whose registration expired
-		// (even though it registered again since).
-		eventually(t, 15*time.Second, "every router removed every expired registration", func() (bool, string) {
-			ok, detail, _, _ := c.expiriesSeen()
-			return ok, detail
-		})
-		if _, _, checked, skipped := c.expiriesSeen(); checked+skipped > 0 {
-			stats.add("expired registrations seen removed (router × expiry)", checked)
-			stats.add("expired registrations not checkable (router restarted before logging a removal)", skipped)
-		}
-
-		// Index equals the engines' caches within a bound. A batch lost at
-		// the very end of a stream is invisible until a later batch shows
-		// the gap (as with vLLM), so each failed poll nudges the engines
-		// with one direct request.
-		nudge := uint64(0)
-		eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
-			okIdx, detail := c.indexMatches()
-			if !okIdx {
-				nudge++
-				for _, w := range c.workers {
-					_ = w.direct(ctx, prompts(1, s.seed*977+nudge)[0])
-				}
-			}
-			return okIdx, detail
-		})
-		res.convergedMS = int(time.Since(healed).Milliseconds())
-		if n := cachedBlocks(c); n == 0 {
-			t.Error("no engine caches anything: the index comparison proves nothing")
-		}
-		// With replica sync, a Free lost while NATS was down is repaired by
-		// the snapshot refetch on reconnect (internal/replica), so bookings
-		// must drain here too.
-		eventually(t, 15*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
-
-		outs, errs := l.counts()
-		total := 0
-		for _, n := range outs {
-			total += n
-		}
-		if int64(total) != l.sent.Load() {
-			t.Errorf("%d requests sent, %d outcomes counted: some vanished", l.sent.Load(), total)
-		}
-		if outs[outVanished] > 0 {
-			t.Errorf("%d requests hit the client deadline with no stalled worker (vanished); first errors: %s",
-				outs[outVanished], strings.Join(errs, " | "))
-		}
-		if outs[outOK] == 0 {
-			t.Errorf("no request succeeded during the schedule: %v", outs)
-		}
 		res.faults, res.requests = stats.snapshot(), outs
 		t.Logf("seed %d: %v; converged %d ms after heal; requests %v; %v; first errors: %s",
 			s.seed, s, res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))
@@ -239,6 +175,85 @@ func runSchedule(t *testing.T, s schedule) result {
 		t.Fatalf("schedule failed; replay with -chaos.seed=%d", s.seed)
 	}
 	return res
+}
+
+// checkHealed checks every invariant after the last fault of a schedule
+// was healed (every process up, every fault off): steady state, then the
+// load l halted, a clean phase in which no request may fail, every
+// certain expiry logged, indexes equal to the engines' caches, bookings
+// drained, no request vanished. It returns how long after the call the
+// indexes converged, and the load's outcomes and first errors.
+func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters) (convergedMS int, outs map[outcome]int, errs []string) {
+	t.Helper()
+	ctx := t.Context()
+	healed := time.Now()
+	// Steady state, not a passing glance: after a NATS outage a router
+	// may still be about to drop (and re-add) a worker whose
+	// registration expired meanwhile.
+	eventually(t, 20*time.Second, "routers ready, every worker routable and every registration fresh after the last fault", c.settled(ctx))
+	l.halt()
+
+	// After the last fault: a clean phase in which nothing may fail.
+	clean := newLoad(c, seed+1, 10*time.Second, &windows{})
+	for i := range 3 * len(c.routers) * 4 {
+		r := c.routers[i%len(c.routers)]
+		if o, detail := clean.do(r.url(), clean.prompts[i%len(clean.prompts)], 4); o != outOK {
+			t.Errorf("request %d after the last fault via router %d: %s: %s", i, r.k, o, detail)
+		}
+	}
+	clean.client.CloseIdleConnections()
+
+	// Every router removed every worker whose registration expired
+	// (even though it registered again since).
+	eventually(t, 15*time.Second, "every router removed every expired registration", func() (bool, string) {
+		ok, detail, _, _ := c.expiriesSeen()
+		return ok, detail
+	})
+	if _, _, checked, skipped := c.expiriesSeen(); checked+skipped > 0 {
+		stats.add("expired registrations seen removed (router × expiry)", checked)
+		stats.add("expired registrations not checkable (router restarted before logging a removal)", skipped)
+	}
+
+	// Index equals the engines' caches within a bound. A batch lost at
+	// the very end of a stream is invisible until a later batch shows
+	// the gap (as with vLLM), so each failed poll nudges the engines
+	// with one direct request.
+	nudge := uint64(0)
+	eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
+		okIdx, detail := c.indexMatches()
+		if !okIdx {
+			nudge++
+			for _, w := range c.workers {
+				_ = w.direct(ctx, prompts(1, seed*977+nudge)[0])
+			}
+		}
+		return okIdx, detail
+	})
+	convergedMS = int(time.Since(healed).Milliseconds())
+	if n := cachedBlocks(c); n == 0 {
+		t.Error("no engine caches anything: the index comparison proves nothing")
+	}
+	// With replica sync, a Free lost while NATS was down is repaired by
+	// the snapshot refetch on reconnect (internal/replica), so bookings
+	// must drain here too.
+	eventually(t, 15*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
+
+	outs, errs = l.counts()
+	total := 0
+	for _, n := range outs {
+		total += n
+	}
+	if int64(total) != l.sent.Load() {
+		t.Errorf("%d requests sent, %d outcomes counted: some vanished", l.sent.Load(), total)
+	}
+	if outs[outVanished] > 0 {
+		t.Errorf("%d requests hit the client deadline with no stalled worker (vanished); first errors: %s",
+			outs[outVanished], strings.Join(errs, " | "))
+	}
+	if outs[outOK] == 0 {
+		t.Errorf("no request succeeded during the schedule: %v", outs)
+	}
+	return convergedMS, outs, errs
 }
 
 // inject applies one fault, holds it for a random while with the load
@@ -304,7 +319,7 @@ func (c *cluster) inject(ctx context.Context, f fault, rng *rand.Rand, stalls *w
 		sleep(ctx, hold)
 	case faultNATSRestart:
 		if rng.IntN(3) == 0 { // an outage past the TTL: every registration expires
-			hold += registryTTL + time.Duration(rng.IntN(500))*time.Millisecond
+			hold += c.ttl() + time.Duration(rng.IntN(500))*time.Millisecond
 		}
 		return c.restartNATS(ctx, hold)
 	case faultRegistryExpire:

@@ -581,5 +581,6 @@ func (c Config) DurableConfig(routerID uint64) durable.Config {
 	dc.RouterID = strconv.FormatUint(routerID, 10)
 	dc.SnapshotThreshold = c.EventPlane.SnapshotThreshold
 	dc.ResetStates = c.EventPlane.ResetStates
+	dc.Replicas = c.EventPlane.NATS.Replicas
 	return dc
 }

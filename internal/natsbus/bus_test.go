@@ -188,16 +188,19 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	bad := map[string]func(*Config){
-		"token and user":        func(c *Config) { c.Token, c.User, c.Password = "t", "u", "p" },
-		"user without password": func(c *Config) { c.User = "u" },
-		"cert without key":      func(c *Config) { c.URL, c.TLSCertFile = "nats://x:4222", "c.pem" },
-		"creds and nkey":        func(c *Config) { c.URL, c.CredsFile, c.NKeySeedFile = "nats://x:4222", "a", "b" },
-		"port zero":             func(c *Config) { c.Port = 0 },
-		"port too big":          func(c *Config) { c.Port = 70000 },
-		"no data dir":           func(c *Config) { c.DataDir = "" },
-		"no host":               func(c *Config) { c.Host = "" },
-		"creds while embedded":  func(c *Config) { c.CredsFile = "x.creds" },
-		"zero reconnect wait":   func(c *Config) { c.ReconnectWait = 0 },
+		"token and user":          func(c *Config) { c.Token, c.User, c.Password = "t", "u", "p" },
+		"user without password":   func(c *Config) { c.User = "u" },
+		"cert without key":        func(c *Config) { c.URL, c.TLSCertFile = "nats://x:4222", "c.pem" },
+		"creds and nkey":          func(c *Config) { c.URL, c.CredsFile, c.NKeySeedFile = "nats://x:4222", "a", "b" },
+		"port zero":               func(c *Config) { c.Port = 0 },
+		"port too big":            func(c *Config) { c.Port = 70000 },
+		"no data dir":             func(c *Config) { c.DataDir = "" },
+		"no host":                 func(c *Config) { c.Host = "" },
+		"creds while embedded":    func(c *Config) { c.CredsFile = "x.creds" },
+		"zero reconnect wait":     func(c *Config) { c.ReconnectWait = 0 },
+		"zero replicas":           func(c *Config) { c.URL, c.Replicas = "nats://x:4222", 0 },
+		"six replicas":            func(c *Config) { c.URL, c.Replicas = "nats://x:4222", 6 },
+		"replicas while embedded": func(c *Config) { c.Replicas = 3 },
 	}
 	for name, mut := range bad {
 		c := DefaultConfig()
@@ -207,7 +210,7 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	ext := DefaultConfig()
-	ext.URL, ext.Port, ext.DataDir = "nats://x:4222", 0, ""
+	ext.URL, ext.Port, ext.DataDir, ext.Replicas = "nats://x:4222", 0, "", 3
 	if err := ext.Validate(); err != nil {
 		t.Errorf("external ignores embedded-only fields: %v", err)
 	}
@@ -224,10 +227,10 @@ func TestBindFlags(t *testing.T) {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	c.BindFlags(fs)
-	if err := fs.Parse([]string{"--nats-url", "nats://a:1,nats://b:2", "--nats-token", "t", "--nats-reconnect-wait", "3s"}); err != nil {
+	if err := fs.Parse([]string{"--nats-url", "nats://a:1,nats://b:2", "--nats-token", "t", "--nats-reconnect-wait", "3s", "--nats-replicas", "3"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.URL != "nats://a:1,nats://b:2" || c.Token != "t" || c.ReconnectWait != 3*time.Second || c.Port != 4222 || c.Host != "127.0.0.1" {
+	if c.URL != "nats://a:1,nats://b:2" || c.Token != "t" || c.ReconnectWait != 3*time.Second || c.Port != 4222 || c.Host != "127.0.0.1" || c.Replicas != 3 {
 		t.Errorf("after flags: %+v", c)
 	}
 	if err := c.Validate(); err != nil {

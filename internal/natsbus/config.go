@@ -71,7 +71,20 @@ type Config struct {
 	// accept connections, and for the first connection to an external one.
 	// Default 10 s.
 	StartTimeout time.Duration
+
+	// Replicas is how many copies a NATS cluster keeps of each JetStream
+	// asset kvrouter creates: the registry buckets, the durable event
+	// stream and the snapshot object store (--nats-replicas). 1 to 5;
+	// above 1 needs an external cluster of at least that many servers
+	// with JetStream. Every process that creates or opens the assets
+	// (routers, agents, mockers) should use the same value: each one
+	// creates-or-updates them, and an update with another count rescales
+	// the asset. Default 1.
+	Replicas int
 }
+
+// MaxReplicas is the largest replica count NATS JetStream supports.
+const MaxReplicas = 5
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
@@ -85,6 +98,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: 5 * time.Second,
 		ReconnectWait:  time.Second,
 		StartTimeout:   10 * time.Second,
+		Replicas:       1,
 	}
 }
 
@@ -112,7 +126,13 @@ func (c Config) Validate() error {
 	if c.ConnectTimeout <= 0 || c.ReconnectWait <= 0 || c.StartTimeout <= 0 {
 		errs = append(errs, errors.New("connect timeout, reconnect wait and start timeout must be positive"))
 	}
+	if c.Replicas < 1 || c.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("replicas %d: want 1..%d", c.Replicas, MaxReplicas))
+	}
 	if c.Embedded() {
+		if c.Replicas > 1 {
+			errs = append(errs, fmt.Errorf("replicas %d need an external NATS cluster (set the NATS URL); the embedded server is a single node", c.Replicas))
+		}
 		if c.Port != -1 && (c.Port < 1 || c.Port > 65535) {
 			errs = append(errs, fmt.Errorf("port %d: want 1..65535, or -1 for a free port", c.Port))
 		}

@@ -37,6 +37,13 @@ var openTimeout = 10 * time.Second
 // markers, NATS ≥ 2.11) and also detected by the Watcher itself, so older
 // servers work too. log may be nil.
 func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string, ttl time.Duration, log *slog.Logger) (*Bucket[T], error) {
+	return OpenReplicatedBucket[T](ctx, js, name, ttl, 1, log)
+}
+
+// OpenReplicatedBucket is OpenBucket with replicas copies of the bucket
+// on a NATS cluster (1 on a single server; 0 means 1). Opening an
+// existing bucket with another count rescales it.
+func OpenReplicatedBucket[T any](ctx context.Context, js jetstream.JetStream, name string, ttl time.Duration, replicas int, log *slog.Logger) (*Bucket[T], error) {
 	if ttl < MinTTL {
 		return nil, fmt.Errorf("bucket %s: ttl %v below %v", name, ttl, MinTTL)
 	}
@@ -50,7 +57,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 		ctx, cancel = context.WithTimeout(ctx, openTimeout)
 		defer cancel()
 	}
-	cfg := jetstream.KeyValueConfig{Bucket: name, History: 1, TTL: ttl, LimitMarkerTTL: ttl}
+	cfg := jetstream.KeyValueConfig{Bucket: name, History: 1, TTL: ttl, LimitMarkerTTL: ttl, Replicas: max(replicas, 1)}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		log.Warn("nats server too old for expiry markers; watchers detect expiry themselves", "bucket", name)

@@ -30,11 +30,14 @@ type RegistryConfig struct {
 	// anything its watch missed (it also does after every reconnect).
 	// Default 30 s (DefaultResync; 0 means the default), at least 1 s.
 	Resync time.Duration
+	// Replicas is how many copies of the bucket a NATS cluster keeps
+	// (natsbus.Config.Replicas; 0 means 1). Default 1.
+	Replicas int
 }
 
 // DefaultRegistryConfig returns the defaults documented on RegistryConfig.
 func DefaultRegistryConfig() RegistryConfig {
-	return RegistryConfig{Bucket: "kvrouter-workers", TTL: 10 * time.Second, Resync: DefaultResync}
+	return RegistryConfig{Bucket: "kvrouter-workers", TTL: 10 * time.Second, Resync: DefaultResync, Replicas: 1}
 }
 
 // Validate checks the configuration.
@@ -44,6 +47,9 @@ func (c RegistryConfig) Validate() error {
 	}
 	if c.TTL < MinTTL {
 		return fmt.Errorf("registry: ttl %v below %v", c.TTL, MinTTL)
+	}
+	if c.Replicas < 0 {
+		return fmt.Errorf("registry: replicas %d below 0", c.Replicas)
 	}
 	if c.Resync != 0 && c.Resync < time.Second {
 		return fmt.Errorf("registry: resync period %v below 1s", c.Resync)
@@ -62,7 +68,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := OpenBucket[fleet.WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, log)
+	b, err := OpenReplicatedBucket[fleet.WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, cfg.Replicas, log)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,9 @@ type Config struct {
 	// heartbeats every TTL/3); after that the others free its bookings.
 	// Default 10 s, at least 1 s.
 	TTL time.Duration
+	// Replicas is how many copies of Bucket a NATS cluster keeps
+	// (natsbus.Config.Replicas; 0 means 1). Default 1.
+	Replicas int
 	// QueueSize is the number of outgoing lifecycle events buffered; when
 	// full, new events are dropped (and counted) so routing never blocks.
 	// Default 100000.
@@ -63,6 +66,7 @@ func DefaultConfig() Config {
 		Component:       dynamo.DefaultComponent,
 		Bucket:          "kvrouter-routers",
 		TTL:             10 * time.Second,
+		Replicas:        1,
 		QueueSize:       100000,
 		SnapshotTimeout: 2 * time.Second,
 		ResyncInterval:  30 * time.Second,
@@ -83,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("bucket is required"))
+	}
+	if c.Replicas < 0 {
+		errs = append(errs, fmt.Errorf("replicas %d below 0", c.Replicas))
 	}
 	if c.TTL < registry.MinTTL {
 		errs = append(errs, fmt.Errorf("ttl %v below %v", c.TTL, registry.MinTTL))

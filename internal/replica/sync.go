@@ -137,7 +137,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	}
 	var bucket *registry.Bucket[Record]
 	err := retryJS(ctx, func(ctx context.Context) (err error) {
-		bucket, err = registry.OpenBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.log)
+		bucket, err = registry.OpenReplicatedBucket[Record](ctx, s.bus.JetStream(), s.cfg.Bucket, s.cfg.TTL, s.cfg.Replicas, s.log)
 		return err
 	})
 	if err != nil {

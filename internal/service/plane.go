@@ -142,7 +142,9 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 	var reg *registry.Registry
 	err = s.retry(ctx, "registry", "opening the worker registry", func(ctx context.Context) error {
 		var err error
-		reg, err = registry.OpenRegistry(ctx, s.bus.JetStream(), s.cfg.EventPlane.Registry, s.log.With("component", "registry"))
+		rc := s.cfg.EventPlane.Registry
+		rc.Replicas = s.cfg.EventPlane.NATS.Replicas
+		reg, err = registry.OpenRegistry(ctx, s.bus.JetStream(), rc, s.log.With("component", "registry"))
 		return err
 	})
 	if err != nil {

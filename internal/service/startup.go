@@ -206,6 +206,7 @@ func (s *Service) newReplica() error {
 	pc.Namespace, pc.Component = s.cfg.EventPlane.Namespace, s.cfg.EventPlane.Component
 	pc.ResyncInterval = s.cfg.EventPlane.ReplicaResyncInterval
 	pc.Clock = s.clock // the router's
+	pc.Replicas = s.cfg.EventPlane.NATS.Replicas
 	reg := prometheus.NewRegistry()
 	rs, err := replica.New(pc, s.bus, s.router, reg, s.log.With("component", "replica"))
 	if err != nil {

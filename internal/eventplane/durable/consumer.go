@@ -54,6 +54,10 @@ type Config struct {
 	ResetStates bool
 	// MaxAge is the stream's message retention. Default 1 h.
 	MaxAge time.Duration
+	// Replicas is how many copies of the stream and of the snapshot
+	// bucket a NATS cluster keeps (natsbus.Config.Replicas; 0 means 1).
+	// Default 1.
+	Replicas int
 	// FetchBatch is how many messages one pull asks for. Default 256.
 	FetchBatch int
 	// Recovery tunes the repair of gaps, duplicates and publisher restarts
@@ -65,7 +69,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on the fields.
 func DefaultConfig() Config {
 	return Config{Namespace: dynamo.DefaultNamespace, Component: dynamo.DefaultComponent, SnapshotThreshold: 10000,
-		SnapshotInterval: time.Second, Bucket: "kvrouter-radix-state", MaxAge: time.Hour, FetchBatch: 256,
+		SnapshotInterval: time.Second, Bucket: "kvrouter-radix-state", MaxAge: time.Hour, Replicas: 1, FetchBatch: 256,
 		Recovery: recovery.DefaultConfig()}
 }
 
@@ -78,6 +82,8 @@ func (c Config) Validate() error {
 		return errors.New("durable: router id is required")
 	case c.SnapshotInterval <= 0 || c.MaxAge <= 0 || c.FetchBatch <= 0:
 		return errors.New("durable: snapshot interval, max age and fetch batch must be positive")
+	case c.Replicas < 0:
+		return fmt.Errorf("durable: replicas %d below 0", c.Replicas)
 	}
 	if err := c.Recovery.Validate(); err != nil {
 		return fmt.Errorf("durable: %w", err)
@@ -86,10 +92,13 @@ func (c Config) Validate() error {
 }
 
 // EnsureStream creates (or updates) the stream capturing the events
-// subject; workers call it in durable mode so that their publishes are kept.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, component string, maxAge time.Duration) (jetstream.Stream, error) {
+// subject, with replicas copies on a NATS cluster (0 means 1; an existing
+// stream with another count is rescaled); workers call it in durable mode
+// so that their publishes are kept.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, component string, maxAge time.Duration, replicas int) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: dynamo.StreamName(namespace, component),
-		Subjects: []string{dynamo.Subject(namespace, component)}, MaxAge: maxAge, Storage: jetstream.FileStorage})
+		Subjects: []string{dynamo.Subject(namespace, component)}, MaxAge: maxAge, Storage: jetstream.FileStorage,
+		Replicas: max(replicas, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", dynamo.StreamName(namespace, component), err)
 	}
@@ -182,7 +191,7 @@ func New(cfg Config, js jetstream.JetStream, a recovery.Applier, snap Snapshotte
 // be called again (the snapshot is applied once).
 func (c *Consumer) Start(ctx context.Context) error {
 	var err error
-	if c.stream, err = EnsureStream(ctx, c.js, c.cfg.Namespace, c.cfg.Component, c.cfg.MaxAge); err != nil {
+	if c.stream, err = EnsureStream(ctx, c.js, c.cfg.Namespace, c.cfg.Component, c.cfg.MaxAge, c.cfg.Replicas); err != nil {
 		return err
 	}
 	if c.cfg.ResetStates {
@@ -195,7 +204,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		}
 		c.log.Warn("durable events: states reset (stream purged, snapshot deleted)")
 	}
-	if c.store, err = c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: c.cfg.Bucket}); err != nil {
+	if c.store, err = c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: c.cfg.Bucket, Replicas: max(c.cfg.Replicas, 1)}); err != nil {
 		return fmt.Errorf("opening snapshot bucket: %w", err)
 	}
 	if err := c.stream.DeleteConsumer(ctx, c.cfg.RouterID); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {

@@ -72,7 +72,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := durable.EnsureStream(ctx, js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour); err != nil {
+	if _, err := durable.EnsureStream(ctx, js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour, 1); err != nil {
 		t.Fatal(err)
 	}
 

@@ -185,7 +185,7 @@ func durableSetup(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := durable.EnsureStream(context.Background(), js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour); err != nil {
+	if _, err := durable.EnsureStream(context.Background(), js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour, 1); err != nil {
 		t.Fatal(err)
 	}
 	return nc, js

@@ -80,3 +80,108 @@ func TestRestartableKeepsPortAndStore(t *testing.T) {
 		t.Fatalf("stream after restart: %v", err)
 	}
 }
+
+// TestClusterFailover: a three-node cluster forms with one meta leader;
+// an R3 stream outlives the crash of its leader (another node takes over,
+// a publish is acknowledged meanwhile) and the clean stop of the meta
+// leader; a restarted node rejoins; an isolated node keeps its clients
+// but no message crosses to the others and its JetStream acknowledges
+// nothing, and it rejoins when healed.
+func TestClusterFailover(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := natstest.Connect(t, c.URLs())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var lead *natstest.ClusterNode
+	natstest.WaitFor(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
+	publish := func(what string) { t.Helper(); publishOn(t, js, what) }
+	publish("before")
+	lead.Crash()
+	publish("stream leader crashed")
+	natstest.WaitFor(t, 20*time.Second, func() bool { l := c.StreamLeader("S"); return l != nil && l != lead }, "a new stream leader")
+	lead.Start()
+	c.WaitFormed(30 * time.Second)
+
+	meta := c.MetaLeader()
+	if meta == nil {
+		t.Fatal("formed without a meta leader")
+	}
+	meta.Stop()
+	natstest.WaitFor(t, 20*time.Second, func() bool { m := c.MetaLeader(); return m != nil && m != meta }, "a new meta leader")
+	publish("meta leader down")
+	meta.Start()
+	c.WaitFormed(30 * time.Second)
+
+	// Core NATS crosses the routes before the partition (the positive
+	// signal), not during it; a client of the isolated node stays on it.
+	iso, other := c.Node(0), c.Node(1)
+	isoNC := natstest.Connect(t, iso.URL())
+	otherNC := natstest.Connect(t, other.URL())
+	sub, err := otherNC.SubscribeSync("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crosses := func() bool {
+		t.Helper()
+		if err := isoNC.Publish("p", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sub.NextMsg(time.Second)
+		return err == nil
+	}
+	natstest.WaitFor(t, 10*time.Second, crosses, "a message from n1's client to n2's before the partition")
+	iso.Isolate()
+	if !iso.Running() || !isoNC.IsConnected() {
+		t.Fatal("isolated node or its client down")
+	}
+	if crosses() {
+		t.Fatal("a message crossed the partition")
+	}
+	c.WaitFormed(30 * time.Second) // the other two, with a leader between them
+	otherJS, err := jetstream.New(otherNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishOn(t, otherJS, "one node isolated")
+	isoJS, err := jetstream.New(isoNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	if _, err := isoJS.Publish(pctx, "s.x", []byte("minority")); err == nil {
+		t.Error("a publish on the isolated node was acknowledged")
+	}
+	cancel()
+	iso.Heal()
+	c.WaitFormed(30 * time.Second)
+	natstest.WaitFor(t, 10*time.Second, crosses, "a message crossing again after the heal")
+	st, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 20*time.Second, func() bool {
+		ok, _ := natstest.StreamCurrent(ctx, js, "S")
+		return ok
+	}, "every replica of the stream current")
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
+		t.Fatalf("stream after the faults: %v, %v; want the 4 acknowledged messages", info, err)
+	}
+}
+
+// publishOn publishes what on s.x until one publish is acknowledged (a
+// retry is deduplicated by its message id).
+func publishOn(t *testing.T, js jetstream.JetStream, what string) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "s.x", []byte(what), jetstream.WithMsgID(what))
+		return err == nil
+	}, "an acknowledged publish: "+what)
+}
