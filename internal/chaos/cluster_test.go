@@ -112,6 +112,10 @@ type cluster struct {
 	mu sync.Mutex
 	// expiries are the registrations that certainly expired so far.
 	expiries []expiry
+	// abandoned holds, per worker name, when a registration of it was
+	// abandoned (a crash, stopped heartbeats): its process will not bring
+	// that registration back.
+	abandoned map[string][]time.Time
 }
 
 // worker is one mock vLLM worker process that can crash and come back on
@@ -317,6 +321,7 @@ func (w *worker) stop() {
 	}
 	if lease != nil {
 		lease.Abandon() // a crash: the registration expires after its TTL
+		w.c.abandon(w.name)
 	}
 	w.proxy.setBackend("127.0.0.1:1") // nothing listens there: refused
 	w.proxy.cut()

@@ -202,6 +202,14 @@ func (c *cluster) expiriesSeen() (ok bool, detail string, checked, skipped int) 
 					skipped++
 					continue
 				}
+				if c.abandonedIn(e.worker, e.from, to) {
+					// A later fault (a crash, stopped heartbeats) ended
+					// the registration before the routers could see it
+					// come back: whether it was kept first is not
+					// determined, and its removal is that fault's.
+					skipped++
+					continue
+				}
 				if c.removals.seen(k, e.worker, e.from, to) {
 					return false, fmt.Sprintf("router %d removed %s, whose registration lapsed in a NATS outage (%s) and came back from the same process, from %s to %s",
 						k, e.worker, e.cause, e.from.Format("15:04:05.000"), e.back.Format("15:04:05.000")), checked, skipped
@@ -225,6 +233,29 @@ func (c *cluster) expiriesSeen() (ok bool, detail string, checked, skipped int) 
 		}
 	}
 	return true, "", checked, skipped
+}
+
+// abandon notes that a registration of worker name was abandoned now.
+func (c *cluster) abandon(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned == nil {
+		c.abandoned = map[string][]time.Time{}
+	}
+	c.abandoned[name] = append(c.abandoned[name], time.Now())
+}
+
+// abandonedIn reports whether a registration of worker name was abandoned
+// in (from, to).
+func (c *cluster) abandonedIn(name string, from, to time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, at := range c.abandoned[name] {
+		if at.After(from) && at.Before(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // registrationsFresh reports whether every running worker's registry

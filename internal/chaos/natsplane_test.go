@@ -142,6 +142,7 @@ func (w *worker) expire(ctx context.Context, hold time.Duration) error {
 	}
 	knew := w.c.knowers(w.name)
 	lease.Abandon()
+	w.c.abandon(w.name)
 	from := time.Now() // no heartbeat after this
 	sleep(ctx, w.c.ttl()*2+hold)
 	if !w.running() {
