@@ -128,8 +128,9 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, stderr.String())
 	}
-	// The stop says what it waits for, and for how long.
-	if !strings.Contains(stderr.String(), "waiting up to 30s for 0 in-flight requests") {
+	// The stop says what it waits for, and for how long (the chat's
+	// booking may not be freed yet when its response has arrived: 0 or 1).
+	if !regexp.MustCompile(`waiting up to 30s for [01] in-flight requests`).MatchString(stderr.String()) {
 		t.Fatalf("no shutdown line with the in-flight count and the timeout:\n%s", stderr.String())
 	}
 }

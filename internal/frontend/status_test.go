@@ -56,6 +56,13 @@ func TestStatusJSON(t *testing.T) {
 		}
 	}
 	fl.waitIdle()
+	// A request's record is written after its booking is freed: wait for
+	// all three before adding one that must be the newest.
+	for deadline := time.Now().Add(5 * time.Second); statusOf(t, fl).Requests != 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("status lists %d requests, want 3", statusOf(t, fl).Requests)
+		}
+	}
 	// A request the router or a worker failed counts as an error.
 	fl.f.finish(record{Time: clk.read(), RequestID: "failed-1", Endpoint: "chat", Status: 502, Outcome: "worker w9 failed", Actual: -1})
 	d := statusOf(t, fl)
