@@ -139,6 +139,24 @@ type Consumer struct {
 	// sequence recorded) against snapshots.
 	mu  sync.Mutex
 	seq uint64
+
+	// testHook, set by tests only, is called after each step of Start.
+	testHook func(startStep)
+}
+
+// startStep names a step of Start, for testHook.
+type startStep int
+
+const (
+	stepDeleted  startStep = iota // the old consumer deleted
+	stepCreated                   // the new consumer created
+	stepRestored                  // the snapshot restored (or none found)
+)
+
+func (c *Consumer) hook(s startStep) {
+	if c.testHook != nil {
+		c.testHook(s)
+	}
 }
 
 // counted is the tracker's Applier: the router's applier, counted.
@@ -183,8 +201,9 @@ func New(cfg Config, js jetstream.JetStream, a recovery.Applier, snap Snapshotte
 	return c, nil
 }
 
-// Start resets or restores the state, (re)creates the durable consumer
-// after the restored point and starts consuming. It returns once the
+// Start resets the state if asked, (re)creates the durable consumer from
+// the stream's first message, restores the snapshot (the messages it
+// covers are then skipped) and starts consuming. It returns once the
 // snapshot is applied; each restored worker rank is then asked for the
 // events after its snapshot position (what it published that never reached
 // the stream, or a dump if it restarted meanwhile). A Start that failed may
@@ -207,29 +226,38 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if c.store, err = c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: c.cfg.Bucket, Replicas: max(c.cfg.Replicas, 1)}); err != nil {
 		return fmt.Errorf("opening snapshot bucket: %w", err)
 	}
+	// The old consumer cannot be moved to another start, so it is
+	// replaced by one reading from the stream's first message. Its ack
+	// floor (the message before that one) holds back every purge from
+	// then on; the snapshot is read only after that, and a purge never
+	// passes the snapshot its writer stored first, so the snapshot covers
+	// everything before the first message and the stream holds all that
+	// follows it. Restoring first and then creating a consumer after the
+	// snapshot left a window in which another router could snapshot and
+	// purge the messages this one was about to read.
 	if err := c.stream.DeleteConsumer(ctx, c.cfg.RouterID); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("deleting the old consumer: %w", err)
 	}
+	c.hook(stepDeleted)
+	cc := jetstream.ConsumerConfig{Durable: c.cfg.RouterID, AckPolicy: jetstream.AckAllPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Hour}
+	if c.cons, err = c.stream.CreateOrUpdateConsumer(ctx, cc); err != nil {
+		return fmt.Errorf("creating durable consumer %s: %w", c.cfg.RouterID, err)
+	}
+	c.hook(stepCreated)
 	if !c.cfg.ResetStates && !c.restored {
 		if err := c.restore(ctx); err != nil {
 			c.log.Warn("durable events: no usable snapshot, starting from the stream", "err", err)
 		}
 	}
-	cc := jetstream.ConsumerConfig{Durable: c.cfg.RouterID, AckPolicy: jetstream.AckAllPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		InactiveThreshold: time.Hour}
-	if c.seq > 0 {
-		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, c.seq+1
-	}
-	if c.cons, err = c.stream.CreateOrUpdateConsumer(ctx, cc); err != nil {
-		return fmt.Errorf("creating durable consumer %s: %w", c.cfg.RouterID, err)
-	}
+	c.hook(stepRestored)
 	rctx, cancel := context.WithCancel(context.Background())
 	c.cancel, c.done = cancel, make(chan struct{})
 	// Read before run starts: from then on c.seq is run's (under c.mu).
 	from := c.seq + 1
 	go c.run(rctx)
 	c.log.Info("durable events: consuming", "stream", dynamo.StreamName(c.cfg.Namespace, c.cfg.Component), "consumer", c.cfg.RouterID,
-		"from_seq", from)
+		"from_seq", from, "first_seq", c.cons.CachedInfo().AckFloor.Stream+1)
 	return nil
 }
 
@@ -299,6 +327,12 @@ func (c *Consumer) handle(m jetstream.Msg) {
 	if err != nil {
 		return
 	}
+	c.mu.Lock()
+	covered, prev := meta.Sequence.Stream <= c.seq, c.seq
+	c.mu.Unlock()
+	if covered {
+		return // in the restored snapshot, or redelivered
+	}
 	c.m.received.Inc()
 	var pub uint64
 	ev, env, err := dynamo.Decode(m.Data())
@@ -312,6 +346,15 @@ func (c *Consumer) handle(m jetstream.Msg) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if prev > 0 && meta.Sequence.Stream > prev+1 {
+		// Messages after our position left the stream unread (expired by
+		// the max age while this router lagged, or purged by a router
+		// whose newer snapshot an older one overwrote): each rank's gap repair
+		// recovers its lost events from the worker once a later one
+		// arrives; this says why it has to.
+		c.log.Warn("durable events: stream messages lost before this router read them",
+			"after_seq", prev, "next_seq", meta.Sequence.Stream)
+	}
 	if err == nil {
 		c.tracker.Live(ev, pub)
 	}

@@ -26,10 +26,14 @@
 // Consistency: a snapshot holds the index dump, the stream sequence it
 // covers, and each worker rank's last applied event id and publisher id,
 // taken while the tracker is frozen (every event read so far handled, no
-// rank applying), so the three agree. A starting router deletes its old
-// consumer, restores the snapshot, resumes each rank at its position (the
-// rank is asked for what came after it: events lost at the tail, or a dump
-// if it restarted meanwhile) and consumes from the sequence after the
-// snapshot. A snapshot never replaces a newer one, and purges never go past
-// the slowest consumer's ack floor, so a lagging router loses nothing.
+// rank applying), so the three agree. A snapshot never replaces a newer
+// one, and purges never go past the slowest consumer's ack floor nor the
+// snapshot their writer stored, so a lagging router loses nothing. A
+// starting router replaces its old consumer with one reading from the
+// stream's first message (whose ack floor holds every later purge back),
+// only then restores the snapshot, which therefore covers everything
+// before that message, resumes each rank at its position (the rank is
+// asked for what came after it: events lost at the tail, or a dump if it
+// restarted meanwhile) and skips the messages up to the snapshot's
+// sequence.
 package durable

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,24 +61,31 @@ func newRouter(t *testing.T, idx *liveindex.Index) *router.Router {
 	return r
 }
 
-// Two routers consume the stream; one stops, events keep coming and the
-// other snapshots and purges; the stopped one restarts from the snapshot
-// plus the stream and ends with the same index as the one that never
-// stopped, which equals an index fed every event directly. Then a router
-// started with ResetStates purges everything and starts empty.
-func TestRouterRestartInDurableMode(t *testing.T) {
+// fleetSim is three workers publishing on the durable plane with core
+// NATS (captured by the stream), without recovery responders: a router
+// that misses a stream message can never repair it, so any loss shows.
+// ref is an index fed every event directly.
+type fleetSim struct {
+	t     *testing.T
+	js    jetstream.JetStream
+	pub   *natsevents.Publisher
+	ref   *index.Index
+	xs    []*localindex.Index
+	heads []uint64
+	rng   *rand.Rand
+	logs  syncBuf
+}
+
+func newFleetSim(t *testing.T) *fleetSim {
 	ns := natstest.StartServer(t, -1, true)
 	nc := natstest.Connect(t, ns.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if _, err := durable.EnsureStream(ctx, js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour, 1); err != nil {
+	if _, err := durable.EnsureStream(context.Background(), js, dynamo.DefaultNamespace, dynamo.DefaultComponent, time.Hour, 1); err != nil {
 		t.Fatal(err)
 	}
-
-	// Three workers publishing with core NATS (captured by the stream).
 	pub, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), nc)
 	if err != nil {
 		t.Fatal(err)
@@ -85,76 +94,117 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var xs []*localindex.Index
+	f := &fleetSim{t: t, js: js, pub: pub, ref: ref, rng: rand.New(rand.NewPCG(11, 12))}
 	for i := range 3 {
-		xs = append(xs, localindex.New(kvevent.Worker{ID: kvevent.WorkerID(i + 1)}, 0))
+		f.xs = append(f.xs, localindex.New(kvevent.Worker{ID: kvevent.WorkerID(i + 1)}, 0))
 	}
-	rng := rand.New(rand.NewPCG(11, 12))
-	heads := make([]uint64, len(xs))
-	emit := func(n int) {
-		for range n {
-			k := rng.IntN(len(xs))
-			var ev kvevent.Event
-			if rng.IntN(4) == 0 && heads[k] > 0 {
-				ev = kvevent.Event{Kind: kvevent.Removed, Removed: []uint64{heads[k]}}
-				heads[k]--
-			} else {
-				h := uint64(k*1000) + heads[k] + 1
-				ev = kvevent.Event{Kind: kvevent.Stored, HasParent: heads[k] > 0, Parent: h - 1,
-					Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h * 31}}}
-				heads[k]++
-			}
-			evs := xs[k].Apply([]kvevent.Event{ev})
-			for i := range evs {
-				e := evs[i]
-				_ = ref.Apply(&e)
-			}
-			if err := pub.Publish(evs); err != nil {
-				t.Fatal(err)
-			}
+	f.heads = make([]uint64, len(f.xs))
+	return f
+}
+
+// emit publishes n events, each of a random worker: a block stored on its
+// chain, or the chain's last block removed.
+func (f *fleetSim) emit(n int) {
+	f.t.Helper()
+	for range n {
+		k := f.rng.IntN(len(f.xs))
+		var ev kvevent.Event
+		if f.rng.IntN(4) == 0 && f.heads[k] > 0 {
+			ev = kvevent.Event{Kind: kvevent.Removed, Removed: []uint64{uint64(k*1000) + f.heads[k]}}
+			f.heads[k]--
+		} else {
+			h := uint64(k*1000) + f.heads[k] + 1
+			ev = kvevent.Event{Kind: kvevent.Stored, HasParent: f.heads[k] > 0, Parent: h - 1,
+				Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h * 31}}}
+			f.heads[k]++
 		}
-	}
-	start := func(id string, reset bool) (*durable.Consumer, *liveindex.Index) {
-		cfg := durable.DefaultConfig()
-		cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.ResetStates = id, 50, 50*time.Millisecond, reset
-		idx := newIndex(t)
-		c, err := durable.New(cfg, js, newRouter(t, idx), idx, nil, nil, quiet())
-		if err != nil {
-			t.Fatal(err)
+		evs := f.xs[k].Apply([]kvevent.Event{ev})
+		for i := range evs {
+			e := evs[i]
+			_ = f.ref.Apply(&e)
 		}
-		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		for i := range xs { // as the registry watch does: events of unregistered workers are dropped
-			c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
-				ID: kvevent.WorkerID(i + 1), Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
-		}
-		return c, idx
-	}
-	same := func(idx *liveindex.Index) func() bool {
-		return func() bool {
-			_ = idx.Flush()
-			return cmp.Equal(canonical(idx.Dump()), canonical(ref.Dump()))
+		if err := f.pub.Publish(evs); err != nil {
+			f.t.Fatal(err)
 		}
 	}
-	a, aIdx := start("router-a", false)
-	b, bIdx := start("router-b", false)
-	emit(150)
-	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
-	natstest.WaitFor(t, 10*time.Second, same(bIdx), "router b equals the reference")
+}
+
+// start starts router id's durable consumer (snapshots every 50 messages
+// when snapEvery, else only when asked) and announces the workers, as the
+// registry watch does: events of unannounced workers are dropped.
+func (f *fleetSim) start(id string, reset, snapEvery bool, hook func(string)) (*durable.Consumer, *liveindex.Index) {
+	f.t.Helper()
+	cfg := durable.DefaultConfig()
+	cfg.RouterID, cfg.ResetStates = id, reset
+	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
+	if snapEvery {
+		cfg.SnapshotThreshold, cfg.SnapshotInterval = 50, 50*time.Millisecond
+	}
+	idx := newIndex(f.t)
+	log := slog.New(slog.NewTextHandler(&f.logs, nil)).With("router", id)
+	c, err := durable.New(cfg, f.js, newRouter(f.t, idx), idx, nil, nil, log)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if hook != nil {
+		durable.SetStartHook(c, hook)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(c.Close)
+	for i := range f.xs {
+		c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
+			ID: kvevent.WorkerID(i + 1), Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
+	}
+	return c, idx
+}
+
+// wait polls until idx holds the reference's blocks; on timeout it fails
+// with the difference and the consumers' last log lines about the stream
+// (restores, start positions, snapshots and purges).
+func (f *fleetSim) wait(idx *liveindex.Index, what string) {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_ = idx.Flush()
+		got, want := canonical(idx.Dump()), canonical(f.ref.Dump())
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s: router holds %d blocks, reference %d; only router: %v; only reference: %v\n%s",
+				what, len(got), len(want), minus(got, want), minus(want, got), f.logs.tail("durable events:", 30))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two routers consume the stream; one stops, events keep coming and the
+// other snapshots and purges; the stopped one restarts from the snapshot
+// plus the stream and ends with the same index as the one that never
+// stopped, which equals an index fed every event directly. Then a router
+// started with ResetStates purges everything and starts empty.
+func TestRouterRestartInDurableMode(t *testing.T) {
+	ctx := context.Background()
+	f := newFleetSim(t)
+	a, aIdx := f.start("router-a", false, true, nil)
+	b, bIdx := f.start("router-b", false, true, nil)
+	f.emit(150)
+	f.wait(aIdx, "router a equals the reference")
+	f.wait(bIdx, "router b equals the reference")
 
 	b.Close()
-	emit(300)
-	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
+	f.emit(300)
+	f.wait(aIdx, "router a equals the reference")
 	if err := a.Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	emit(40)
-	_, b2Idx := start("router-b", false)
-	natstest.WaitFor(t, 10*time.Second, same(b2Idx), "restarted router b equals the reference")
-	natstest.WaitFor(t, 10*time.Second, same(aIdx), "router a equals the reference")
-	st, err := js.Stream(ctx, dynamo.StreamName(dynamo.DefaultNamespace, dynamo.DefaultComponent))
+	f.emit(40)
+	_, b2Idx := f.start("router-b", false, true, nil)
+	f.wait(b2Idx, "restarted router b equals the reference")
+	f.wait(aIdx, "router a equals the reference")
+	st, err := f.js.Stream(ctx, dynamo.StreamName(dynamo.DefaultNamespace, dynamo.DefaultComponent))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +217,7 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 	}
 
 	// Reset: stream purged, snapshot deleted, a clean start.
-	_, cIdx := start("router-c", true)
+	_, cIdx := f.start("router-c", true, true, nil)
 	if info, _ := st.Info(ctx); info.State.Msgs != 0 {
 		t.Fatalf("reset left %d messages", info.State.Msgs)
 	}
@@ -176,6 +226,75 @@ func TestRouterRestartInDurableMode(t *testing.T) {
 	if n := len(cIdx.Dump()); n != 0 {
 		t.Fatalf("reset router holds %d blocks", n)
 	}
+}
+
+// A router restarts while another keeps consuming, snapshotting and
+// purging: whenever that purge runs during the restart (after the old
+// consumer is deleted, after the new one is created, after the snapshot
+// is restored), the restarted router still reads every message its
+// snapshot does not cover. It once restored the snapshot before creating
+// its consumer after it, and a purge in between took the messages it was
+// about to read (seen as a rare timeout of TestRouterRestartInDurableMode).
+func TestRestartSurvivesPurgesDuringStart(t *testing.T) {
+	ctx := context.Background()
+	f := newFleetSim(t)
+	a, aIdx := f.start("router-a", false, false, nil)
+	b, bIdx := f.start("router-b", false, false, nil)
+	f.emit(60)
+	f.wait(aIdx, "router a equals the reference")
+	f.wait(bIdx, "router b equals the reference")
+	b.Close()
+	f.emit(60)
+	f.wait(aIdx, "router a equals the reference")
+	if err := a.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.js.Stream(ctx, dynamo.StreamName(dynamo.DefaultNamespace, dynamo.DefaultComponent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aCons, err := st.Consumer(ctx, "router-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bCons, err := st.Consumer(ctx, "router-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOld := bCons.CachedInfo().AckFloor.Stream
+	var steps []string
+	var purgedTo []uint64
+	_, b2Idx := f.start("router-b", false, false, func(step string) {
+		steps = append(steps, step)
+		f.emit(20)
+		f.wait(aIdx, "router a equals the reference during b's start")
+		// Router a acknowledged all it read, so its purge goes as far as
+		// the other consumers let it.
+		natstest.WaitFor(t, 30*time.Second, func() bool {
+			ci, err1 := aCons.Info(ctx)
+			si, err2 := st.Info(ctx)
+			return err1 == nil && err2 == nil && ci.AckFloor.Stream == si.State.LastSeq
+		}, "router a acknowledges every message")
+		if err := a.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		purgedTo = append(purgedTo, info.State.FirstSeq-1)
+	})
+	if got := slices.Sorted(slices.Values(steps)); !slices.Equal(got, []string{"created", "deleted", "restored"}) {
+		t.Fatalf("start steps %v, want deleted, created and restored", steps)
+	}
+	// The purge once the old consumer was gone took everything a had
+	// read: the positive signal that the purges did run.
+	if purgedTo[0] <= bOld {
+		t.Fatalf("no purge past router b's old position %d: purged to %v", bOld, purgedTo)
+	}
+	f.emit(20)
+	f.wait(b2Idx, "restarted router b equals the reference")
+	f.wait(aIdx, "router a equals the reference")
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
@@ -203,4 +322,33 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	b, _ := durable.Snapshot{StreamSeq: 1, Last: map[kvevent.Worker]uint64{{ID: 1}: 1}}.Encode()
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = durable.DecodeSnapshot(b) })
+}
+
+// syncBuf is a log sink safe for concurrent writers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tail returns the last n lines containing sub.
+func (s *syncBuf) tail(sub string, n int) string {
+	var out []string
+	for _, l := range strings.Split(s.String(), "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
