@@ -137,18 +137,64 @@ func (c *Consumer) start(rec fleet.WorkerRecord) error {
 // again from inside the failed connection's error path, so a worker
 // endpoint that keeps failing the handshake made it recurse until the
 // stack overflowed, a fatal error.
-func (c *Consumer) dial(ctx context.Context, ep string) (zmq4.Socket, error) {
-	s := zmq4.NewSub(zmtpguard.WithOptions(ctx, c.guard), zmq4.WithDialerRetry(c.cfg.DialRetry),
-		zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
-	if err := s.SetOption(zmq4.OptionSubscribe, Topic); err != nil {
-		_ = s.Close()
-		return nil, err
+func (c *Consumer) dial(ctx context.Context, ep string) (*sock, error) {
+	return openSock(ctx, c.guard, ep, func(sctx context.Context) zmq4.Socket {
+		return zmq4.NewSub(sctx, zmq4.WithDialerRetry(c.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	}, func(s zmq4.Socket) error { return s.SetOption(zmq4.OptionSubscribe, Topic) })
+}
+
+// drainWait bounds a socket's drain when its connection had already
+// failed (see zmtpguard.Drain).
+const drainWait = time.Second
+
+// sock is a SUB or DEALER socket with what closing it cleanly takes:
+// zmq4's reader goroutine blocks for good on a socket closed while its
+// queue is full, so the socket's context is its own (not the caller's),
+// and it is ended by close, which drains it (zmtpguard.Drain).
+type sock struct {
+	zmq4.Socket
+	conns   *zmtpguard.Conns
+	cancel  context.CancelFunc
+	unwatch func() bool
+}
+
+// openSock makes a socket with mk, sets it up and dials ep; ctx ending
+// stops the dial, and later closes the connection, which ends a waiting
+// Recv with the connection's error.
+func openSock(ctx context.Context, guard zmtpguard.Options, ep string, mk func(context.Context) zmq4.Socket,
+	setup func(zmq4.Socket) error) (*sock, error) {
+	guard.Conns = zmtpguard.NewConns()
+	sctx, cancel := context.WithCancel(zmtpguard.WithOptions(context.Background(), guard))
+	s := &sock{Socket: mk(sctx), conns: guard.Conns, cancel: cancel, unwatch: func() bool { return false }}
+	if setup != nil {
+		if err := setup(s.Socket); err != nil {
+			s.close(false)
+			return nil, err
+		}
 	}
-	if err := s.Dial(zmtpguard.Endpoint(ep)); err != nil {
-		_ = s.Close()
+	stop := context.AfterFunc(ctx, cancel) // a dial retries until its socket's context ends
+	err := s.Dial(zmtpguard.Endpoint(ep))
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.close(true)
 		return nil, fmt.Errorf("dialling %s: %w", ep, err)
 	}
+	s.unwatch = context.AfterFunc(ctx, s.conns.Close)
 	return s, nil
+}
+
+// close closes the socket; drain unless Recv already returned the
+// connection's error (its reader is gone).
+func (s *sock) close(drain bool) {
+	s.unwatch()
+	if drain {
+		_ = zmtpguard.Drain(s.Socket, s.conns, s.cancel, drainWait)
+		return
+	}
+	s.cancel()
+	_ = s.Socket.Close()
 }
 
 // maxRedialWait caps the pause between connections to a worker that
@@ -159,20 +205,26 @@ const maxRedialWait = 5 * time.Second
 // connection drops it redials ep with a new socket, after DialRetry,
 // doubling up to maxRedialWait while connections fail before delivering
 // anything.
-func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s zmq4.Socket) {
+func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s *sock) {
+	// drain: whether s may still have a reader (Recv has not returned
+	// its connection's error).
+	drain := true
 	defer func() {
 		if s != nil {
-			_ = s.Close()
+			s.close(drain)
 		}
 	}()
 	wait := c.cfg.DialRetry
 	for {
+		// ctx ending closes the connection: Recv then returns what was
+		// queued and the connection's error.
 		m, err := s.Recv()
+		drain = err == nil
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			_ = s.Close()
+			s.close(false)
 			s = nil
 			for s == nil {
 				select {
@@ -184,7 +236,7 @@ func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s z
 				// Dial aside: a peer that accepted the connection and never
 				// answers would hold it (zmq4 reads the greeting without a
 				// deadline), and stop waits for this goroutine.
-				dialed := make(chan zmq4.Socket, 1)
+				dialed := make(chan *sock, 1)
 				go func() {
 					ns, err := c.dial(ctx, ep)
 					if err != nil {
@@ -194,10 +246,11 @@ func (c *Consumer) read(ctx context.Context, id kvevent.WorkerID, ep string, s z
 				}()
 				select {
 				case s = <-dialed:
+					drain = true
 				case <-ctx.Done():
 					go func() {
 						if ns := <-dialed; ns != nil {
-							_ = ns.Close()
+							ns.close(true)
 						}
 					}()
 					return
@@ -277,12 +330,16 @@ func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 	if ep == "" {
 		return recovery.Reply{}, fmt.Errorf("query %v: worker has no recovery endpoint", req)
 	}
-	d := zmq4.NewDealer(zmtpguard.WithOptions(ctx, q.guard), zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithLogger(zmqLogger))
-	defer d.Close()
-	if err := d.Dial(zmtpguard.Endpoint(ep)); err != nil {
-		return recovery.Reply{}, fmt.Errorf("query %v: dialling %s: %w", req, ep, err)
+	d, err := openSock(ctx, q.guard, ep, func(sctx context.Context) zmq4.Socket {
+		return zmq4.NewDealer(sctx, zmq4.WithDialerRetry(q.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	}, nil)
+	if err != nil {
+		return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
 	}
+	// A reply cut short (ctx ended, a malformed part) may leave parts
+	// queued: d is drained.
+	drain := true
+	defer func() { d.close(drain) }()
 	if err := d.Send(zmq4.NewMsgFrom(recovery.EncodeRequest(req))); err != nil {
 		return recovery.Reply{}, fmt.Errorf("query %v: %w", req, err)
 	}
@@ -290,6 +347,7 @@ func (q *querier) Query(ctx context.Context, req recovery.Request) (recovery.Rep
 	for {
 		m, err := d.Recv()
 		if err != nil {
+			drain = false
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}

@@ -27,6 +27,9 @@ type Options struct {
 	// frame over the cap, with the peer's address and the error. It is
 	// called from zmq4's goroutines and must return quickly.
 	Refused func(remote net.Addr, err error)
+	// Conns, when not nil, holds the socket's live connections (dialled
+	// and accepted), for Drain.
+	Conns *Conns
 }
 
 type optionsKey struct{}
@@ -84,7 +87,7 @@ func (g guarded) Dial(ctx context.Context, d transport.Dialer, addr string) (net
 	if err != nil {
 		return nil, err
 	}
-	return NewConn(c, optionsOf(ctx)), nil
+	return track(NewConn(c, optionsOf(ctx))), nil
 }
 
 // Listen implements transport.Transport.
@@ -111,7 +114,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewConn(c, l.o), nil
+	return track(NewConn(c, l.o)), nil
 }
 
 // Conn is a net.Conn whose reads are checked frame by frame: once a frame
@@ -134,6 +137,14 @@ func NewConn(c net.Conn, o Options) *Conn {
 		o.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	return &Conn{Conn: c, o: o, p: NewParser(o.MaxFrameBytes)}
+}
+
+// Close implements net.Conn.
+func (c *Conn) Close() error {
+	if c.o.Conns != nil {
+		c.o.Conns.remove(c)
+	}
+	return c.Conn.Close()
 }
 
 // Read implements net.Conn.
