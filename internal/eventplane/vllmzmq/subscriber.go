@@ -255,13 +255,16 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // connection's error path, so a peer that keeps failing the handshake
 // (closing at once, or dropped by the frame guard) made it recurse until
 // the goroutine's stack overflowed, a fatal error.
-func (s *Subscriber) connect(ctx context.Context) (zmq4.Socket, error) {
+func (s *Subscriber) connect(ctx context.Context) (*zmtpguard.Sock, error) {
 	wait := s.cfg.DialRetry
 	for attempt := 0; ; attempt++ {
-		sub := zmq4.NewSub(zmtpguard.WithOptions(ctx, s.guard), zmq4.WithDialerRetry(s.cfg.DialRetry),
-			zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+		// The socket's context is its own, so that it can be drained at
+		// the end (zmtpguard.Drain); closing it ends a dial.
+		sub := zmtpguard.NewSock(s.guard, func(sctx context.Context) zmq4.Socket {
+			return zmq4.NewSub(sctx, zmq4.WithDialerRetry(s.cfg.DialRetry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+		})
 		if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
-			_ = sub.Close()
+			sub.Shut(false, 0)
 			return nil, fmt.Errorf("subscribing to %q: %w", s.cfg.Topic, err)
 		}
 		// zmq4 v0.17.0 reads the peer's greeting without a deadline: a
@@ -273,9 +276,10 @@ func (s *Subscriber) connect(ctx context.Context) (zmq4.Socket, error) {
 		select {
 		case err := <-dialed:
 			if err == nil {
+				sub.Watch(ctx) // ctx ending closes the connection: Recv returns
 				return sub, nil
 			}
-			_ = sub.Close()
+			sub.Shut(false, 0)
 			if ctx.Err() != nil {
 				return nil, nil
 			}
@@ -287,7 +291,14 @@ func (s *Subscriber) connect(ctx context.Context) (zmq4.Socket, error) {
 				s.log.Debug(msg, "err", err, "attempt", attempt+1)
 			}
 		case <-ctx.Done():
-			_ = sub.Close()
+			sub.Abort() // ends the dial
+			go func() {
+				if err := <-dialed; err == nil {
+					sub.Shut(true, drainWait)
+				} else {
+					sub.Shut(false, 0)
+				}
+			}()
 			return nil, nil
 		}
 		if !sleep(ctx, wait) {
@@ -296,6 +307,10 @@ func (s *Subscriber) connect(ctx context.Context) (zmq4.Socket, error) {
 		wait = min(2*wait, max(s.cfg.DialRetry, maxRedialWait))
 	}
 }
+
+// drainWait bounds a socket's drain when its connection had already
+// failed (see zmtpguard.Drain).
+const drainWait = time.Second
 
 // maxRedialWait caps the pause between connections that failed one after
 // the other (zmq4 leaves a connection whose handshake failed to the
@@ -317,15 +332,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // read moves live messages from the socket to msgs until ctx ends; when
 // the connection drops it tells the stream and redials with a new socket,
 // waiting longer each time a connection drops before delivering anything.
-func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4.Msg) {
+func (s *Subscriber) read(ctx context.Context, sub *zmtpguard.Sock, msgs chan<- zmq4.Msg) {
+	// drain: whether sub may still have a reader (Recv has not returned
+	// its connection's error).
+	drain := true
 	defer func() {
 		if sub != nil {
-			_ = sub.Close()
+			sub.Shut(drain, drainWait)
 		}
 	}()
 	wait, delivered := s.cfg.DialRetry, false
 	for {
 		m, err := sub.Recv()
+		drain = err == nil
 		if ctx.Err() != nil {
 			return
 		}
@@ -346,7 +365,7 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 			case <-ctx.Done():
 				return
 			}
-			_ = sub.Close()
+			sub.Shut(false, 0)
 			sub = nil
 			if !sleep(ctx, wait) {
 				return
@@ -355,6 +374,7 @@ func (s *Subscriber) read(ctx context.Context, sub zmq4.Socket, msgs chan<- zmq4
 				wait = min(2*wait, max(s.cfg.DialRetry, maxRedialWait))
 			}
 			delivered = false
+			drain = true
 			if sub, err = s.connect(ctx); sub == nil {
 				if err != nil {
 					s.log.Error("KV event stream cannot reconnect", "err", err)
@@ -535,12 +555,24 @@ func (r *dealerReplayer) Replay(ctx context.Context, from uint64, fn func(uint64
 }
 
 func (r *dealerReplayer) replay(ctx context.Context, from uint64, fn func(uint64, []byte) bool) error {
-	d := zmq4.NewDealer(zmtpguard.WithOptions(ctx, r.guard), zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithLogger(zmqLogger))
-	defer d.Close()
-	if err := d.Dial(zmtpguard.Endpoint(r.endpoint)); err != nil {
+	d := zmtpguard.NewSock(r.guard, func(sctx context.Context) zmq4.Socket {
+		return zmq4.NewDealer(sctx, zmq4.WithDialerRetry(r.retry), zmq4.WithDialerMaxRetries(-1), zmq4.WithLogger(zmqLogger))
+	})
+	stop := context.AfterFunc(ctx, d.Abort) // a dial retries until its socket's context ends
+	err := d.Dial(zmtpguard.Endpoint(r.endpoint))
+	if !stop() && err == nil {
+		d.Shut(true, drainWait) // connected as ctx ended
+		return fmt.Errorf("dialling replay endpoint %s: %w", r.endpoint, ctx.Err())
+	}
+	if err != nil {
+		d.Shut(false, 0)
 		return fmt.Errorf("dialling replay endpoint %s: %w", r.endpoint, err)
 	}
+	// Replies left unread (ctx ended) are drained: zmq4 v0.17.0 parks a
+	// connection's reader for good when its queue is full at Close.
+	d.Watch(ctx)
+	drain := true
+	defer func() { d.Shut(drain, drainWait) }()
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, seqFrame(from))); err != nil {
 		return fmt.Errorf("sending replay request: %w", err)
 	}
@@ -548,6 +580,7 @@ func (r *dealerReplayer) replay(ctx context.Context, from uint64, fn func(uint64
 	for {
 		m, err := d.Recv()
 		if err != nil {
+			drain = false
 			if ctx.Err() != nil {
 				err = fmt.Errorf("replay timed out after %v", r.timeout)
 			}

@@ -147,55 +147,38 @@ func (c *Consumer) dial(ctx context.Context, ep string) (*sock, error) {
 // failed (see zmtpguard.Drain).
 const drainWait = time.Second
 
-// sock is a SUB or DEALER socket with what closing it cleanly takes:
-// zmq4's reader goroutine blocks for good on a socket closed while its
-// queue is full, so the socket's context is its own (not the caller's),
-// and it is ended by close, which drains it (zmtpguard.Drain).
-type sock struct {
-	zmq4.Socket
-	conns   *zmtpguard.Conns
-	cancel  context.CancelFunc
-	unwatch func() bool
-}
+// sock is a SUB or DEALER socket closed with a drain (zmtpguard.Sock).
+type sock struct{ *zmtpguard.Sock }
 
 // openSock makes a socket with mk, sets it up and dials ep; ctx ending
 // stops the dial, and later closes the connection, which ends a waiting
 // Recv with the connection's error.
 func openSock(ctx context.Context, guard zmtpguard.Options, ep string, mk func(context.Context) zmq4.Socket,
 	setup func(zmq4.Socket) error) (*sock, error) {
-	guard.Conns = zmtpguard.NewConns()
-	sctx, cancel := context.WithCancel(zmtpguard.WithOptions(context.Background(), guard))
-	s := &sock{Socket: mk(sctx), conns: guard.Conns, cancel: cancel, unwatch: func() bool { return false }}
+	s := &sock{zmtpguard.NewSock(guard, mk)}
 	if setup != nil {
 		if err := setup(s.Socket); err != nil {
 			s.close(false)
 			return nil, err
 		}
 	}
-	stop := context.AfterFunc(ctx, cancel) // a dial retries until its socket's context ends
+	stop := context.AfterFunc(ctx, s.Abort) // a dial retries until its socket's context ends
 	err := s.Dial(zmtpguard.Endpoint(ep))
 	if !stop() && err == nil {
-		err = ctx.Err()
+		s.close(true) // connected as ctx ended
+		return nil, fmt.Errorf("dialling %s: %w", ep, ctx.Err())
 	}
 	if err != nil {
-		s.close(true)
+		s.close(false)
 		return nil, fmt.Errorf("dialling %s: %w", ep, err)
 	}
-	s.unwatch = context.AfterFunc(ctx, s.conns.Close)
+	s.Watch(ctx)
 	return s, nil
 }
 
 // close closes the socket; drain unless Recv already returned the
 // connection's error (its reader is gone).
-func (s *sock) close(drain bool) {
-	s.unwatch()
-	if drain {
-		_ = zmtpguard.Drain(s.Socket, s.conns, s.cancel, drainWait)
-		return
-	}
-	s.cancel()
-	_ = s.Socket.Close()
-}
+func (s *sock) close(drain bool) { s.Shut(drain, drainWait) }
 
 // maxRedialWait caps the pause between connections to a worker that
 // failed one after the other.

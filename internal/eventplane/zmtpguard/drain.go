@@ -81,3 +81,49 @@ func Drain(s zmq4.Socket, conns *Conns, cancel context.CancelFunc, wait time.Dur
 	cancel()
 	return s.Close()
 }
+
+// Sock is a SUB or DEALER socket that can be closed without leaving
+// zmq4's reader goroutine behind: its context is its own (a caller's
+// context ending must not be what stops the socket, see Drain), and Shut
+// drains it.
+type Sock struct {
+	zmq4.Socket
+	conns   *Conns
+	cancel  context.CancelFunc
+	unwatch func() bool
+}
+
+// NewSock makes a socket with mk on a context of its own carrying o (with
+// a fresh connection set).
+func NewSock(o Options, mk func(context.Context) zmq4.Socket) *Sock {
+	o.Conns = NewConns()
+	ctx, cancel := context.WithCancel(WithOptions(context.Background(), o))
+	return &Sock{Socket: mk(ctx), conns: o.Conns, cancel: cancel, unwatch: func() bool { return false }}
+}
+
+// Abort ends the socket's context and closes its connections: a Dial
+// stops, whether it was retrying or waiting for the peer's greeting.
+func (s *Sock) Abort() {
+	s.cancel()
+	s.conns.Close()
+}
+
+// Watch makes ctx ending close the socket's connections: a waiting Recv
+// then returns what was queued, then the connection's error.
+func (s *Sock) Watch(ctx context.Context) {
+	s.unwatch()
+	s.unwatch = context.AfterFunc(ctx, s.conns.Close)
+}
+
+// Shut closes the socket: drained (Drain, waiting at most wait) unless
+// drain is false, which says Recv already returned the connection's
+// error (its reader is gone).
+func (s *Sock) Shut(drain bool, wait time.Duration) {
+	s.unwatch()
+	if drain {
+		_ = Drain(s.Socket, s.conns, s.cancel, wait)
+		return
+	}
+	s.cancel()
+	_ = s.Socket.Close()
+}
