@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -79,7 +80,10 @@ func Drain(s zmq4.Socket, conns *Conns, cancel context.CancelFunc, wait time.Dur
 		}
 	}
 	cancel()
-	return s.Close()
+	if err := s.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err // the connections were closed above already
+	}
+	return nil
 }
 
 // Sock is a SUB or DEALER socket that can be closed without leaving
