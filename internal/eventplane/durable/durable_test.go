@@ -27,7 +27,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// nats.go v1.55.0 (the newest served) can leave a goroutine behind per
+// Object Store Put: Put publishes through a JetStream context of its own
+// whose first async publish starts resetPendingAcksOnReconnect, and Put's
+// deferred cleanup clears the status channel that goroutine has not read
+// yet, so it waits on a nil channel for good (seen 1 run in 40 of the
+// restart tests, which write snapshots). An upstream race, outside what
+// these tests check; kept out of the leak check by name only.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+}
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
