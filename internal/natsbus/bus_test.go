@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -142,18 +144,13 @@ func TestReconnectRunsHooks(t *testing.T) {
 	default:
 	}
 	// The subscription was restored by the client.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, 5*time.Second, func() bool {
 		if err := srv2.Conn().Publish("x", []byte("again")); err != nil {
 			t.Fatal(err)
 		}
-		if m, err := sub.NextMsg(100 * time.Millisecond); err == nil && string(m.Data) == "again" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("subscription not restored after reconnect")
-		}
-	}
+		m, err := sub.NextMsg(100 * time.Millisecond)
+		return err == nil && string(m.Data) == "again"
+	}, "the subscription restored after reconnect")
 }
 
 func portOf(t *testing.T, url string) int {

@@ -12,6 +12,8 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // ClusterName is the NATS cluster name of a Cluster's nodes.
@@ -182,17 +184,7 @@ func (c *Cluster) Formed() (bool, string) {
 // missing after d.
 func (c *Cluster) WaitFormed(d time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, detail := c.Formed()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out waiting for the NATS cluster to form: %s", detail)
-		}
-		time.Sleep(pollEvery)
-	}
+	poll.UntilState(c.t, d, c.Formed, "the NATS cluster to form")
 }
 
 // MetaLeader returns the node that leads JetStream's meta group, or nil.
@@ -260,7 +252,7 @@ func (n *ClusterNode) Isolate() {
 	n.isolated = true
 	n.c.mu.Unlock()
 	n.setLinks(true)
-	WaitFor(n.c.t, 10*time.Second, func() bool {
+	poll.Until(n.c.t, 10*time.Second, func() bool {
 		s := n.Server()
 		return s == nil || s.NumRoutes() == 0
 	}, n.name+" without routes (a route bypassed the relays?)")
@@ -347,7 +339,7 @@ func (n *ClusterNode) Start() {
 func (n *ClusterNode) Crash() {
 	n.c.t.Helper()
 	n.setLinks(true)
-	WaitFor(n.c.t, 10*time.Second, func() bool {
+	poll.Until(n.c.t, 10*time.Second, func() bool {
 		s := n.Server()
 		return s == nil || s.NumRoutes() == 0
 	}, n.name+" without routes before the crash")

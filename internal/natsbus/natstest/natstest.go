@@ -1,9 +1,9 @@
 // Package natstest is test support for packages that talk over NATS: an
-// embedded server on a free loopback port, a reconnecting client, and a
-// poll-until helper. Everything it starts is stopped at test cleanup, so
+// embedded server on a free loopback port and a reconnecting client (tests
+// wait on them with internal/poll). Everything it starts is stopped at test cleanup, so
 // tests stay goleak-clean.
 //
-// It exists because the same start-a-server, connect, and wait-for-it code
+// It exists because the same start-a-server and connect code
 // was written in every event-plane test package.
 package natstest
 
@@ -71,20 +71,4 @@ func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
-}
-
-// pollEvery is how often WaitFor checks its condition.
-const pollEvery = 10 * time.Millisecond
-
-// WaitFor polls cond until it holds, failing the test with "timed out
-// waiting for <what>" if it still does not after d.
-func WaitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(pollEvery)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,7 +41,7 @@ func TestStartEmbeddedServesCoreAndJetStream(t *testing.T) {
 }
 
 // A client made by Connect follows a server restarted on the same port,
-// and WaitFor returns once the condition holds.
+// and poll.Until sees it reconnected.
 func TestConnectReconnectsAcrossRestart(t *testing.T) {
 	s := natstest.StartServer(t, -1, false)
 	var reconnects atomic.Int32
@@ -49,7 +50,7 @@ func TestConnectReconnectsAcrossRestart(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	natstest.StartServer(t, port, true)
-	natstest.WaitFor(t, 10*time.Second, func() bool { return reconnects.Load() > 0 && nc.IsConnected() }, "reconnect")
+	poll.Until(t, 10*time.Second, func() bool { return reconnects.Load() > 0 && nc.IsConnected() }, "reconnect")
 }
 
 // TestRestartableKeepsPortAndStore: a Restartable comes back on the same
@@ -75,7 +76,7 @@ func TestRestartableKeepsPortAndStore(t *testing.T) {
 	if n.Port() != port || n.Server() == nil {
 		t.Fatalf("restarted on port %d (was %d), server %v", n.Port(), port, n.Server())
 	}
-	natstest.WaitFor(t, 10*time.Second, func() bool { return nc.IsConnected() }, "client reconnected")
+	poll.Until(t, 10*time.Second, func() bool { return nc.IsConnected() }, "client reconnected")
 	if _, err := js.Stream(ctx, "S"); err != nil {
 		t.Fatalf("stream after restart: %v", err)
 	}
@@ -99,12 +100,12 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lead *natstest.ClusterNode
-	natstest.WaitFor(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
+	poll.Until(t, 20*time.Second, func() bool { lead = c.StreamLeader("S"); return lead != nil }, "a stream leader")
 	publish := func(what string) { t.Helper(); publishOn(t, js, what) }
 	publish("before")
 	lead.Crash()
 	publish("stream leader crashed")
-	natstest.WaitFor(t, 20*time.Second, func() bool { l := c.StreamLeader("S"); return l != nil && l != lead }, "a new stream leader")
+	poll.Until(t, 20*time.Second, func() bool { l := c.StreamLeader("S"); return l != nil && l != lead }, "a new stream leader")
 	lead.Start()
 	c.WaitFormed(30 * time.Second)
 
@@ -113,7 +114,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal("formed without a meta leader")
 	}
 	meta.Stop()
-	natstest.WaitFor(t, 20*time.Second, func() bool { m := c.MetaLeader(); return m != nil && m != meta }, "a new meta leader")
+	poll.Until(t, 20*time.Second, func() bool { m := c.MetaLeader(); return m != nil && m != meta }, "a new meta leader")
 	publish("meta leader down")
 	meta.Start()
 	c.WaitFormed(30 * time.Second)
@@ -135,7 +136,7 @@ func TestClusterFailover(t *testing.T) {
 		_, err := sub.NextMsg(time.Second)
 		return err == nil
 	}
-	natstest.WaitFor(t, 10*time.Second, crosses, "a message from n1's client to n2's before the partition")
+	poll.Until(t, 10*time.Second, crosses, "a message from n1's client to n2's before the partition")
 	iso.Isolate()
 	if !iso.Running() || !isoNC.IsConnected() {
 		t.Fatal("isolated node or its client down")
@@ -160,12 +161,12 @@ func TestClusterFailover(t *testing.T) {
 	cancel()
 	iso.Heal()
 	c.WaitFormed(30 * time.Second)
-	natstest.WaitFor(t, 10*time.Second, crosses, "a message crossing again after the heal")
+	poll.Until(t, 10*time.Second, crosses, "a message crossing again after the heal")
 	st, err := js.Stream(ctx, "S")
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, func() bool {
 		ok, _ := natstest.StreamCurrent(ctx, js, "S")
 		return ok
 	}, "every replica of the stream current")
@@ -178,7 +179,7 @@ func TestClusterFailover(t *testing.T) {
 // retry is deduplicated by its message id).
 func publishOn(t *testing.T, js jetstream.JetStream, what string) {
 	t.Helper()
-	natstest.WaitFor(t, 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err := js.Publish(pctx, "s.x", []byte(what), jetstream.WithMsgID(what))
