@@ -29,6 +29,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -149,7 +150,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 		}
 	}
 	converged := func(what string) {
-		natstest.WaitFor(t, 10*time.Second, func() bool {
+		poll.Until(t, 10*time.Second, func() bool {
 			want := truth(eng.LocalIndex(0))
 			return len(want) > 0 && maps.Equal(v.Get(w), want) && maps.Equal(truth(a.LocalIndex(0)), want)
 		}, what)
@@ -205,7 +206,7 @@ func TestAgentOverZMQ(t *testing.T) {
 		resp.Body.Close()
 	}
 	c.Resync()
-	natstest.WaitFor(t, 10*time.Second, func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		want := truth(eng.LocalIndex(0))
 		return len(want) > 0 && maps.Equal(v.Get(w), want)
 	}, "router view equals the engine's cache over ZMQ")

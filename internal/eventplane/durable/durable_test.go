@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -174,19 +175,15 @@ func (f *fleetSim) start(id string, reset, snapEvery bool, hook func(string)) (*
 // (restores, start positions, snapshots and purges).
 func (f *fleetSim) wait(idx *liveindex.Index, what string) {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilState(f.t, 30*time.Second, func() (bool, string) {
 		_ = idx.Flush()
 		got, want := canonical(idx.Dump()), canonical(f.ref.Dump())
 		if slices.Equal(got, want) {
-			return
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s: router holds %d blocks, reference %d; only router: %v; only reference: %v\n%s",
-				what, len(got), len(want), minus(got, want), minus(want, got), f.logs.tail("durable events:", 30))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("router holds %d blocks, reference %d; only router: %v; only reference: %v\n%s",
+			len(got), len(want), minus(got, want), minus(want, got), f.logs.tail("durable events:", 30))
+	}, what)
 }
 
 // Two routers consume the stream; one stops, events keep coming and the
@@ -279,7 +276,7 @@ func TestRestartSurvivesPurgesDuringStart(t *testing.T) {
 		f.wait(aIdx, "router a equals the reference during b's start")
 		// Router a acknowledged all it read, so its purge goes as far as
 		// the other consumers let it.
-		natstest.WaitFor(t, 30*time.Second, func() bool {
+		poll.Until(t, 30*time.Second, func() bool {
 			ci, err1 := aCons.Info(ctx)
 			si, err2 := st.Info(ctx)
 			return err1 == nil && err2 == nil && ci.AckFloor.Stream == si.State.LastSeq

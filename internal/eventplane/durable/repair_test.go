@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -150,18 +151,11 @@ func (r *durableRouter) held() []string {
 // waitSame polls until the router holds want, failing with a diff.
 func waitSame(t *testing.T, r *durableRouter, what string, want func() []string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		got, w := r.held(), want()
-		if slices.Equal(got, w) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: router holds %d blocks, workers %d; only router: %v; only workers: %v", what, len(got), len(w),
-				minus(got, w), minus(w, got))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return slices.Equal(got, w), fmt.Sprintf("router holds %d blocks, workers %d; only router: %v; only workers: %v",
+			len(got), len(w), minus(got, w), minus(w, got))
+	}, what)
 }
 
 func minus(a, b []string) string {

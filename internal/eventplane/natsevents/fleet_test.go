@@ -10,8 +10,10 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,11 +43,11 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 	f.traffic(t, rng, 60)
 	waitConverged(t, f, v, c, 10*time.Second)
 
-	if metric(t, reg, "kvrouter_eventplane_gaps_total") == 0 || metric(t, reg, "kvrouter_eventplane_duplicates_dropped_total") == 0 {
-		t.Fatalf("faults not exercised: gaps %v, duplicates %v", metric(t, reg, "kvrouter_eventplane_gaps_total"),
-			metric(t, reg, "kvrouter_eventplane_duplicates_dropped_total"))
+	if metricstest.Sum(t, reg, "kvrouter_eventplane_gaps_total") == 0 || metricstest.Sum(t, reg, "kvrouter_eventplane_duplicates_dropped_total") == 0 {
+		t.Fatalf("faults not exercised: gaps %v, duplicates %v", metricstest.Sum(t, reg, "kvrouter_eventplane_gaps_total"),
+			metricstest.Sum(t, reg, "kvrouter_eventplane_duplicates_dropped_total"))
 	}
-	natstest.WaitFor(t, 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range f.ids {
@@ -61,22 +63,4 @@ func TestFleetConvergesUnderLossAndDuplication(t *testing.T) {
 	c2 := newConsumer(t, natstest.Connect(t, srv.ClientURL()), v2, nil, nil)
 	f.announce(c2)
 	waitConverged(t, f, v2, c2, 10*time.Second)
-}
-
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }

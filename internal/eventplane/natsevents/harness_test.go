@@ -26,6 +26,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // key and view are the shared naive model of held blocks.
@@ -180,26 +181,20 @@ func (f *testFleet) converged(v *view) (bool, string) {
 	return true, ""
 }
 
-// waitConverged polls until v matches the fleet; after half the time it
+// waitConverged polls until v matches the fleet; after a second it
 // asks for a resync (a loss at the very end of the stream shows no gap).
 func waitConverged(t *testing.T, f *testFleet, v *view, c *natsevents.Consumer, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
 	resynced := false
-	for {
+	poll.UntilState(t, d, func() (bool, string) {
 		ok, why := f.converged(v)
-		if ok {
-			return
-		}
-		if !resynced && time.Now().After(deadline.Add(-d+time.Second)) {
+		if !ok && !resynced && time.Since(start) > time.Second {
 			c.Reconnected()
 			resynced = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not converged: %s", why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok, why
+	}, "the view to match the fleet")
 }
 
 func newConsumer(t *testing.T, nc *nats.Conn, v *view, reg *prometheus.Registry, states func(kvevent.WorkerID, fleet.State, string)) *natsevents.Consumer {

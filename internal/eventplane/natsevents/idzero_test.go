@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // Event ids count from 0 (issue 6). A router follows a worker before its
@@ -37,7 +38,7 @@ func TestNATSFirstEventIsIDZero(t *testing.T) {
 	})
 	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
 		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
-	natstest.WaitFor(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
+	poll.Until(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
 	}
@@ -48,10 +49,10 @@ func TestNATSFirstEventIsIDZero(t *testing.T) {
 	if err := p.Publish(ev0); err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "event 0 applied")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "event 0 applied")
 	stored(2) // event 1: lost
 	if err := p.Publish(stored(3)); err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "gap 1..1 repaired")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "gap 1..1 repaired")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/nats-io/nats.go"
 )
 
@@ -45,7 +46,7 @@ func TestNATSServerRestart(t *testing.T) {
 	srv.WaitForShutdown()
 	f.traffic(t, rng, 30) // these events are lost
 	natstest.StartServer(t, p, false)
-	natstest.WaitFor(t, 10*time.Second, func() bool { return reconnects.Load() > 0 }, "router reconnect")
+	poll.Until(t, 10*time.Second, func() bool { return reconnects.Load() > 0 }, "router reconnect")
 	waitConverged(t, f, v, c.Load(), 10*time.Second)
 	f.traffic(t, rng, 20)
 	waitConverged(t, f, v, c.Load(), 10*time.Second)
@@ -96,7 +97,7 @@ func TestPublisherRestart(t *testing.T) {
 			}
 			emit(x, p, 50)
 			wait := func(x *localindex.Index) {
-				natstest.WaitFor(t, 10*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "router view equals the publisher's")
+				poll.Until(t, 10*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "router view equals the publisher's")
 			}
 			wait(x)
 			p.Close()

@@ -15,7 +15,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // applied is the index as the consumer sees it: the naive view, plus the
@@ -73,14 +75,14 @@ func TestUnknownWorkerFloodIsDropped(t *testing.T) {
 	}
 	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
 		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsNATS}}}})
-	natstest.WaitFor(t, 5*time.Second, exact.Load, "the registered worker synced")
+	poll.Until(t, 5*time.Second, exact.Load, "the registered worker synced")
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
 	}
 	if err := honest.Publish(stored(1)); err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 5*time.Second, func() bool { return maps.Equal(a.Get(w), truth(x)) }, "honest event applied")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(a.Get(w), truth(x)) }, "honest event applied")
 	goroutines := runtime.NumGoroutine()
 
 	forger, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(t, srv.ClientURL()))
@@ -103,10 +105,10 @@ func TestUnknownWorkerFloodIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := func() float64 {
-		return labelled(t, reg, "kvrouter_eventplane_events_dropped_total", "reason", "unknown_worker")
+		return metricstest.Sum(t, reg, "kvrouter_eventplane_events_dropped_total", "reason", "unknown_worker")
 	}
-	natstest.WaitFor(t, 10*time.Second, func() bool { return dropped() == ids*perID }, "every forged event counted as dropped")
-	natstest.WaitFor(t, 5*time.Second, func() bool { return maps.Equal(a.Get(w), truth(x)) }, "honest event after the flood applied")
+	poll.Until(t, 10*time.Second, func() bool { return dropped() == ids*perID }, "every forged event counted as dropped")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(a.Get(w), truth(x)) }, "honest event after the flood applied")
 	if got := c.Workers(); len(got) != 1 || got[0] != w {
 		t.Fatalf("followed worker ranks %v, want only %v", got, w)
 	}
@@ -116,26 +118,4 @@ func TestUnknownWorkerFloodIsDropped(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > goroutines+10 {
 		t.Fatalf("%d goroutines after the flood, %d before: state is kept for made-up ids", n, goroutines)
 	}
-}
-
-// labelled returns the value of counter name with label k=v on reg.
-func labelled(t *testing.T, reg *prometheus.Registry, name, k, v string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestLateAddReportsState: a worker whose live events arrive before it is
@@ -39,8 +40,8 @@ func TestLateAddReportsState(t *testing.T) {
 	defer tr.Close()
 	ev := x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 10}}}})[0]
 	tr.Live(ev, 0)
-	eventually(t, func() bool { _, ok := v.get()[blockKey{0, 1}]; return ok }, "unknown worker followed from its live event")
-	eventually(t, func() bool {
+	poll.Until(t, 5*time.Second, func() bool { _, ok := v.get()[blockKey{0, 1}]; return ok }, "unknown worker followed from its live event")
+	poll.Until(t, 5*time.Second, func() bool {
 		tr.stateMu.Lock()
 		defer tr.stateMu.Unlock()
 		return tr.agg[testWorker.ID] == fleet.StateExact

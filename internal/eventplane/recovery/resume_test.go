@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func storedEv(h uint64) kvevent.Event {
@@ -181,7 +182,7 @@ func TestTrackerFrozenPositions(t *testing.T) {
 	for h := range uint64(20) {
 		tr.Live(x.Apply([]kvevent.Event{storedEv(h + 1)})[0], 0)
 	}
-	eventually(t, func() bool { return maps.Equal(v.get(), truth(x)) }, "initial dump and live events applied")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(v.get(), truth(x)) }, "initial dump and live events applied")
 	for h := range uint64(20) {
 		tr.Live(x.Apply([]kvevent.Event{storedEv(h + 100)})[0], 0)
 	}

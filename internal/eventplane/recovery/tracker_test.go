@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"go.uber.org/goleak"
 )
 
@@ -48,17 +49,6 @@ func (v *lockedView) get() naive {
 	return maps.Clone(v.n)
 }
 
-func eventually(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A worker whose recovery responder is down is DEGRADED (with a reason)
 // while its live events are still applied; once the responder is back the
 // retried dump makes it EXACT with the worker's true state. After Remove,
@@ -92,15 +82,15 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 		return states[len(states)-1], reasons[len(reasons)-1]
 	}
 	tr.Add(testWorker)
-	eventually(t, func() bool { s, why := last(); return s == fleet.StateDegraded && why != "" }, "DEGRADED with a reason")
+	poll.Until(t, 5*time.Second, func() bool { s, why := last(); return s == fleet.StateDegraded && why != "" }, "DEGRADED with a reason")
 	ev := x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: 20}}}})[0]
 	tr.Live(ev, 0)
-	eventually(t, func() bool { _, ok := v.get()[blockKey{0, 2}]; return ok }, "live event applied while degraded")
+	poll.Until(t, 5*time.Second, func() bool { _, ok := v.get()[blockKey{0, 2}]; return ok }, "live event applied while degraded")
 	if s, _ := last(); s != fleet.StateDegraded {
 		t.Fatalf("state %v, want DEGRADED", s)
 	}
 	q.down.Store(false)
-	eventually(t, func() bool { s, _ := last(); return s == fleet.StateExact }, "EXACT after the retried dump")
+	poll.Until(t, 5*time.Second, func() bool { s, _ := last(); return s == fleet.StateExact }, "EXACT after the retried dump")
 	if got, want := v.get(), truth(x); !maps.Equal(got, want) {
 		t.Fatalf("view %v, worker %v", got, want)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // hostPort strips the scheme of a tcp:// endpoint.
@@ -56,7 +58,7 @@ func TestPublisherSurvivesFrameBomb(t *testing.T) {
 	if len(evs) != 3 || evs[1].Blocks[0].EngineHash != storedEvent(1).Blocks[0].EngineHash {
 		t.Fatalf("honest subscriber got %d events %v, want batches 0–2 (1 by replay)", len(evs), evs)
 	}
-	if n := f.counter(t, "kvrouter_vllm_events_replays_total", "result", "ok"); n < 2 {
+	if n := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_replays_total", "result", "ok"); n < 2 {
 		t.Fatalf("%v successful replays, want the initial one and the gap's", n)
 	}
 }
@@ -104,21 +106,21 @@ func TestSubscriberSurvivesHostilePublisher(t *testing.T) {
 		}
 	}
 	noBombAllocation(t, before)
-	eventually(t, "refusals counted", func() bool {
-		return f.counter(t, "kvrouter_vllm_events_frames_refused_total", "worker", "42") >= 2
-	})
+	poll.Until(t, 10*time.Second, func() bool {
+		return metricstest.Sum(t, f.reg, "kvrouter_vllm_events_frames_refused_total", "worker", "42") >= 2
+	}, "refusals counted")
 
 	_ = hostile.Close()
 	pc := DefaultPublisherConfig()
 	pc.Endpoint, pc.Topic = ep, testTopic
 	p = newPublisher(t, pc)
 	i := 0
-	eventually(t, "a batch from the real publisher", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		f.pub = p
 		f.publish(t, i, FaultNone)
 		i++
 		return sub.Status().HasSeq
-	})
+	}, "a batch from the real publisher")
 	if st := sub.Status(); st.State != StateExact {
 		t.Fatalf("state %v (%s), want EXACT", st.State, st.Reason)
 	}
@@ -184,24 +186,24 @@ func TestSubscriberFrameCapIsConfigurable(t *testing.T) {
 	}()
 	f := &fixture{pub: p, rec: rec, sub: sub, reg: reg}
 	i := 0
-	eventually(t, "a first batch", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		f.publish(t, i, FaultNone)
 		i++
 		return sub.Status().HasSeq
-	})
+	}, "a first batch")
 	big, err := p.PublishPayload(make([]byte, 8<<10), FaultNone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the oversized batch refused", func() bool {
-		return f.counter(t, "kvrouter_vllm_events_frames_refused_total") >= 1
-	})
-	eventually(t, "batches after the oversized one", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
+		return metricstest.Sum(t, f.reg, "kvrouter_vllm_events_frames_refused_total") >= 1
+	}, "the oversized batch refused")
+	poll.Until(t, 10*time.Second, func() bool {
 		f.publish(t, i, FaultNone)
 		i++
 		st := sub.Status()
 		return st.HasSeq && st.LastSeq > big
-	})
+	}, "batches after the oversized one")
 }
 
 // TestHandBuiltHandshakeIsAccepted checks the hostile peer's handshake
@@ -221,9 +223,9 @@ func TestHandBuiltHandshakeIsAccepted(t *testing.T) {
 	if _, err := c.Write(append(hello, "hand-built"...)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the hand-built subscription", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		return slices.Contains(p.pub.(zmq4.Topics).Topics(), "hand-built")
-	})
+	}, "the hand-built subscription")
 }
 
 // TestSubscriberSurvivesClosingPeer: a peer that accepts every connection
@@ -260,7 +262,7 @@ func TestSubscriberSurvivesClosingPeer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
 	// 20 ms doubling: connections at about 0, 20, 60, 140, 300, 620 ms.
-	eventually(t, "five connections", func() bool { return accepted.Load() >= 5 })
+	poll.Until(t, 10*time.Second, func() bool { return accepted.Load() >= 5 }, "five connections")
 	time.Sleep(time.Second)
 	cancel()
 	if err := <-done; err != nil {

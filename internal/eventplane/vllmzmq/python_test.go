@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -181,7 +183,7 @@ func TestPythonPublisher(t *testing.T) {
 		}
 		py.do(map[string]any{"op": "quit"})
 	}()
-	eventually(t, "initial sync", func() bool { st := sub.Status(); return st.Connected && st.State == StateExact })
+	poll.Until(t, 10*time.Second, func() bool { st := sub.Status(); return st.Connected && st.State == StateExact }, "initial sync")
 
 	toks := func(first uint32) []uint32 { return []uint32{first, first + 1, first + 2, first + 3} }
 	lh := func(first uint32) uint64 { return kvhash.LocalHash(toks(first), kvhash.Seed) }
@@ -211,9 +213,9 @@ func TestPythonPublisher(t *testing.T) {
 
 	// Restart: the new publisher binds the same endpoints and starts at 0.
 	py.do(map[string]any{"op": "restart"})
-	eventually(t, "the subscriber sees the connection drop", func() bool {
-		return counterValue(t, reg, "kvrouter_vllm_events_receive_errors_total") >= 1
-	})
+	poll.Until(t, 10*time.Second, func() bool {
+		return metricstest.Sum(t, reg, "kvrouter_vllm_events_receive_errors_total") >= 1
+	}, "the subscriber sees the connection drop")
 	if id := py.do(map[string]any{"op": "stored", "tokens": []int{21, 22, 23, 24}, "hashes": []int64{201}}); id != 0 {
 		t.Fatalf("restarted publisher's first event id %d, want 0", id)
 	}
@@ -267,21 +269,4 @@ func withoutNudges(evs []kvevent.Event) []kvevent.Event {
 		out = append(out, e)
 	}
 	return out
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/vllm"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -65,18 +67,6 @@ func (r *recorder) snapshot() ([]uint64, []kvevent.Event, []StateChange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.seqs), slices.Clone(r.events), slices.Clone(r.states)
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 const testTopic = "kv-events"
@@ -167,10 +157,10 @@ func start(t *testing.T, p *Publisher, replay bool) *fixture {
 		}
 	}
 	t.Cleanup(f.stop)
-	eventually(t, "initial sync", func() bool { return f.sub.Status().State == StateExact })
-	eventually(t, "subscription", func() bool {
+	poll.Until(t, 10*time.Second, func() bool { return f.sub.Status().State == StateExact }, "initial sync")
+	poll.Until(t, 10*time.Second, func() bool {
 		return slices.Contains(p.pub.(zmq4.Topics).Topics(), testTopic)
-	})
+	}, "subscription")
 	return f
 }
 
@@ -185,40 +175,10 @@ func (f *fixture) publish(t *testing.T, i int, fault Fault) {
 
 func (f *fixture) waitSeq(t *testing.T, seq uint64) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("sequence %d", seq), func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		st := f.sub.Status()
 		return st.HasSeq && st.LastSeq >= seq
-	})
-}
-
-func (f *fixture) counter(t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	}, fmt.Sprintf("sequence %d", seq))
 }
 
 func loopback() PublisherConfig {
@@ -247,7 +207,7 @@ func TestPublishSubscribeBothEncodings(t *testing.T) {
 			if len(seqs) != 20 || seqs[19] != 19 {
 				t.Errorf("sequences %v", seqs)
 			}
-			if n := f.counter(t, "kvrouter_vllm_events_batches_total"); n != 20 {
+			if n := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_batches_total"); n != 20 {
 				t.Errorf("batches_total = %v", n)
 			}
 		})
@@ -269,7 +229,7 @@ func TestGapFilledByReplay(t *testing.T) {
 				want = append(want, storedEvent(i))
 			}
 			f.waitSeq(t, 9)
-			eventually(t, "EXACT", func() bool { return f.rec.lastState().State == StateExact })
+			poll.Until(t, 10*time.Second, func() bool { return f.rec.lastState().State == StateExact }, "EXACT")
 			seqs, got, states := f.rec.snapshot()
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
@@ -281,10 +241,10 @@ func TestGapFilledByReplay(t *testing.T) {
 			if last.State != StateExact || last.Reason != "replay recovered sequences 3–4" {
 				t.Errorf("final state %+v (all: %+v)", last, states)
 			}
-			if g := f.counter(t, "kvrouter_vllm_events_gaps_total"); g != 1 {
+			if g := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_gaps_total"); g != 1 {
 				t.Errorf("gaps_total = %v", g)
 			}
-			if c := f.counter(t, "kvrouter_vllm_events_clears_total"); c != 0 {
+			if c := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_clears_total"); c != 0 {
 				t.Errorf("clears_total = %v", c)
 			}
 		})
@@ -347,7 +307,7 @@ func TestGapNotCoverable(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
-			if n := f.counter(t, "kvrouter_vllm_events_clears_total", "cause", "gap"); n != 1 {
+			if n := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_clears_total", "cause", "gap"); n != 1 {
 				t.Errorf("clears_total{cause=gap} = %v", n)
 			}
 		})
@@ -365,12 +325,12 @@ func TestDuplicateDropped(t *testing.T) {
 		f.publish(t, i, fault)
 	}
 	f.waitSeq(t, 3)
-	eventually(t, "duplicate counted", func() bool { return f.counter(t, "kvrouter_vllm_events_duplicates_total") == 1 })
+	poll.Until(t, 10*time.Second, func() bool { return metricstest.Sum(t, f.reg, "kvrouter_vllm_events_duplicates_total") == 1 }, "duplicate counted")
 	seqs, got, _ := f.rec.snapshot()
 	if !slices.Equal(seqs, []uint64{0, 1, 2, 3}) || len(got) != 4 {
 		t.Errorf("sequences %v, %d events", seqs, len(got))
 	}
-	if g := f.counter(t, "kvrouter_vllm_events_gaps_total") + f.counter(t, "kvrouter_vllm_events_clears_total"); g != 0 {
+	if g := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_gaps_total") + metricstest.Sum(t, f.reg, "kvrouter_vllm_events_clears_total"); g != 0 {
 		t.Errorf("gaps + clears = %v", g)
 	}
 }
@@ -384,15 +344,15 @@ func TestSequenceReset(t *testing.T) {
 	f.waitSeq(t, 3)
 	f.pub.Restart()
 	f.publish(t, 10, FaultNone) // seq 0 of the new engine
-	eventually(t, "restart detected", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		_, _, st := f.rec.snapshot()
 		return st[len(st)-1].State == StateDegraded
-	})
+	}, "restart detected")
 	f.publish(t, 11, FaultNone) // seq 1
-	eventually(t, "EXACT again", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		_, _, st := f.rec.snapshot()
 		return st[len(st)-1].State == StateExact
-	})
+	}, "EXACT again")
 	seqs, got, states := f.rec.snapshot()
 	want := []kvevent.Event{storedEvent(0), storedEvent(1), storedEvent(2), storedEvent(3),
 		{Worker: worker, Kind: kvevent.Cleared}, storedEvent(10), storedEvent(11)}
@@ -409,7 +369,7 @@ func TestSequenceReset(t *testing.T) {
 	if !found {
 		t.Errorf("no restart reason in %+v", states)
 	}
-	if n := f.counter(t, "kvrouter_vllm_events_clears_total", "cause", "restart"); n != 1 {
+	if n := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_clears_total", "cause", "restart"); n != 1 {
 		t.Errorf("clears_total{cause=restart} = %v", n)
 	}
 }
@@ -460,14 +420,14 @@ func TestSubscriberBeforePublisher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "subscription", func() bool { return slices.Contains(p.pub.(zmq4.Topics).Topics(), testTopic) })
-	eventually(t, "synced", func() bool { return sub.Status().State == StateExact })
+	poll.Until(t, 10*time.Second, func() bool { return slices.Contains(p.pub.(zmq4.Topics).Topics(), testTopic) }, "subscription")
+	poll.Until(t, 10*time.Second, func() bool { return sub.Status().State == StateExact }, "synced")
 	for i := 3; i < 6; i++ {
 		if _, err := p.Publish(batch(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "all batches", func() bool { st := sub.Status(); return st.HasSeq && st.LastSeq == 5 })
+	poll.Until(t, 10*time.Second, func() bool { st := sub.Status(); return st.HasSeq && st.LastSeq == 5 }, "all batches")
 	_, got, _ := rec.snapshot()
 	var want []kvevent.Event
 	for i := range 6 {
@@ -495,14 +455,14 @@ func TestTopicFilterAndRefusalMetrics(t *testing.T) {
 	if _, err := f.pub.Publish(bad); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "refusal counted", func() bool {
-		return f.counter(t, "kvrouter_vllm_events_events_refused_total", "reason", "block_size") == 1
-	})
+	poll.Until(t, 10*time.Second, func() bool {
+		return metricstest.Sum(t, f.reg, "kvrouter_vllm_events_events_refused_total", "reason", "block_size") == 1
+	}, "refusal counted")
 	_, got, _ := f.rec.snapshot()
 	if diff := cmp.Diff([]kvevent.Event{storedEvent(0), storedEvent(1)}, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	if n := f.counter(t, "kvrouter_vllm_events_batches_total"); n != 2 {
+	if n := metricstest.Sum(t, f.reg, "kvrouter_vllm_events_batches_total"); n != 2 {
 		t.Errorf("batches_total = %v", n)
 	}
 	f.rec.mu.Lock()
@@ -559,14 +519,14 @@ func TestPublisherProcessRestart(t *testing.T) {
 	// zmq4 reports the dropped connection only once its automatic redial
 	// succeeded, so the new publisher must come up first.
 	var p2 *Publisher
-	eventually(t, "rebind", func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		var err error
 		p2, err = NewPublisher(cfg)
 		return err == nil
-	})
+	}, "rebind")
 	f.more = append(f.more, p2)
-	eventually(t, "resubscription", func() bool { return slices.Contains(p2.pub.(zmq4.Topics).Topics(), testTopic) })
-	eventually(t, "receive error", func() bool { return f.counter(t, "kvrouter_vllm_events_receive_errors_total") >= 1 })
+	poll.Until(t, 10*time.Second, func() bool { return slices.Contains(p2.pub.(zmq4.Topics).Topics(), testTopic) }, "resubscription")
+	poll.Until(t, 10*time.Second, func() bool { return metricstest.Sum(t, f.reg, "kvrouter_vllm_events_receive_errors_total") >= 1 }, "receive error")
 	for i := 10; i < 16; i++ { // new seq 0..5, lost live but replayable
 		if _, err := p2.PublishFault(batch(i), FaultDropLive); err != nil {
 			t.Fatal(err)
@@ -575,11 +535,11 @@ func TestPublisherProcessRestart(t *testing.T) {
 	if _, err := p2.Publish(batch(16)); err != nil { // new seq 6
 		t.Fatal(err)
 	}
-	eventually(t, "resync", func() bool { st := f.sub.Status(); return st.LastSeq == 6 && st.State == StateDegraded })
+	poll.Until(t, 10*time.Second, func() bool { st := f.sub.Status(); return st.LastSeq == 6 && st.State == StateDegraded }, "resync")
 	if _, err := p2.Publish(batch(17)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "EXACT again", func() bool { return f.sub.Status().State == StateExact })
+	poll.Until(t, 10*time.Second, func() bool { return f.sub.Status().State == StateExact }, "EXACT again")
 	_, got, _ := f.rec.snapshot()
 	want := []kvevent.Event{storedEvent(0), storedEvent(1), storedEvent(2), storedEvent(3), {Worker: worker, Kind: kvevent.Cleared}}
 	for i := 10; i < 18; i++ {

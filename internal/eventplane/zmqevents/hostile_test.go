@@ -17,6 +17,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // The frame bomb of issue 21 against both ends of the ZMQ event plane: a
@@ -73,8 +75,8 @@ func TestEventPlaneSurvivesFrameBombs(t *testing.T) {
 	if grown := zmtptest.Allocated() - before; grown > zmtptest.BombSize/2 {
 		t.Fatalf("%d MiB allocated while bombs announcing %d MiB were played", grown>>20, zmtptest.BombSize>>20)
 	}
-	waitFor(t, 5*time.Second, func() bool {
-		return counterValue(t, reg, "kvrouter_eventplane_frames_refused_total") >= 2
+	poll.Until(t, 5*time.Second, func() bool {
+		return metricstest.Sum(t, reg, "kvrouter_eventplane_frames_refused_total") >= 2
 	}, "both refusals counted")
 
 	time.Sleep(100 * time.Millisecond) // let the SUB socket connect (slow joiner)
@@ -83,26 +85,7 @@ func TestEventPlaneSurvivesFrameBombs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(truth(x)) == 3 && maps.Equal(v.Get(w), truth(x)) },
-		"the honest worker's events applied")
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			total := 0.0
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-			return total
-		}
-	}
-	return 0
+	poll.Until(t, 5*time.Second, func() bool { return len(truth(x)) == 3 && maps.Equal(v.Get(w), truth(x)) }, "the honest worker's events applied")
 }
 
 // A worker's port taken over by a peer that accepts and closes every
@@ -138,7 +121,7 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
 	}
 	h := uint64(0)
-	waitFor(t, 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		h++
 		_ = p.Publish(stored(h))
 		return maps.Equal(v.Get(w), truth(x))
@@ -160,7 +143,7 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 			_ = conn.Close()
 		}
 	}()
-	waitFor(t, 5*time.Second, func() bool { return accepted.Load() >= 4 }, "redials to the hostile peer")
+	poll.Until(t, 5*time.Second, func() bool { return accepted.Load() >= 4 }, "redials to the hostile peer")
 	time.Sleep(time.Second)
 	if n := accepted.Load(); n > 12 {
 		t.Fatalf("%d connections in about 1.5 s: the consumer redials without pause", n)
@@ -169,7 +152,7 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 
 	p = newPub(ep, qep)
 	_ = p.Serve(w, x)
-	waitFor(t, 15*time.Second, func() bool {
+	poll.Until(t, 15*time.Second, func() bool {
 		h++
 		_ = p.Publish(stored(h))
 		return maps.Equal(v.Get(w), truth(x))

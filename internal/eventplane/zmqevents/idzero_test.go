@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // Event ids count from 0 (issue 6). A router follows a worker before its
@@ -45,7 +46,7 @@ func TestZMQFirstEventIsIDZero(t *testing.T) {
 	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: fleet.WorkerRecord{
 		ID: w.ID, Name: "w", DPSize: 1, Events: fleet.EventSource{Kind: fleet.EventsZMQ,
 			Endpoint: p.Endpoint(), Replay: p.QueryEndpoint()}}}})
-	waitFor(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
+	poll.Until(t, 5*time.Second, exact.Load, "initial (empty) dump applied")
 	time.Sleep(100 * time.Millisecond) // let the SUB socket connect (slow joiner)
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
@@ -57,10 +58,10 @@ func TestZMQFirstEventIsIDZero(t *testing.T) {
 	if err := p.Publish(ev0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "event 0 applied")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "event 0 applied")
 	stored(2) // event 1: lost
 	if err := p.Publish(stored(3)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "gap 1..1 repaired")
+	poll.Until(t, 5*time.Second, func() bool { return maps.Equal(v.Get(w), truth(x)) }, "gap 1..1 repaired")
 }

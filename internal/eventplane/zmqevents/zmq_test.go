@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/kveventtest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -35,17 +36,6 @@ func truth(x *localindex.Index) map[key]uint64 {
 		_ = v.ApplyEvent(ev)
 	}
 	return v.Get(kvevent.Worker{})
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Two worker processes with two dp ranks each publish over ZMQ with 20 %
@@ -125,5 +115,5 @@ func TestZMQEventPlane(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let the SUB sockets connect (slow joiner)
 	emit(200)
 	c.Resync() // the last events may have been lost with nothing after them
-	waitFor(t, 10*time.Second, converged, "router view equals every rank's local indexer")
+	poll.Until(t, 10*time.Second, converged, "router view equals every rank's local indexer")
 }
