@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // syncBuf is a goroutine-safe log sink.
@@ -118,7 +119,7 @@ func TestLongOutageKeepsSameInstance(t *testing.T) {
 	ns.Start(true)
 	movedRec.Instance = "after" // ... and another one registers it
 	var again *Lease[fleet.WorkerRecord]
-	natstest.WaitFor(t, 10*time.Second, func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		c, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		again, err = wreg.Register(c, movedRec)
@@ -134,7 +135,7 @@ func TestLongOutageKeepsSameInstance(t *testing.T) {
 		}
 	}
 	// kept: its lapse reported as the outage's, and nothing announced.
-	natstest.WaitFor(t, 10*time.Second, func() bool {
+	poll.Until(t, 10*time.Second, func() bool {
 		return strings.Contains(logs.String(), "came back from the same process: worker kept")
 	}, "kept's lapse seen by the directory")
 	select {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // cutProxy forwards TCP connections to a NATS server; cut closes them all
@@ -142,17 +143,10 @@ func (m *mirror) snapshot() (map[string]string, []string) {
 // waitFor polls until the mirror holds exactly want.
 func (m *mirror) waitFor(t *testing.T, d time.Duration, what string, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	poll.UntilState(t, d, func() (bool, string) {
 		got, log := m.snapshot()
-		if maps.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: after %v the watcher's reader believes %v, want %v (changes: %v)", what, d, got, want, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return maps.Equal(got, want), fmt.Sprintf("it believes %v (changes: %v)", got, log)
+	}, fmt.Sprintf("%s: the watcher's reader to believe %v", what, want))
 }
 
 // holds checks, polling for d, that the mirror keeps holding exactly want:
@@ -209,29 +203,20 @@ func restartSwallowingJS(t *testing.T, srv *natstest.Restartable) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); swallowed.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher sent no JetStream request after reconnecting")
-		}
-	}
+	poll.Until(t, 10*time.Second, func() bool { return swallowed.Load() != 0 }, "a JetStream request from the watcher after reconnecting")
 }
 
 // retry runs fn until it succeeds (the connection may be reconnecting).
 func retry(t *testing.T, what string, fn func(ctx context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := fn(ctx)
-		cancel()
-		if err == nil {
-			return
+		defer cancel()
+		if err := fn(ctx); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true, ""
+	}, what)
 }
 
 // TestWatchConvergesAfterLostReply is the deterministic reproduction of
@@ -320,14 +305,10 @@ func TestWatchReportsExpiryMissedWhileBlind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := kv.Get(ctx, "w"); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the record did not expire on the server")
-		}
-	}
+	poll.Until(t, 10*time.Second, func() bool {
+		_, err := kv.Get(ctx, "w")
+		return err != nil
+	}, "the record to expire on the server")
 	again, err := wb.Keep(ctx, "w", fleet.WorkerRecord{Name: "again"})
 	if err != nil {
 		t.Fatal(err)
