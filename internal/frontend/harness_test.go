@@ -19,8 +19,10 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -291,53 +293,16 @@ func (fl *testFleet) activeRequests() int {
 // waitIdle polls until the router tracks no running request.
 func (fl *testFleet) waitIdle() {
 	fl.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for fl.activeRequests() != 0 {
-		if time.Now().After(deadline) {
-			fl.t.Fatalf("router still tracks %d running requests: %+v", fl.activeRequests(), fl.r.Loads())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.UntilState(fl.t, 5*time.Second, func() (bool, string) {
+		n := fl.activeRequests()
+		return n == 0, fmt.Sprintf("%d running requests: %+v", n, fl.r.Loads())
+	}, "no running request tracked")
 }
 
-// metric sums a metric family's samples in the registry (counter and
-// gauge values, histogram sample counts), over the series whose labels
-// include every given name=value pair.
+// metric sums the series of family name carrying the given label pairs.
 func (fl *testFleet) metric(name string, labels ...string) float64 {
 	fl.t.Helper()
-	mfs, err := fl.reg.Gather()
-	if err != nil {
-		fl.t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return metricstest.Sum(fl.t, fl.reg, name, labels...)
 }
 
 // words returns n distinct-ish words seeded by seed, as prompt text.

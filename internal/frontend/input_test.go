@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -437,10 +439,9 @@ func FuzzFrontDoorBodies(f *testing.F) {
 				t.Fatalf("%s %q: %d not in the router's error shape: %s", path, body, resp.StatusCode, b)
 			}
 		}
-		for deadline := time.Now().Add(5 * time.Second); fl.activeRequests() != 0; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %q: %d requests still booked", path, body, fl.activeRequests())
-			}
-		}
+		poll.UntilState(t, 5*time.Second, func() (bool, string) {
+			n := fl.activeRequests()
+			return n == 0, fmt.Sprintf("%d requests booked", n)
+		}, fmt.Sprintf("%s %q: no request booked", path, body))
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -177,19 +178,12 @@ func TestClientDisconnectFreesBooking(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	fl.waitIdle()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
 		fl.f.mu.Lock()
 		recs := fl.f.recent.list()
 		fl.f.mu.Unlock()
-		if len(recs) == 1 && recs[0].Outcome == "client disconnected" && recs[0].Status == 499 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("records %+v, want one client disconnect", recs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(recs) == 1 && recs[0].Outcome == "client disconnected" && recs[0].Status == 499, fmt.Sprintf("records %+v", recs)
+	}, "one client disconnect recorded")
 }
 
 func TestWorkerKilledRetriedElsewhere(t *testing.T) {
@@ -353,21 +347,14 @@ func TestExactModeFollowsWorkerEvents(t *testing.T) {
 	full := u.Usage.PromptTokens / 16
 	worker := first.Header.Get(HeaderWorker)
 	// The stored events arrive after the engine step: poll /v1/query.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
 		_, qb := fl.do("POST", "/v1/query", map[string]any{"prompt": prompt})
 		var q queryResponse
 		if err := json.Unmarshal(qb, &q); err != nil {
 			t.Fatal(err)
 		}
-		if q.Workers[0].Worker == worker && q.Workers[0].OverlapBlocks == full && q.Workers[0].State == "EXACT" && q.Workers[1].OverlapBlocks == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("index never showed %d blocks on %s: %s", full, worker, qb)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return q.Workers[0].Worker == worker && q.Workers[0].OverlapBlocks == full && q.Workers[0].State == "EXACT" && q.Workers[1].OverlapBlocks == 0, string(qb)
+	}, fmt.Sprintf("the index to show %d blocks on %s", full, worker))
 	resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != worker || resp.Header.Get(HeaderOverlapBlocks) != strconv.Itoa(full) {

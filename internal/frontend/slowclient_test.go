@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestSlowClientCannotPinWorker: a streaming client that stops reading is
@@ -52,13 +53,10 @@ func TestSlowClientCannotPinWorker(t *testing.T) {
 	body := `{"model":"Qwen/Qwen3-0.6B","prompt":"hello there","max_tokens":100000,"stream":true}`
 	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read: the socket buffers fill and the router's writes block.
-	deadline := time.Now().Add(15 * time.Second)
-	for !cancelled.Load() || fl.activeRequests() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("slow client still pins the worker: upstream cancelled %v, %d requests booked", cancelled.Load(), fl.activeRequests())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
+		c, n := cancelled.Load(), fl.activeRequests()
+		return c && n == 0, fmt.Sprintf("upstream cancelled %v, %d requests booked", c, n)
+	}, "the slow client to stop pinning the worker")
 }
 
 // TestServerLimits: the Server applies MaxHeaderBytes (oversized headers

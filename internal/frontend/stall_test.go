@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // stallWorker is a real HTTP worker that answers like vLLM, then goes
@@ -95,18 +96,6 @@ func stallFleet(t *testing.T, sw *stallWorker, idle time.Duration, cfg func(*Con
 	return fl
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // errorCode returns error.code of an OpenAI error body ("" when none).
 func errorCode(t *testing.T, b string) string {
 	t.Helper()
@@ -152,7 +141,7 @@ func TestStreamIdleTimeoutMidStream(t *testing.T) {
 		t.Errorf("client waited %v; want about the idle timeout %v", took, idle)
 	}
 	fl.waitIdle()
-	waitFor(t, "the upstream request to be cancelled", func() bool { return sw.cancelled.Load() == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return sw.cancelled.Load() == 1 }, "the upstream request to be cancelled")
 	if got := fl.metric("kvrouter_frontend_worker_stream_timeouts_total", "worker", "w1", "stage", "mid_stream"); got != 1 {
 		t.Errorf("stream timeouts metric = %v, want 1", got)
 	}
@@ -190,7 +179,7 @@ func TestStreamIdleTimeoutBeforeCommit(t *testing.T) {
 				t.Errorf("%s = %q, want w1", HeaderWorker, w)
 			}
 			fl.waitIdle()
-			waitFor(t, "the upstream request to be cancelled", func() bool { return sw.cancelled.Load() == 1 })
+			poll.Until(t, 5*time.Second, func() bool { return sw.cancelled.Load() == 1 }, "the upstream request to be cancelled")
 			if got := fl.metric("kvrouter_frontend_worker_stream_timeouts_total", "stage", tc.stage); got != 1 {
 				t.Errorf("stream timeouts{stage=%s} = %v, want 1", tc.stage, got)
 			}
@@ -310,5 +299,5 @@ func TestShutdownDuringStalledStream(t *testing.T) {
 		t.Error("the stalled stream ended cleanly for the client; want a cut connection")
 	}
 	fl.waitIdle()
-	waitFor(t, "the upstream request to be cancelled", func() bool { return sw.cancelled.Load() == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return sw.cancelled.Load() == 1 }, "the upstream request to be cancelled")
 }
