@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 	"go.uber.org/goleak"
 )
@@ -354,13 +355,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 		}
 		errc <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.w.ranks[0].inflight.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("request never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, func() bool { return r.w.ranks[0].inflight.Load() != 0 }, "the request to start")
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -386,13 +381,7 @@ func TestClientCancelAborts(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.w.ranks[0].inflight.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("request still in flight after the client left")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, func() bool { return r.w.ranks[0].inflight.Load() == 0 }, "no request in flight after the client left")
 }
 
 // A max_tokens whose sum with the prompt length overflows an int is a 400,

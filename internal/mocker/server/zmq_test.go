@@ -11,6 +11,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/vllmzmq"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -155,14 +157,14 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 				cancel()
 				wg.Wait()
 			}()
-			waitFor(t, func() bool {
+			poll.Until(t, 10*time.Second, func() bool {
 				for _, s := range subs {
 					if !s.Status().Connected {
 						return false
 					}
 				}
 				return true
-			})
+			}, "every subscriber connected")
 
 			// Prompts sharing prefixes, more than the 24 blocks hold: hits,
 			// evictions to the host tier and out of it.
@@ -176,7 +178,7 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 			if tc.restartEvery > 0 {
 				// A restarted sequence is an engine restart to the router:
 				// it clears the rank (blocks still cached become invisible).
-				waitFor(t, func() bool { return metricSum(t, reg, "kvrouter_vllm_events_clears_total") > 0 })
+				poll.Until(t, 10*time.Second, func() bool { return metricstest.Sum(t, reg, "kvrouter_vllm_events_clears_total") > 0 }, "a counted clear")
 				return
 			}
 			for rank := range tc.dp {
@@ -184,41 +186,13 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 				if len(want[kvevent.TierDevice]) == 0 || len(want[kvevent.TierHostPinned]) == 0 {
 					t.Fatalf("rank %d: test too weak, cache %d/%d blocks", rank, len(want[0]), len(want[1]))
 				}
-				waitFor(t, func() bool { return cols[rank].equal(want) })
+				poll.Until(t, 10*time.Second, func() bool { return cols[rank].equal(want) }, fmt.Sprintf("rank %d's view equal to its cache", rank))
 			}
-			gaps, dups := metricSum(t, reg, "kvrouter_vllm_events_gaps_total"), metricSum(t, reg, "kvrouter_vllm_events_duplicates_total")
-			clears := metricSum(t, reg, "kvrouter_vllm_events_clears_total")
+			gaps, dups := metricstest.Sum(t, reg, "kvrouter_vllm_events_gaps_total"), metricstest.Sum(t, reg, "kvrouter_vllm_events_duplicates_total")
+			clears := metricstest.Sum(t, reg, "kvrouter_vllm_events_clears_total")
 			if clears != 0 || (tc.drop > 0) != (gaps > 0) || (tc.dup > 0 && dups == 0) {
 				t.Fatalf("gaps %v, duplicates %v, clears %v", gaps, dups, clears)
 			}
 		})
-	}
-}
-
-func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
