@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // matchEngines sends ps through the router, then checks that /v1/query
@@ -30,7 +31,7 @@ func (r *rig) matchEngines(ps [][]uint32, nudge bool) {
 		r.complete(p, 3)
 	}
 	nudges := uint32(0)
-	r.eventually(10*time.Second, "router index equals the engines' caches", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		for i, p := range ps {
 			got, want := r.query(p), r.truth(p)
 			if !maps.Equal(got, want) {
@@ -44,7 +45,7 @@ func (r *rig) matchEngines(ps [][]uint32, nudge bool) {
 			}
 		}
 		return true, ""
-	})
+	}, "router index equals the engines' caches")
 	cached := 0
 	for _, p := range ps {
 		for _, n := range r.truth(p) {
@@ -107,7 +108,7 @@ func TestDroppedEventsReplayed(t *testing.T) {
 	if c := r.metric("kvrouter_vllm_events_clears_total"); c != 0 {
 		t.Fatalf("%v clears: replay should have covered every gap", c)
 	}
-	r.eventually(5*time.Second, "all workers EXACT", func() (bool, string) {
+	poll.UntilState(r.t, 5*time.Second, func() (bool, string) {
 		ws := r.workers()
 		for _, st := range ws {
 			if st[0] != "EXACT" {
@@ -115,7 +116,7 @@ func TestDroppedEventsReplayed(t *testing.T) {
 			}
 		}
 		return true, ""
-	})
+	}, "all workers EXACT")
 }
 
 // TestEngineRestart: an engine process restarts (same ports, empty cache,
@@ -133,15 +134,15 @@ func TestEngineRestart(t *testing.T) {
 	if err := r.fleet.Workers[0].RestartEngine(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r.eventually(10*time.Second, "worker DEGRADED after the restart", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		st := r.workers()["mock-1"]
 		return st[0] == "DEGRADED" && strings.Contains(st[1], "restarted"), st[0] + " " + st[1]
-	})
+	}, "worker DEGRADED after the restart")
 	// The clear goes through the index writers: poll for it.
-	r.eventually(5*time.Second, "worker cleared after the restart", func() (bool, string) {
+	poll.UntilState(r.t, 5*time.Second, func() (bool, string) {
 		got := r.query(ps[0])["mock-1"]
 		return got == 0, fmt.Sprintf("prompt 0 still indexed with %d blocks after the restart", got)
-	})
+	}, "worker cleared after the restart")
 	// New traffic after the restart: batches 1, 2, ... of the new sequence.
 	r.matchEngines(ps[3:], false)
 	if got := r.query(ps[0])["mock-1"]; got != r.truth(ps[0])["mock-1"] {
@@ -153,10 +154,10 @@ func TestEngineRestart(t *testing.T) {
 	if !strings.Contains(r.logs.String(), "to=DEGRADED") {
 		t.Fatalf("no DEGRADED transition was logged")
 	}
-	r.eventually(5*time.Second, "worker EXACT", func() (bool, string) {
+	poll.UntilState(r.t, 5*time.Second, func() (bool, string) {
 		st := r.workers()["mock-1"]
 		return st[0] == "EXACT", st[0] + " " + st[1]
-	})
+	}, "worker EXACT")
 }
 
 // TestBlockSizeMismatchRefused: a worker declaring another block size is

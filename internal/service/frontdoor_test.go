@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 const model = "Qwen/Qwen3-0.6B"
@@ -104,10 +105,10 @@ func TestFrontDoor(t *testing.T) {
 			t.Fatalf("prompt has only %d tokens", u.Usage.PromptTokens)
 		}
 		// Wait until the worker's stored event reached the index.
-		r.eventually(5*time.Second, "prompt indexed", func() (bool, string) {
+		poll.UntilState(r.t, 5*time.Second, func() (bool, string) {
 			resp, body := r.post("/v1/route", chat(text, false))
 			return resp.StatusCode == http.StatusOK && strings.Contains(body, `"overlap_blocks":`+strconv.Itoa(u.Usage.PromptTokens/blockSize)), body
-		})
+		}, "prompt indexed")
 		for range 3 {
 			resp, body = r.post("/v1/chat/completions", chat(text, false))
 			if resp.StatusCode != http.StatusOK {
@@ -155,7 +156,7 @@ func TestFrontDoor(t *testing.T) {
 		if r.metric("kvrouter_frontend_retries_total") <= before {
 			t.Fatal("no retry was counted: the killed worker was not chosen first")
 		}
-		r.eventually(5*time.Second, "no booking leaked", r.noBookings)
+		poll.UntilState(r.t, 5*time.Second, r.noBookings, "no booking leaked")
 	})
 }
 
@@ -167,10 +168,10 @@ func TestDeadWorkerMarkedDown(t *testing.T) {
 	if err := victim.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	r.eventually(5*time.Second, "worker DOWN", func() (bool, string) {
+	poll.UntilState(r.t, 5*time.Second, func() (bool, string) {
 		st := r.workers()[victim.Name]
 		return st[0] == "DOWN" && strings.Contains(st[1], "health check failed"), st[0] + " " + st[1]
-	})
+	}, "worker DOWN")
 	if n := r.metric("kvrouter_worker_state", "worker", victim.Name, "state", "DOWN"); n != 1 {
 		t.Fatalf("kvrouter_worker_state{DOWN} = %v", n)
 	}
@@ -229,13 +230,7 @@ func TestReadyWaitsForReplay(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for svc.Addr() == nil || code() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("never served")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, func() bool { return svc.Addr() != nil && code() != 0 }, "the router serving")
 	if c := code(); c != http.StatusServiceUnavailable {
 		t.Fatalf("/ready %d while the replay is pending (Ready: %v)", c, svc.Ready())
 	}

@@ -20,7 +20,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -180,29 +182,11 @@ func newRig(t *testing.T, o rigOpt) *rig {
 			t.Logf("logs:\n%s", logs.String())
 		}
 	})
-	r.eventually(10*time.Second, "router ready", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		code, body := r.get("/ready")
 		return code == http.StatusOK, body
-	})
+	}, "router ready")
 	return r
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func (r *rig) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
-	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: not reached after %v; last: %s", what, timeout, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func (r *rig) get(path string) (int, string) {
@@ -330,40 +314,10 @@ func (r *rig) workers() map[string][2]string {
 	return out
 }
 
-// metric sums a metric's samples whose labels include the given pairs.
+// metric sums the series of family name carrying the given label pairs.
 func (r *rig) metric(name string, labels ...string) float64 {
 	r.t.Helper()
-	mfs, err := r.svc.Registry().Gather()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
+	return metricstest.Sum(r.t, r.svc.Registry(), name, labels...)
 }
 
 // noBookings checks that the router holds no request on any worker.

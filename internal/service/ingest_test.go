@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestOneIngestionPath: whatever carries a worker's KV events (its
@@ -59,7 +60,7 @@ func TestOneIngestionPath(t *testing.T) {
 // via's applier, and checks no other transport's applier counted any.
 func (r *rig) onlyThrough(via transport) {
 	r.t.Helper()
-	r.eventually(10*time.Second, "every event the index was given counted by the "+via.String()+" applier", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		n := r.metric("kvrouter_kv_events_ingested_total", "transport", via.String())
 		all := r.metric("kvrouter_kv_events_ingested_total")
 		if err := r.svc.Index().Flush(); err != nil {
@@ -67,7 +68,7 @@ func (r *rig) onlyThrough(via transport) {
 		}
 		given := r.metric("kvrouter_index_events_total")
 		return n > 0 && n == all && n == given, fmt.Sprintf("%s applier %v, all appliers %v, index given %v", via, n, all, given)
-	})
+	}, "every event the index was given counted by the "+via.String()+" applier")
 }
 
 // aliveAfterEvents sends every worker a request of its own (not through
@@ -78,7 +79,7 @@ func (r *rig) aliveAfterEvents() {
 	for i, w := range r.fleet.Workers {
 		r.direct(w, nudgePrompt(uint32(900+i)))
 	}
-	r.eventually(10*time.Second, "every worker's new event marks it alive", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		ws := r.svc.workers
 		ws.mu.Lock()
 		defer ws.mu.Unlock()
@@ -91,7 +92,7 @@ func (r *rig) aliveAfterEvents() {
 			}
 		}
 		return true, ""
-	})
+	}, "every worker's new event marks it alive")
 }
 
 // restoredThroughApplier waits for r's snapshot, then starts a second
@@ -100,10 +101,10 @@ func (r *rig) aliveAfterEvents() {
 func (r *rig) restoredThroughApplier() {
 	t := r.t
 	t.Helper()
-	r.eventually(10*time.Second, "a snapshot written", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		n := r.metric("kvrouter_durable_snapshots_total")
 		return n > 0, fmt.Sprintf("%v snapshots", n)
-	})
+	}, "a snapshot written")
 	cfg := r.svc.cfg
 	cfg.DataDir = t.TempDir()
 	cfg.EventPlane.NATS.URL = r.svc.Bus().ClientURL()

@@ -10,13 +10,14 @@ import (
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // waitExact waits until /v1/workers lists exactly the fleet's workers, all
 // EXACT.
 func (r *rig) waitExact() {
 	r.t.Helper()
-	r.eventually(10*time.Second, "every worker discovered and EXACT", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		ws := r.workers()
 		if len(ws) != len(r.fleet.Workers) {
 			return false, "workers " + strings.Join(keys(ws), ", ")
@@ -27,7 +28,7 @@ func (r *rig) waitExact() {
 			}
 		}
 		return true, ""
-	})
+	}, "every worker discovered and EXACT")
 }
 
 func keys(m map[string][2]string) []string {
@@ -69,7 +70,7 @@ func TestNATSDiscoveryAndEvents(t *testing.T) {
 			if err := w1.lease.Update(t.Context(), rec); err != nil {
 				t.Fatal(err)
 			}
-			r.eventually(10*time.Second, "updated capacity in the router", func() (bool, string) {
+			poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 				infos, _ := r.svc.Router().Workers()
 				for _, in := range infos {
 					if in.ID == rec.ID {
@@ -77,15 +78,15 @@ func TestNATSDiscoveryAndEvents(t *testing.T) {
 					}
 				}
 				return false, "worker gone"
-			})
+			}, "updated capacity in the router")
 			gone := r.fleet.Workers[0]
 			if err := gone.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			r.eventually(10*time.Second, "deregistered worker removed", func() (bool, string) {
+			poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 				_, ok := r.workers()[gone.Name]
 				return !ok, "still listed"
-			})
+			}, "deregistered worker removed")
 			for _, p := range prompts(18, 3) {
 				if n := r.query(p)[gone.Name]; n != 0 {
 					t.Fatalf("removed worker %s still holds %d blocks of a prompt", gone.Name, n)
@@ -122,8 +123,8 @@ func TestDurableEventPlane(t *testing.T) {
 	}})
 	r.waitExact()
 	r.matchEngines(prompts(12, 5), false)
-	r.eventually(10*time.Second, "a snapshot written", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		n := r.metric("kvrouter_durable_snapshots_total")
 		return n > 0, fmt.Sprintf("%v snapshots, %v events received", n, r.metric("kvrouter_durable_events_received_total"))
-	})
+	}, "a snapshot written")
 }

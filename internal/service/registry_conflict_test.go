@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
@@ -56,22 +57,22 @@ func TestRegistryNameConflictKeepsMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l1.Abandon()
-	r.eventually(10*time.Second, "first dup listed", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		_, ok := r.workers()["dup"]
 		return ok, fmt.Sprint(r.workers())
-	})
+	}, "first dup listed")
 	l2, err := reg.Register(ctx, second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l2.Abandon()
-	r.eventually(10*time.Second, "the conflict counted, /metrics 200", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		code, v := r.scrape("kvrouter_discovery_conflicts_total")
 		if code != http.StatusOK {
 			t.Fatalf("/metrics: %d", code)
 		}
 		return v == 1, fmt.Sprint("conflicts_total ", v)
-	})
+	}, "the conflict counted, /metrics 200")
 	// Heartbeats of both go on: still one conflict, still 200, and the
 	// first keeps the name and its URL. A record registered after two
 	// of the second's heartbeats is the sign that the router has seen
@@ -99,10 +100,10 @@ func TestRegistryNameConflictKeepsMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l3.Abandon()
-	r.eventually(10*time.Second, "marker listed", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		_, ok := r.workers()["marker"]
 		return ok, fmt.Sprint(r.workers())
-	})
+	}, "marker listed")
 	if code, v := r.scrape("kvrouter_discovery_conflicts_total"); code != http.StatusOK || v != 1 {
 		t.Fatalf("/metrics: %d, conflicts_total %v", code, v)
 	}

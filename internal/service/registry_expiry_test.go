@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
@@ -29,10 +30,10 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	cfg := externalNATSConfig(t, ns.Port())
 	cfg.EventPlane.Registry.TTL = ttl
 	r := runService(t, cfg)
-	poll(t, 15*time.Second, "router ready", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		code, body := r.get(t, "/ready")
 		return code == 200, body
-	})
+	}, "router ready")
 
 	url := ns.URL()
 	js, err := jetstream.New(natstest.Connect(t, url))
@@ -55,7 +56,7 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "worker added", listed)
+	poll.UntilState(t, 10*time.Second, listed, "worker added")
 	lease.Abandon()
 
 	// NATS restarts; the first server back swallows JetStream requests.
@@ -69,9 +70,9 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	if err := sw.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the router's re-watch request swallowed", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		return swallowed.Load() > 0, "no JetStream request yet"
-	})
+	}, "the router's re-watch request swallowed")
 	sw.Close()
 	ns.Stop()
 	ns.Start(true)
@@ -81,22 +82,22 @@ func TestRouterRemovesWorkerExpiredDuringNATSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "record expired on the server", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		_, err := kv.Get(ctx, registry.RecordKey(fleet.DeriveID(rec.Name)))
 		return err != nil, "still there"
-	})
+	}, "record expired on the server")
 	again, err := reg.Register(ctx, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer again.Abandon()
-	poll(t, 15*time.Second, "the router logged the worker's removal", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		for _, l := range strings.Split(r.logs.String(), "\n") {
 			if strings.Contains(l, `msg="worker removed"`) && strings.Contains(l, "worker="+rec.Name) {
 				return true, l
 			}
 		}
 		return false, "no removal logged"
-	})
-	poll(t, 10*time.Second, "worker added again", listed)
+	}, "the router logged the worker's removal")
+	poll.UntilState(t, 10*time.Second, listed, "worker added again")
 }

@@ -12,32 +12,11 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/registry"
 )
-
-// counter returns the value of an unlabelled counter or gauge of r.
-func (r *running) counter(t *testing.T, name string) float64 {
-	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return -1
-}
 
 // identityRig is a router on an external NATS server with a short
 // registry TTL, and a registry client of its own to play the workers.
@@ -56,10 +35,10 @@ func newIdentityRig(t *testing.T) *identityRig {
 	cfg.EventPlane.NATS.URL = srv.ClientURL()
 	cfg.EventPlane.Registry.TTL = identityTTL
 	r := runService(t, cfg)
-	poll(t, 15*time.Second, "router ready", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		code, body := r.get(t, "/ready")
 		return code == 200, body
-	})
+	}, "router ready")
 	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
 	if err != nil {
 		t.Fatal(err)
@@ -114,23 +93,23 @@ func TestRegistryURLOverwriteLoggedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer owner.Abandon()
-	poll(t, 10*time.Second, "victim listed", func() (bool, string) { return r.url() != "", "not yet" })
+	poll.UntilState(t, 10*time.Second, func() (bool, string) { return r.url() != "", "not yet" }, "victim listed")
 
 	forged := victimRecord("")
 	forged.URL = "http://127.0.0.1:6666"
 	if err := r.reg.Bucket().Put(r.ctx, registry.RecordKey(fleet.DeriveID("victim")), forged); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the overwrite logged and counted", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		ls := r.logLines(t, "worker URL changed")
 		return len(ls) > 0 && strings.Contains(ls[0], "url=http://127.0.0.1:6666") && strings.Contains(ls[0], "old_url=http://127.0.0.1:9001") &&
-			r.counter(t, "kvrouter_discovery_url_changes_total") >= 1, strings.Join(ls, "\n")
-	})
+			metricstest.Sum(t, r.running.reg, "kvrouter_discovery_url_changes_total") >= 1, strings.Join(ls, "\n")
+	}, "the overwrite logged and counted")
 	// The owner's next heartbeat takes its URL back (logged and counted too).
-	poll(t, 10*time.Second, "the owner's URL back", func() (bool, string) {
-		return r.url() == "http://127.0.0.1:9001" && r.counter(t, "kvrouter_discovery_url_changes_total") >= 2, r.url()
-	})
-	if n := r.counter(t, "kvrouter_discovery_takeovers_total"); n != 0 {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
+		return r.url() == "http://127.0.0.1:9001" && metricstest.Sum(t, r.running.reg, "kvrouter_discovery_url_changes_total") >= 2, r.url()
+	}, "the owner's URL back")
+	if n := metricstest.Sum(t, r.running.reg, "kvrouter_discovery_takeovers_total"); n != 0 {
 		t.Fatalf("takeovers %v before any", n)
 	}
 
@@ -152,18 +131,18 @@ func TestRegistryURLOverwriteLoggedAndCounted(t *testing.T) {
 			}
 		}
 	})
-	poll(t, 15*time.Second, "the takeover counted", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		if u := r.url(); u != "http://127.0.0.1:9001" {
 			t.Fatalf("the intruder's URL was taken: %s", u)
 		}
-		return r.counter(t, "kvrouter_discovery_takeovers_total") == 1, fmt.Sprint(r.counter(t, "kvrouter_discovery_takeovers_total"))
-	})
+		return metricstest.Sum(t, r.running.reg, "kvrouter_discovery_takeovers_total") == 1, fmt.Sprint(metricstest.Sum(t, r.running.reg, "kvrouter_discovery_takeovers_total"))
+	}, "the takeover counted")
 	if ls := r.logLines(t, "two live processes register the same worker"); len(ls) != 1 || !strings.Contains(ls[0], "other_instance=intruder") {
 		t.Fatalf("takeover log lines: %q", ls)
 	}
 	// Heartbeats go on on both sides: still one takeover, still the owner's URL.
 	r.settle(t, "owner", 2)
-	if u, n := r.url(), r.counter(t, "kvrouter_discovery_takeovers_total"); u != "http://127.0.0.1:9001" || n != 1 {
+	if u, n := r.url(), metricstest.Sum(t, r.running.reg, "kvrouter_discovery_takeovers_total"); u != "http://127.0.0.1:9001" || n != 1 {
 		t.Fatalf("url %s, takeovers %v", u, n)
 	}
 }
@@ -195,10 +174,10 @@ func (r *identityRig) settle(t *testing.T, instance string, n int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Abandon)
-	poll(t, 10*time.Second, "marker listed", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		_, ok := r.svc.dir.Get(fleet.DeriveID(m.Name))
 		return ok, m.Name
-	})
+	}, "marker listed")
 }
 
 // TestRegistryRestartVersusTakeover: a worker process that dies and is
@@ -210,7 +189,7 @@ func TestRegistryRestartVersusTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "victim listed", func() (bool, string) { return r.url() != "", "not yet" })
+	poll.UntilState(t, 10*time.Second, func() (bool, string) { return r.url() != "", "not yet" }, "victim listed")
 	if err := first.Refresh(r.ctx); err != nil { // its last put: now
 		t.Fatal(err)
 	}
@@ -225,9 +204,9 @@ func TestRegistryRestartVersusTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Abandon()
-	poll(t, 10*time.Second, "the restart taken", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		return r.url() == second.URL, r.url()
-	})
+	}, "the restart taken")
 	if ls := r.logLines(t, "worker restarted: a new process registered it"); len(ls) != 1 || !strings.Contains(ls[0], "old_instance=first instance=second") {
 		t.Fatalf("restart log lines: %q", ls)
 	}
@@ -235,10 +214,10 @@ func TestRegistryRestartVersusTakeover(t *testing.T) {
 		t.Fatalf("the restart went through a removal (the record expired first?): %q", ls)
 	}
 	r.settle(t, "second", 2)
-	if n := r.counter(t, "kvrouter_discovery_takeovers_total"); n != 0 {
+	if n := metricstest.Sum(t, r.running.reg, "kvrouter_discovery_takeovers_total"); n != 0 {
 		t.Fatalf("takeovers %v after a restart", n)
 	}
-	if n := r.counter(t, "kvrouter_discovery_url_changes_total"); n != 1 {
+	if n := metricstest.Sum(t, r.running.reg, "kvrouter_discovery_url_changes_total"); n != 1 {
 		t.Fatalf("url changes %v, want 1", n)
 	}
 }
@@ -268,7 +247,7 @@ func TestLongNATSOutageKeepsWorkers(t *testing.T) {
 	ns.Stop()
 	time.Sleep(3 * ttl) // the outage
 	ns.Start(true)
-	r.eventually(20*time.Second, "both workers' lapses seen and kept", func() (bool, string) {
+	poll.UntilState(r.t, 20*time.Second, func() (bool, string) {
 		kept := 0
 		for _, w := range r.fleet.Workers {
 			for _, l := range strings.Split(r.logs.String(), "\n") {
@@ -279,7 +258,7 @@ func TestLongNATSOutageKeepsWorkers(t *testing.T) {
 			}
 		}
 		return kept == len(r.fleet.Workers), fmt.Sprint(kept, " kept")
-	})
+	}, "both workers' lapses seen and kept")
 	if n := r.metric("kvrouter_index_entries"); n != entries {
 		t.Fatalf("index entries %v after the outage, %v before", n, entries)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestReplicaSyncTwoRouters: two `serve` services with
@@ -52,10 +53,10 @@ func TestReplicaSyncTwoRouters(t *testing.T) {
 	defer stop2()
 	r2 := &rig{t: t, fleet: r1.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r1.logs, client: r1.client}
 	r2.waitExact()
-	r1.eventually(10*time.Second, "each router sees the other", func() (bool, string) {
+	poll.UntilState(r1.t, 10*time.Second, func() (bool, string) {
 		p1, p2 := r1.metric("kvrouter_replica_peers"), r2.metric("kvrouter_replica_peers")
 		return p1 == 1 && p2 == 1, fmt.Sprintf("peers %v and %v", p1, p2)
-	})
+	}, "each router sees the other")
 
 	ps := prompts(24, 11)
 	var wg sync.WaitGroup
@@ -73,26 +74,26 @@ func TestReplicaSyncTwoRouters(t *testing.T) {
 	}
 	wg.Wait()
 	for _, r := range []*rig{r1, r2} {
-		r.eventually(10*time.Second, "peer bookings applied", func() (bool, string) {
+		poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 			n := r.metric("kvrouter_replica_events_received_total", "result", "applied")
 			return n > 0, fmt.Sprintf("%v peer events applied", n)
-		})
+		}, "peer bookings applied")
 	}
 	for i, r := range []*rig{r1, r2} {
-		r.eventually(10*time.Second, fmt.Sprintf("router %d drains to zero load", i+1), func() (bool, string) {
+		poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 			for _, l := range r.svc.Router().Loads() {
 				if l.ActiveRequests != 0 || l.ActiveBlocks != 0 {
 					return false, fmt.Sprintf("%s: %d requests, %v blocks", l.Worker, l.ActiveRequests, l.ActiveBlocks)
 				}
 			}
 			return true, ""
-		})
+		}, fmt.Sprintf("router %d drains to zero load", i+1))
 	}
 
 	// The second router stops: the first keeps no booking of it.
 	stop2()
-	r1.eventually(10*time.Second, "departed replica forgotten", func() (bool, string) {
+	poll.UntilState(r1.t, 10*time.Second, func() (bool, string) {
 		p := r1.metric("kvrouter_replica_peers")
 		return p == 0, fmt.Sprintf("%v peers", p)
-	})
+	}, "departed replica forgotten")
 }

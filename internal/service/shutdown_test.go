@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestGracefulShutdown: cancelling Run stops new connections but lets a
@@ -33,19 +34,15 @@ func TestGracefulShutdown(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop() }()
 	// New connections are refused once the listener is closed.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, 5*time.Second, func() bool {
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
 		res, err := c.Get(r.url + "/health")
 		if err != nil {
-			break
+			return true
 		}
 		res.Body.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections after shutdown began")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	}, "new connections refused after shutdown began")
 	rest, err := io.ReadAll(br)
 	if err != nil {
 		t.Fatalf("stream cut during shutdown: %v", err)

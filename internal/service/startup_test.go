@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // freePort returns a loopback port nothing listens on (yet).
@@ -95,41 +97,10 @@ func (r *running) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// retries is how many NATS startup retries of step r counted.
 func (r *running) retries(t *testing.T, step string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kvrouter_nats_startup_retries_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "step" && l.GetValue() == step {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-// poll waits up to timeout for cond, failing with its last detail.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, detail)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return metricstest.Sum(t, r.reg, "kvrouter_nats_startup_retries_total", "step", step)
 }
 
 // TestStartupWaitsForNATS: a router whose external NATS server is down at
@@ -139,9 +110,9 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, s
 func TestStartupWaitsForNATS(t *testing.T) {
 	port := freePort(t)
 	r := runService(t, externalNATSConfig(t, port))
-	poll(t, 10*time.Second, "a counted connection retry", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		return r.retries(t, "connect") >= 2, fmt.Sprint(r.retries(t, "connect"))
-	})
+	}, "a counted connection retry")
 	if code, body := r.get(t, "/health"); code != http.StatusOK {
 		t.Fatalf("/health %d while NATS is down: %s", code, body)
 	}
@@ -156,10 +127,10 @@ func TestStartupWaitsForNATS(t *testing.T) {
 	}
 
 	natstest.StartServer(t, port, true)
-	poll(t, 15*time.Second, "ready once NATS is up", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		code, body := r.get(t, "/ready")
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
-	})
+	}, "ready once NATS is up")
 	if !strings.Contains(r.logs.String(), "NATS start-up step succeeded after retries") {
 		t.Error("the recovery was not logged")
 	}
@@ -203,9 +174,9 @@ func TestStartupNATSAuthRefusedIsFatal(t *testing.T) {
 // with the context; goleak checks nothing is left behind).
 func TestStartupCancelWhileNATSDown(t *testing.T) {
 	r := runService(t, externalNATSConfig(t, freePort(t)))
-	poll(t, 10*time.Second, "a connection retry", func() (bool, string) {
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		return r.retries(t, "connect") >= 1, "none yet"
-	})
+	}, "a connection retry")
 	start := time.Now()
 	r.cancel()
 	select {
