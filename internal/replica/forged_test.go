@@ -1,14 +1,17 @@
 package replica
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -22,7 +25,7 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 	url := server(t)
 	a := startReplica(t, url, 10)
 	b := startReplica(t, url, 11)
-	eventually(t, "a sees b", func() bool { return a.s.Core().Member(11) })
+	poll.Until(t, 5*time.Second, func() bool { return a.s.Core().Member(11) }, "a sees b")
 
 	forger, err := nats.Connect(url)
 	if err != nil {
@@ -44,14 +47,14 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := func() float64 {
-		return testutil.ToFloat64(mustCollector(t, a.reg, "kvrouter_replica_unannounced_refused_total"))
+		return metricstest.Sum(t, a.reg, "kvrouter_replica_unannounced_refused_total")
 	}
-	eventually(t, "the forged bookings refused", func() bool { return refused() >= forged })
+	poll.Until(t, 5*time.Second, func() bool { return refused() >= forged }, "the forged bookings refused")
 
 	if _, err := b.r.Route(router.Request{ID: "honest", Tokens: prompt(1, 1, 64, 200)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a sees b's booking", func() bool { reqs, _ := loadSum(a.r); return reqs >= 1 })
+	poll.Until(t, 5*time.Second, func() bool { reqs, _ := loadSum(a.r); return reqs >= 1 }, "a sees b's booking")
 	if reqs, prefill := loadSum(a.r); reqs != 1 || prefill >= 4096 {
 		t.Fatalf("a books %d requests (%d prefill tokens), want only b's", reqs, prefill)
 	}
@@ -63,7 +66,7 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 	if err := b.s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b's booking freed when it left", func() bool { reqs, _ := loadSum(a.r); return reqs == 0 })
+	poll.Until(t, 5*time.Second, func() bool { reqs, _ := loadSum(a.r); return reqs == 0 }, "b's booking freed when it left")
 }
 
 // Core: a router id that is not a live peer gets nothing applied and

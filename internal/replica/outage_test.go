@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -30,13 +30,13 @@ func TestSyncConnectionCutReconciles(t *testing.T) {
 	ns := natstest.StartRestartable(t)
 	peer := outageReplica(t, ns.URL(), 71)
 	recv := outageReplica(t, ns.URL(), 72)
-	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 }, "peers")
 	for i := range 10 {
 		if _, err := peer.r.Route(router.Request{ID: fmt.Sprint("o", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { n, _ := loadSum(recv.r); return n == 10 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(recv.r); return n == 10 }, "bookings shared")
 
 	nc := recv.s.bus.Conn()
 	cid, err := nc.GetClientID()
@@ -46,17 +46,17 @@ func TestSyncConnectionCutReconciles(t *testing.T) {
 	if err := ns.Server().DisconnectClientByID(cid); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "receiver disconnected", func() bool { return !nc.IsConnected() })
+	poll.Until(t, 5*time.Second, func() bool { return !nc.IsConnected() }, "receiver disconnected")
 	for i := range 7 {
 		peer.r.Free(fmt.Sprint("o", i))
 	}
-	eventually(t, "the peer's Frees published", func() bool {
-		return testutil.ToFloat64(mustCollector(t, peer.reg, "kvrouter_replica_events_published_total")) == 17
-	})
-	eventually(t, "receiver back to the peer's true state", func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
+		return metricstest.Sum(t, peer.reg, "kvrouter_replica_events_published_total") == 17
+	}, "the peer's Frees published")
+	poll.Until(t, 5*time.Second, func() bool {
 		n, _ := loadSum(recv.r)
 		return n == 3
-	})
+	}, "receiver back to the peer's true state")
 	if s := recv.s.Core().Stats(); s.ResyncFreed != 7 {
 		t.Errorf("resync freed %d, want the 7 lost Frees (stats %+v)", s.ResyncFreed, s)
 	}
@@ -73,20 +73,20 @@ func TestSyncServerRestartReconciles(t *testing.T) {
 	ns := natstest.StartRestartable(t)
 	peer := outageReplica(t, ns.URL(), 81)
 	recv := outageReplica(t, ns.URL(), 82)
-	eventually(t, "peers", func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return len(recv.s.Core().Peers()) == 1 && len(peer.s.Core().Peers()) == 1 }, "peers")
 	for i := range 12 {
 		if _, err := peer.r.Route(router.Request{ID: fmt.Sprint("n", i), Tokens: prompt(i%3, i, 32, 96)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { n, _ := loadSum(recv.r); return n == 12 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(recv.r); return n == 12 }, "bookings shared")
 	ns.Stop()
 	for i := range 8 {
 		peer.r.Free(fmt.Sprint("n", i))
 	}
 	peer.r.MarkPrefillCompleted("n9")
 	ns.Start(true)
-	eventually(t, "receiver back to the peer's true state", func() bool { return loadDiff(peer.r, recv.r) == "" })
+	poll.Until(t, 5*time.Second, func() bool { return loadDiff(peer.r, recv.r) == "" }, "receiver back to the peer's true state")
 }
 
 // loadDiff describes how b's per-worker load differs from a's ("" when

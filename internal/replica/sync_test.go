@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -73,18 +74,6 @@ func startReplica(t *testing.T, url string, id uint64, opts ...func(*Config)) *r
 	return &replicaUnderTest{r: r, s: s, reg: reg}
 }
 
-// eventually polls cond until it holds or 5 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func requests(rs []*replicaUnderTest) func() []int {
 	return func() []int {
 		out := make([]int, len(rs))
@@ -134,7 +123,7 @@ func TestSyncReplicasSplitWorkload(t *testing.T) {
 			for i := range n {
 				rs = append(rs, startReplica(t, url, uint64(10+i), noShadows))
 			}
-			eventually(t, "every replica to know every other", knowEachOther(rs))
+			poll.Until(t, 5*time.Second, knowEachOther(rs), "every replica to know every other")
 			const total = 24
 			for i := range total {
 				x := rs[i%n]
@@ -142,12 +131,12 @@ func TestSyncReplicasSplitWorkload(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			eventually(t, "every router to see every booking", func() bool { return all(requests(rs)(), total) })
+			poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), total) }, "every router to see every booking")
 			for i := range total {
 				rs[i%n].r.MarkPrefillCompleted(fmt.Sprint("req", i))
 				rs[i%n].r.Free(fmt.Sprint("req", i))
 			}
-			eventually(t, "zero load everywhere", func() bool { return all(requests(rs)(), 0) })
+			poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), 0) }, "zero load everywhere")
 			for _, x := range rs {
 				for _, l := range x.r.Loads() {
 					if l.ActivePrefillTokens != 0 || l.ActiveBlocks != 0 {
@@ -158,52 +147,28 @@ func TestSyncReplicasSplitWorkload(t *testing.T) {
 			// Each replica's events reached the others; a message is counted
 			// once the client took it, which can be after a peer applied it.
 			for i, x := range rs {
-				want, got := float64(3*total/n), 0.0
-				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-					if got = testutil.ToFloat64(mustCollector(t, x.reg, "kvrouter_replica_events_published_total")); got == want {
-						break
-					}
-				}
-				if got != want {
-					t.Errorf("replica %d published %v events, want %v (add, mark, free of its share)", i, got, want)
-				}
+				want := float64(3 * total / n)
+				poll.UntilState(t, 5*time.Second, func() (bool, string) {
+					got := metricstest.Sum(t, x.reg, "kvrouter_replica_events_published_total")
+					return got == want, fmt.Sprintf("%v published", got)
+				}, fmt.Sprintf("replica %d to publish %v events (add, mark, free of its share)", i, want))
 			}
 		})
 	}
 }
-
-func mustCollector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	return collectorFunc(func(ch chan<- prometheus.Metric) {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == name {
-				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, "x", nil, nil), prometheus.CounterValue, mf.GetMetric()[0].GetCounter().GetValue())
-			}
-		}
-	})
-}
-
-type collectorFunc func(chan<- prometheus.Metric)
-
-func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
-func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 // TestSyncReplicaCrash: a replica stops without freeing (no deregistration
 // either); once its record expires the survivors' load returns to zero.
 func TestSyncReplicaCrash(t *testing.T) {
 	url := server(t)
 	rs := []*replicaUnderTest{startReplica(t, url, 21), startReplica(t, url, 22), startReplica(t, url, 23)}
-	eventually(t, "every replica to know every other", knowEachOther(rs))
+	poll.Until(t, 5*time.Second, knowEachOther(rs), "every replica to know every other")
 	for i := range 18 {
 		if _, err := rs[i%3].r.Route(router.Request{ID: fmt.Sprint("c", i), Tokens: prompt(1, i, 32, 128)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { return all(requests(rs)(), 18) })
+	poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), 18) }, "bookings shared")
 	if err := rs[2].s.teardown(context.Background(), false); err != nil { // crash: nothing freed, record left to expire
 		t.Fatal(err)
 	}
@@ -213,8 +178,8 @@ func TestSyncReplicaCrash(t *testing.T) {
 		}
 	}
 	survivors := rs[:2]
-	eventually(t, "survivors to hold only the crashed replica's bookings", func() bool { return all(requests(survivors)(), 6) })
-	eventually(t, "survivors' load back to zero", func() bool { return all(requests(survivors)(), 0) })
+	poll.Until(t, 5*time.Second, func() bool { return all(requests(survivors)(), 6) }, "survivors to hold only the crashed replica's bookings")
+	poll.Until(t, 5*time.Second, func() bool { return all(requests(survivors)(), 0) }, "survivors' load back to zero")
 	if s := rs[0].s.Core().Stats(); s.PeerFreed != 6 {
 		t.Errorf("peer freed %d, want 6", s.PeerFreed)
 	}
@@ -224,17 +189,17 @@ func TestSyncReplicaCrash(t *testing.T) {
 func TestSyncGracefulLeave(t *testing.T) {
 	url := server(t)
 	a, b := startReplica(t, url, 31), startReplica(t, url, 32)
-	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return len(a.s.Core().Peers()) == 1 }, "peers")
 	for i := range 4 {
 		if _, err := b.r.Route(router.Request{ID: fmt.Sprint("g", i), Tokens: prompt(1, i, 32, 64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { n, _ := loadSum(a.r); return n == 4 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(a.r); return n == 4 }, "bookings shared")
 	if err := b.s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "freed on leave", func() bool { n, _ := loadSum(a.r); return n == 0 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(a.r); return n == 0 }, "freed on leave")
 }
 
 // TestSyncLateJoinerGetsSnapshot: a replica started after bookings were
@@ -242,7 +207,7 @@ func TestSyncGracefulLeave(t *testing.T) {
 func TestSyncLateJoinerGetsSnapshot(t *testing.T) {
 	url := server(t)
 	rs := []*replicaUnderTest{startReplica(t, url, 41), startReplica(t, url, 42)}
-	eventually(t, "peers", func() bool { return len(rs[0].s.Core().Peers()) == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return len(rs[0].s.Core().Peers()) == 1 }, "peers")
 	for i := range 10 {
 		id := fmt.Sprint("s", i)
 		if _, err := rs[i%2].r.Route(router.Request{ID: id, Tokens: prompt(i%2, i, 32, 96)}); err != nil {
@@ -252,16 +217,16 @@ func TestSyncLateJoinerGetsSnapshot(t *testing.T) {
 			rs[i%2].r.MarkPrefillCompleted(id)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { return all(requests(rs)(), 10) })
+	poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), 10) }, "bookings shared")
 	late := startReplica(t, url, 43)
 	if n, _ := loadSum(late.r); n != 10 {
 		t.Fatalf("late joiner sees %d bookings right after Start, want 10", n)
 	}
-	eventually(t, "shadows gone", func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		_, p0 := loadSum(rs[0].r)
 		_, pl := loadSum(late.r)
 		return p0 == pl
-	})
+	}, "shadows gone")
 	if s := late.s.Core().Stats(); s.SnapshotApplied != 10 {
 		t.Errorf("snapshot applied %d, want 10", s.SnapshotApplied)
 	}
@@ -281,9 +246,9 @@ func TestSyncHerdingOverNATS(t *testing.T) {
 			for i := range 3 {
 				rs = append(rs, startReplica(t, url, uint64(50+i), func(c *Config) { c.Shadows = shadows }))
 			}
-			eventually(t, "peers", func() bool {
+			poll.Until(t, 5*time.Second, func() bool {
 				return len(rs[0].s.Core().Peers()) == 2 && len(rs[1].s.Core().Peers()) == 2 && len(rs[2].s.Core().Peers()) == 2
-			})
+			}, "peers")
 			for _, x := range rs {
 				if err := x.r.ApplyEvent(storedEvent(t, 1, prompt(7, 0, 512, 512), 16)); err != nil {
 					t.Fatal(err)
@@ -321,13 +286,13 @@ func TestSyncHerdingOverNATS(t *testing.T) {
 			if sum := total[0] + total[1] + total[2] + total[3]; sum != 3*per {
 				t.Fatalf("%d requests counted", sum)
 			}
-			eventually(t, "every booking everywhere", func() bool { return all(requests(rs)(), 3*per) })
+			poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), 3*per) }, "every booking everywhere")
 			for i := range rs {
 				for k := range per {
 					rs[i].r.Free(fmt.Sprintf("h%d-%d", i, k))
 				}
 			}
-			eventually(t, "zero load everywhere", func() bool { return all(requests(rs)(), 0) })
+			poll.Until(t, 5*time.Second, func() bool { return all(requests(rs)(), 0) }, "zero load everywhere")
 		})
 	}
 }
@@ -357,7 +322,7 @@ func TestSyncQueueFullDropsAndCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := testutil.ToFloat64(mustCollector(t, reg, "kvrouter_replica_events_dropped_total")); got != 3 {
+	if got := metricstest.Sum(t, reg, "kvrouter_replica_events_dropped_total"); got != 3 {
 		t.Fatalf("dropped %v, want 3", got)
 	}
 	if err := s.Close(context.Background()); err != nil {
@@ -371,19 +336,19 @@ func TestSyncQueueFullDropsAndCounts(t *testing.T) {
 func TestSyncReturningReplicaRefetched(t *testing.T) {
 	url := server(t)
 	a, b := startReplica(t, url, 61), startReplica(t, url, 62)
-	eventually(t, "peers", func() bool { return len(a.s.Core().Peers()) == 1 })
+	poll.Until(t, 5*time.Second, func() bool { return len(a.s.Core().Peers()) == 1 }, "peers")
 	for i := range 5 {
 		if _, err := b.r.Route(router.Request{ID: fmt.Sprint("b", i), Tokens: prompt(3, i, 32, 64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "bookings shared", func() bool { n, _ := loadSum(a.r); return n == 5 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(a.r); return n == 5 }, "bookings shared")
 	b.s.lease.Abandon() // heartbeats cut off, b otherwise alive
-	eventually(t, "b declared gone", func() bool { n, _ := loadSum(a.r); return n == 0 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(a.r); return n == 0 }, "b declared gone")
 	if err := b.s.lease.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b's bookings fetched again", func() bool { n, _ := loadSum(a.r); return n == 5 })
+	poll.Until(t, 5*time.Second, func() bool { n, _ := loadSum(a.r); return n == 5 }, "b's bookings fetched again")
 }
 
 // TestSyncUsesTheRoutersClock: shadows are booked and ended at the time of
