@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // subcommands are every command line that has its own --help.
@@ -193,33 +195,28 @@ func TestDefaultMockerJoinsDefaultRouter(t *testing.T) {
 	go func() {
 		mocked <- run(ctx, []string{"mocker", "--event-plane", "nats", "--nats-url", ns.ClientURL(), "--port", "0", "--speedup-ratio", "100", "--log-level", "warn"}, nil, io.Discard, io.Discard)
 	}()
-	base := "http://" + waitFor(t, &serveErr, regexp.MustCompile(`msg="kvrouter serving" addr=(\S+)`))
+	base := "http://" + waitMatch(t, &serveErr, regexp.MustCompile(`msg="kvrouter serving" addr=(\S+)`))
 	var state string
-	deadline := time.Now().Add(20 * time.Second)
-	for state != "EXACT" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the default mocker never became EXACT (last state %q):\n%s", state, serveErr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	poll.UntilState(t, 20*time.Second, func() (bool, string) {
 		resp, err := http.Get(base + "/v1/workers")
-		if err != nil {
-			continue
-		}
-		var v struct {
-			Workers []struct {
-				State     string `json:"state"`
-				BlockSize int    `json:"block_size"`
-			} `json:"workers"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&v)
-		resp.Body.Close()
-		if err == nil && len(v.Workers) == 1 {
-			state = v.Workers[0].State
-			if state == "REFUSED" {
-				t.Fatalf("serve refused the default mocker: %+v", v.Workers[0])
+		if err == nil {
+			var v struct {
+				Workers []struct {
+					State     string `json:"state"`
+					BlockSize int    `json:"block_size"`
+				} `json:"workers"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err == nil && len(v.Workers) == 1 {
+				state = v.Workers[0].State
+				if state == "REFUSED" {
+					t.Fatalf("serve refused the default mocker: %+v", v.Workers[0])
+				}
 			}
 		}
-	}
+		return state == "EXACT", fmt.Sprintf("state %q; serve's log:\n%s", state, serveErr.String())
+	}, "the default mocker EXACT")
 	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"Qwen/Qwen3-0.6B","prompt":"a b c d e f g h","max_tokens":2}`))
 	if err != nil {
 		t.Fatal(err)

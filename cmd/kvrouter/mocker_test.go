@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for the worker goroutines' logs.
@@ -56,13 +58,10 @@ func TestMockerRunsWorkersAndStops(t *testing.T) {
 			nil, &bytes.Buffer{}, &stderr)
 	}()
 	serving := regexp.MustCompile(`msg="mock worker serving"`)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(serving.FindAllString(stderr.String(), -1)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("workers did not start: %s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
+		out := stderr.String()
+		return len(serving.FindAllString(out, -1)) >= 2, out
+	}, "two workers serving")
 	if n := strings.Count(stderr.String(), `msg="kv events"`); n != 4 {
 		t.Fatalf("%d kv event publishers logged, want 4: %s", n, stderr.String())
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/service"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
@@ -49,37 +50,28 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
-// waitFor polls buf until re matches, returning the first group.
-func waitFor(t *testing.T, buf *syncBuffer, re *regexp.Regexp) string {
+// waitMatch polls buf until re matches, returning the first group.
+func waitMatch(t *testing.T, buf *syncBuffer, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(buf.String()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never matched %v in:\n%s", re, buf.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var m []string
+	poll.UntilState(t, 20*time.Second, func() (bool, string) {
+		out := buf.String()
+		m = re.FindStringSubmatch(out)
+		return m != nil, "output:\n" + out
+	}, fmt.Sprintf("a match of %v", re))
+	return m[1]
 }
 
 func chatOK(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() bool {
 		resp, err := http.Get(base + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("router never ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the router ready")
 	body := `{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4}`
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -122,7 +114,7 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 			fmt.Sprintf("name=%s,url=%s,events=%s,replay=%s,topic=%s", w.Name, w.URL, w.Events, w.Replay, w.Topic)},
 			nil, &bytes.Buffer{}, &stderr)
 	}()
-	addr := waitFor(t, &stderr, regexp.MustCompile(`msg="kvrouter serving" addr=(\S+)`))
+	addr := waitMatch(t, &stderr, regexp.MustCompile(`msg="kvrouter serving" addr=(\S+)`))
 	chatOK(t, "http://"+addr)
 	cancel()
 	if code := <-done; code != 0 {
@@ -149,7 +141,7 @@ func TestUpStartsFleetAndRouter(t *testing.T) {
 				done <- run(ctx, []string{"up", "--port", "0", "--workers", "2", "--nats-port", "-1", "--data-dir", t.TempDir(),
 					"--event-plane", plane, "--speedup-ratio", "100", "--num-gpu-blocks-override", "512"}, nil, &stdout, &stderr)
 			}()
-			base := waitFor(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
+			base := waitMatch(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
 			if !strings.Contains(stdout.String(), "curl "+base+"/v1/chat/completions") || !strings.Contains(stdout.String(), "status page  "+base+"/") {
 				t.Fatalf("banner lacks the curl example or the status page:\n%s", stdout.String())
 			}
@@ -181,7 +173,7 @@ func TestUpChatTemplateAgrees(t *testing.T) {
 		done <- run(ctx, []string{"up", "--port", "0", "--workers", "1", "--nats-port", "-1", "--data-dir", t.TempDir(),
 			"--speedup-ratio", "100", "--num-gpu-blocks-override", "512"}, nil, &stdout, &stderr)
 	}()
-	base := waitFor(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
+	base := waitMatch(t, &stdout, regexp.MustCompile(`router at (http://\S+)`))
 	waitWorkersExact(t, base, 1)
 	body := `{"model":"Qwen/Qwen3-0.6B","max_tokens":2,"chat_template_kwargs":{"enable_thinking":false},` +
 		`"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"}],` +
@@ -225,34 +217,28 @@ func postJSON(t *testing.T, url, body string, v any) {
 // waitWorkersExact polls /v1/workers until n workers are listed, all EXACT.
 func waitWorkersExact(t *testing.T, base string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
+	poll.UntilState(t, 20*time.Second, func() (bool, string) {
 		resp, err := http.Get(base + "/v1/workers")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = string(b)
-			var v struct {
-				Workers []struct {
-					State string `json:"state"`
-				} `json:"workers"`
-			}
-			if json.Unmarshal(b, &v) == nil && len(v.Workers) == n {
-				exact := 0
-				for _, w := range v.Workers {
-					if w.State == "EXACT" {
-						exact++
-					}
-				}
-				if exact == n {
-					return
-				}
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v struct {
+			Workers []struct {
+				State string `json:"state"`
+			} `json:"workers"`
+		}
+		if json.Unmarshal(b, &v) != nil || len(v.Workers) != n {
+			return false, "/v1/workers: " + string(b)
+		}
+		for _, w := range v.Workers {
+			if w.State != "EXACT" {
+				return false, "/v1/workers: " + string(b)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("never %d EXACT workers; last /v1/workers: %s", n, last)
+		return true, ""
+	}, fmt.Sprintf("%d EXACT workers", n))
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/loadgen"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/service"
 	"github.com/kvrouter/kvrouter/internal/workload"
 )
@@ -64,20 +65,14 @@ func TestAgainstFleet(t *testing.T) {
 		}
 	}()
 	url := "http://" + ln.Addr().String()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() bool {
 		resp, err := http.Get(url + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("router not ready")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the readiness endpoint
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the router ready")
 	wc := workload.DefaultSharedPrefixConfig()
 	wc.NumGroups, wc.PromptsPerGroup, wc.SystemPromptLen, wc.QuestionLen, wc.OutputLen, wc.RequestRate = 4, 10, 512, 32, 8, 100
 	src, err := workload.NewSharedPrefix(wc)
