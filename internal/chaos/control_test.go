@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -23,7 +24,7 @@ func TestInvariantsCanFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	eventually(t, 15*time.Second, "routers ready", func() (bool, string) { return c.ready() })
+	poll.UntilState(t, 15*time.Second, func() (bool, string) { return c.ready() }, "routers ready")
 	l := newLoad(c, 7, 5*time.Second, &windows{})
 	for i, p := range l.prompts[:8] {
 		if o, detail := l.do(c.routers[0].url(), p, 2); o != outOK {
@@ -31,7 +32,7 @@ func TestInvariantsCanFail(t *testing.T) {
 		}
 	}
 	l.client.CloseIdleConnections()
-	eventually(t, 10*time.Second, "index equals the engines' caches", func() (bool, string) { return c.indexMatches() })
+	poll.UntilState(t, 10*time.Second, func() (bool, string) { return c.indexMatches() }, "index equals the engines' caches")
 	if cachedBlocks(c) == 0 {
 		t.Fatal("nothing cached: the control proves nothing")
 	}
@@ -48,7 +49,7 @@ func TestInvariantsCanFail(t *testing.T) {
 	}
 	// A booking nobody frees. The 8 requests above free their bookings just
 	// after their last byte reaches the client, so wait for zero first.
-	eventually(t, 10*time.Second, "bookings of the finished requests freed", func() (bool, string) { return c.noBookings() })
+	poll.UntilState(t, 10*time.Second, func() (bool, string) { return c.noBookings() }, "bookings of the finished requests freed")
 	if _, err := svc.Router().Route(router.Request{ID: "control", Tokens: l.prompts[0]}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestChaosDurableFaults is a scripted schedule on the NATS plane in
@@ -40,7 +42,7 @@ func TestChaosDurableFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	eventually(t, 15*time.Second, "routers ready", func() (bool, string) { return c.ready() })
+	poll.UntilState(t, 15*time.Second, func() (bool, string) { return c.ready() }, "routers ready")
 	ctx := t.Context()
 	l := newLoad(c, seed, 2500*time.Millisecond, &windows{})
 	l.run(8, seed)
@@ -96,11 +98,11 @@ func TestChaosDurableFaults(t *testing.T) {
 		return c.restartWorker(ctx, w1)
 	})
 	c.log.Info("CHAOS healed")
-	eventually(t, 20*time.Second, "routers ready, every worker routable and every registration fresh after the last fault", c.settled(ctx))
+	poll.UntilState(t, 20*time.Second, c.settled(ctx), "routers ready, every worker routable and every registration fresh after the last fault")
 	l.halt()
 	halted = true
 	nudge := uint64(0)
-	eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
+	poll.UntilState(t, 20*time.Second, func() (bool, string) {
 		ok, detail := c.indexMatches()
 		if !ok {
 			nudge++
@@ -109,7 +111,7 @@ func TestChaosDurableFaults(t *testing.T) {
 			}
 		}
 		return ok, detail
-	})
+	}, "every router's index equals the engines' caches")
 	if n := cachedBlocks(c); n == 0 {
 		t.Error("no engine caches anything: the index comparison proves nothing")
 	}

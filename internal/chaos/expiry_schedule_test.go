@@ -3,6 +3,8 @@ package chaos
 import (
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestChaosRegistryExpiry is a scripted NATS-plane schedule for the
@@ -31,7 +33,7 @@ func TestChaosRegistryExpiry(t *testing.T) {
 	}
 	defer c.close()
 	ctx := t.Context()
-	eventually(t, 15*time.Second, "routers ready", c.settled(ctx))
+	poll.UntilState(t, 15*time.Second, c.settled(ctx), "routers ready")
 	l := newLoad(c, seed, 2500*time.Millisecond, &windows{})
 	l.run(6, seed)
 	halted := false
@@ -44,18 +46,18 @@ func TestChaosRegistryExpiry(t *testing.T) {
 	if err := c.workers[0].expire(ctx, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "routers ready after the expiry", c.settled(ctx))
+	poll.UntilState(t, 15*time.Second, c.settled(ctx), "routers ready after the expiry")
 	c.log.Info("CHAOS step", "fault", faultNames[faultNATSRestart])
 	if err := c.restartNATS(ctx, registryTTL+300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "routers settled after the NATS outage", c.settled(ctx))
+	poll.UntilState(t, 20*time.Second, c.settled(ctx), "routers settled after the NATS outage")
 	l.halt()
 	halted = true
-	eventually(t, 15*time.Second, "every router removed every expired registration and kept every lapsed one", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		ok, detail, _, _ := c.expiriesSeen()
 		return ok, detail
-	})
+	}, "every router removed every expired registration and kept every lapsed one")
 	_, _, checked, skipped := c.expiriesSeen()
 	if want := 2 * (1 + 3); checked != want || skipped != 0 {
 		t.Errorf("checked %d (router × expiry), skipped %d; want %d, 0", checked, skipped, want)

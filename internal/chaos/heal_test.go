@@ -5,6 +5,8 @@ package chaos
 import (
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // TestChaosHealAfterNATSOutages is the regression of the heal race: after
@@ -28,13 +30,13 @@ func TestChaosHealAfterNATSOutages(t *testing.T) {
 	}
 	defer c.close()
 	ctx := t.Context()
-	eventually(t, 15*time.Second, "routers ready", c.settled(ctx))
+	poll.UntilState(t, 15*time.Second, c.settled(ctx), "routers ready")
 	for i := range 8 {
 		c.log.Info("CHAOS step", "fault", faultNames[faultNATSRestart], "round", i)
 		if err := c.restartNATS(ctx, time.Duration(300+i*80)*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "routers settled after the outage", c.settled(ctx))
+		poll.UntilState(t, 20*time.Second, c.settled(ctx), "routers settled after the outage")
 		clean := newLoad(c, uint64(i), 10*time.Second, &windows{})
 		for j := range 30 {
 			r := c.routers[j%len(c.routers)]
@@ -44,8 +46,8 @@ func TestChaosHealAfterNATSOutages(t *testing.T) {
 		}
 		clean.client.CloseIdleConnections()
 	}
-	eventually(t, 15*time.Second, "every router removed every expired registration", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		ok, detail, _, _ := c.expiriesSeen()
 		return ok, detail
-	})
+	}, "every router removed every expired registration")
 }

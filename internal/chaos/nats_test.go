@@ -25,6 +25,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/mocker"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 // The NATS event plane is exercised at the component level: mock workers
@@ -394,7 +395,7 @@ func runNATSSchedule(t *testing.T, seed uint64, steps int) result {
 		// more request per worker, and after a few seconds ask every worker
 		// for what was missed (what the service does on a reconnect).
 		polls := 0
-		eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
+		poll.UntilState(t, 20*time.Second, func() (bool, string) {
 			okIdx, detail := c.matches()
 			if !okIdx {
 				polls++
@@ -406,7 +407,7 @@ func runNATSSchedule(t *testing.T, seed uint64, steps int) result {
 				c.traffic(ctx, rng, ps, len(c.workers))
 			}
 			return okIdx, detail
-		})
+		}, "every router's index equals the engines' caches")
 		res.convergedMS = int(time.Since(healed).Milliseconds())
 		res.faults = c.stats.snapshot()
 		t.Logf("nats seed %d: %d workers, %d routers; converged %d ms after heal; %v", seed, len(c.workers), len(c.routers),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/registry"
 )
 
@@ -100,19 +101,19 @@ func runClusterSchedule(t *testing.T, seed uint64, ttl time.Duration, faults []c
 			t.Fatal(err)
 		}
 		defer c.close()
-		eventually(t, 30*time.Second, "routers ready", func() (bool, string) { return c.ready() })
+		poll.UntilState(t, 30*time.Second, func() (bool, string) { return c.ready() }, "routers ready")
 		checkReplicas(t, c, nats)
 		recovered := func() {
 			t.Helper()
 			nats.WaitFormed(60 * time.Second)
-			eventually(t, 120*time.Second, "every replicated stream led and current", func() (bool, string) {
+			poll.UntilState(t, 120*time.Second, func() (bool, string) {
 				for _, s := range replicatedStreams {
 					if ok, detail := natstest.StreamCurrent(t.Context(), jetStreamOf(t, c), s); !ok {
 						return false, detail
 					}
 				}
 				return true, ""
-			})
+			}, "every replicated stream led and current")
 		}
 		recovered()
 
@@ -180,10 +181,10 @@ func (c *cluster) injectCluster(ctx context.Context, t *testing.T, nats *natstes
 	t.Helper()
 	var victim *natstest.ClusterNode
 	leaderOf := func(what string, find func() *natstest.ClusterNode) {
-		eventually(t, 30*time.Second, what, func() (bool, string) {
+		poll.UntilState(t, 30*time.Second, func() (bool, string) {
 			victim = find()
 			return victim != nil, "none yet"
-		})
+		}, what)
 	}
 	switch f {
 	case cfRouterNode:

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
 var (
@@ -102,8 +103,6 @@ func runSchedule(t *testing.T, s schedule) result {
 		logs := &logBuf{}
 		stats := newCounters()
 		var stacks strings.Builder
-		onTimeout = func() { _ = pprof.Lookup("goroutine").WriteTo(&stacks, 2) }
-		defer func() { onTimeout = nil }()
 		defer func() {
 			if t.Failed() || *flagKeepLogs {
 				if t.Failed() {
@@ -122,7 +121,12 @@ func runSchedule(t *testing.T, s schedule) result {
 			t.Fatal(err)
 		}
 		defer c.close()
-		eventually(t, 15*time.Second, "routers ready", func() (bool, string) { return c.ready() })
+		defer func() { // before c.close: the stacks while everything still runs
+			if t.Failed() {
+				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			}
+		}()
+		poll.UntilState(t, 15*time.Second, func() (bool, string) { return c.ready() }, "routers ready")
 
 		stalls := &windows{}
 		l := newLoad(c, s.seed, 2500*time.Millisecond, stalls)
@@ -190,7 +194,7 @@ func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters
 	// Steady state, not a passing glance: after a NATS outage a router
 	// may still be about to drop (and re-add) a worker whose
 	// registration expired meanwhile.
-	eventually(t, 20*time.Second, "routers ready, every worker routable and every registration fresh after the last fault", c.settled(ctx))
+	poll.UntilState(t, 20*time.Second, c.settled(ctx), "routers ready, every worker routable and every registration fresh after the last fault")
 	l.halt()
 
 	// After the last fault: a clean phase in which nothing may fail.
@@ -205,10 +209,10 @@ func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters
 
 	// Every router removed every worker whose registration expired
 	// (even though it registered again since).
-	eventually(t, 15*time.Second, "every router removed every expired registration", func() (bool, string) {
+	poll.UntilState(t, 15*time.Second, func() (bool, string) {
 		ok, detail, _, _ := c.expiriesSeen()
 		return ok, detail
-	})
+	}, "every router removed every expired registration")
 	if _, _, checked, skipped := c.expiriesSeen(); checked+skipped > 0 {
 		stats.add("expired registrations seen removed (router × expiry)", checked)
 		stats.add("expired registrations not checkable (router restarted before logging a removal)", skipped)
@@ -219,7 +223,7 @@ func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters
 	// the gap (as with vLLM), so each failed poll nudges the engines
 	// with one direct request.
 	nudge := uint64(0)
-	eventually(t, 20*time.Second, "every router's index equals the engines' caches", func() (bool, string) {
+	poll.UntilState(t, 20*time.Second, func() (bool, string) {
 		okIdx, detail := c.indexMatches()
 		if !okIdx {
 			nudge++
@@ -228,7 +232,7 @@ func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters
 			}
 		}
 		return okIdx, detail
-	})
+	}, "every router's index equals the engines' caches")
 	convergedMS = int(time.Since(healed).Milliseconds())
 	if n := cachedBlocks(c); n == 0 {
 		t.Error("no engine caches anything: the index comparison proves nothing")
@@ -236,7 +240,7 @@ func checkHealed(t *testing.T, c *cluster, l *load, seed uint64, stats *counters
 	// With replica sync, a Free lost while NATS was down is repaired by
 	// the snapshot refetch on reconnect (internal/replica), so bookings
 	// must drain here too.
-	eventually(t, 15*time.Second, "every booking freed", func() (bool, string) { return c.noBookings() })
+	poll.UntilState(t, 15*time.Second, func() (bool, string) { return c.noBookings() }, "every booking freed")
 
 	outs, errs = l.counts()
 	total := 0
@@ -395,29 +399,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
-	}
-}
-
-// onTimeout, when set, runs before eventually fails (the stacks are taken
-// while everything still runs).
-var onTimeout func()
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			if onTimeout != nil {
-				onTimeout()
-			}
-			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, detail)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

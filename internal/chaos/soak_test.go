@@ -28,6 +28,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -120,14 +121,14 @@ func TestSoak(t *testing.T) {
 		static = append(static, fleet.StaticWorker{Name: fmt.Sprintf("mock-%d", k+1),
 			URL: fmt.Sprintf("http://127.0.0.1:%d", httpBase+k), Events: fmt.Sprintf("tcp://127.0.0.1:%d", evBase+k),
 			Replay: fmt.Sprintf("tcp://127.0.0.1:%d", repBase+k), Topic: "kv-events", BlockSize: blockSize, KVBlocks: 16384})
-		eventually(t, 30*time.Second, "mock worker up", func() (bool, string) {
+		poll.UntilState(t, 30*time.Second, func() (bool, string) {
 			resp, err := http.Get(static[k].URL + "/health")
 			if err != nil {
 				return false, err.Error()
 			}
 			resp.Body.Close()
 			return resp.StatusCode == 200, resp.Status
-		})
+		}, "mock worker up")
 	}
 
 	// The router, as `kvrouter serve --event-plane none --worker ...` runs it.
@@ -150,10 +151,10 @@ func TestSoak(t *testing.T) {
 	go func() { done <- svc.Run(rctx, ln) }()
 	defer func() { rcancel(); <-done }()
 	url := "http://" + ln.Addr().String()
-	eventually(t, 30*time.Second, "router ready", func() (bool, string) {
+	poll.UntilState(t, 30*time.Second, func() (bool, string) {
 		err := svc.Ready()
 		return err == nil, fmt.Sprint(err)
-	})
+	}, "router ready")
 	runtime.GC()
 	base := footprint(0)
 
@@ -208,14 +209,14 @@ func TestSoak(t *testing.T) {
 	}
 
 	// Everything ends: bookings back to zero, goroutines back to base.
-	eventually(t, 30*time.Second, "every booking freed", func() (bool, string) {
+	poll.UntilState(t, 30*time.Second, func() (bool, string) {
 		for _, l := range svc.Router().Loads() {
 			if l.ActiveRequests != 0 {
 				return false, fmt.Sprintf("%+v", l)
 			}
 		}
 		return true, ""
-	})
+	}, "every booking freed")
 
 	// Footprint across the run: steady state is the middle of the run
 	// (after the ramp-up, before the drain).

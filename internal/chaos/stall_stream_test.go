@@ -17,6 +17,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/service"
 )
 
@@ -124,30 +126,10 @@ func (r *stallRig) bookings() int {
 
 func (r *stallRig) waitNoBookings(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.bookings() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bookings left", r.bookings())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func (r *stallRig) counter(t *testing.T, name string) float64 {
-	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		n := r.bookings()
+		return n == 0, fmt.Sprintf("%d bookings left", n)
+	}, "no booking left")
 }
 
 // TestStallMidStreamEndsWithError: a worker whose bytes stop flowing
@@ -177,7 +159,7 @@ func TestStallMidStreamEndsWithError(t *testing.T) {
 		t.Errorf("the client waited %v after the stall; want about %v", took, idle)
 	}
 	r.waitNoBookings(t)
-	if got := r.counter(t, "kvrouter_frontend_worker_stream_timeouts_total"); got != 1 {
+	if got := metricstest.Sum(t, r.reg, "kvrouter_frontend_worker_stream_timeouts_total"); got != 1 {
 		t.Errorf("stream timeouts = %v, want 1", got)
 	}
 }
