@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvrouter/kvrouter/internal/eventplane/localindex"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"go.uber.org/goleak"
 )
@@ -64,11 +67,16 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 	var reasons []string
 	cfg := DefaultConfig()
 	cfg.RetryWait = 10 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr, err := NewTracker(cfg, q, v, func(_ kvevent.WorkerID, s fleet.State, why string) {
 		mu.Lock()
 		states, reasons = append(states, s), append(reasons, why)
 		mu.Unlock()
-	}, nil, nil)
+	}, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +107,10 @@ func TestTrackerStatesAndRemoval(t *testing.T) {
 		t.Fatalf("%d blocks left after Remove", n)
 	}
 	tr.Live(x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 3, LocalHash: 30}}}})[0], 0)
-	time.Sleep(20 * time.Millisecond)
+	// The late event was seen and refused before its absence is checked.
+	poll.Until(t, 5*time.Second, func() bool {
+		return metricstest.Sum(t, reg, "kvrouter_eventplane_events_dropped_total", "reason", DropUnknownWorker) == 1
+	}, "the late event counted as dropped")
 	if n := len(v.get()); n != 0 || len(tr.Workers()) != 0 {
 		t.Fatalf("a removed worker came back: %d blocks, %v", n, tr.Workers())
 	}
