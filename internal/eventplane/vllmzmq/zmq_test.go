@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,7 +376,11 @@ func TestSequenceReset(t *testing.T) {
 }
 
 // A subscriber started before its publisher keeps dialling, then syncs by
-// replay (the initial replay) and follows the live stream.
+// replay (the initial replay) and follows the live stream. Until the
+// publisher starts, a peer that is not one holds the live port, counting
+// the subscriber's dials and closing each: after two dials (the first
+// handshake failed and was handled) the subscriber must not report itself
+// connected.
 func TestSubscriberBeforePublisher(t *testing.T) {
 	port := func() int {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -396,13 +401,32 @@ func TestSubscriberBeforePublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	squatter, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	squatted := make(chan struct{})
+	go func() {
+		defer close(squatted)
+		for {
+			c, err := squatter.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			_ = c.Close()
+		}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond) // let it fail a few dials first
+	poll.Until(t, 10*time.Second, func() bool { return dials.Load() >= 2 }, "two dials of the live port")
 	if sub.Status().Connected {
-		t.Fatal("connected to nothing")
+		t.Fatal("connected to a peer that is not a publisher")
 	}
+	_ = squatter.Close()
+	<-squatted
 	pc := loopback()
 	pc.Endpoint, pc.ReplayEndpoint = cfg.Endpoint, cfg.ReplayEndpoint
 	p := newPublisher(t, pc)
