@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
@@ -151,7 +152,7 @@ func TestBuiltBinaryPrintsCommit(t *testing.T) {
 // TestSecondInterruptExits: the first SIGINT starts the graceful stop
 // and says a second one exits; the second calls exit at once.
 func TestSecondInterruptExits(t *testing.T) {
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	cancelled := make(chan struct{})
 	var exited atomic.Bool
 	exitc := make(chan struct{})
@@ -186,7 +187,7 @@ func TestDefaultMockerJoinsDefaultRouter(t *testing.T) {
 	ns := natstest.StartServer(t, -1, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var serveErr syncBuffer
+	var serveErr logtest.Buffer
 	served := make(chan int, 1)
 	go func() {
 		served <- run(ctx, []string{"serve", "--port", "0", "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir()}, nil, io.Discard, &serveErr)

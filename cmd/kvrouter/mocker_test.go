@@ -5,30 +5,12 @@ import (
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
-
-// syncBuffer is a bytes.Buffer safe for the worker goroutines' logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestMockerFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
@@ -49,7 +31,7 @@ func TestMockerFlagErrors(t *testing.T) {
 
 func TestMockerRunsWorkersAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"mocker", "--host", "127.0.0.1", "--port", "0", "--num-workers", "2",

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/service"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
@@ -51,7 +52,7 @@ func TestServeConfigErrors(t *testing.T) {
 }
 
 // waitMatch polls buf until re matches, returning the first group.
-func waitMatch(t *testing.T, buf *syncBuffer, re *regexp.Regexp) string {
+func waitMatch(t *testing.T, buf *logtest.Buffer, re *regexp.Regexp) string {
 	t.Helper()
 	var m []string
 	poll.UntilState(t, 20*time.Second, func() (bool, string) {
@@ -107,7 +108,7 @@ func TestServeRoutesToStaticWorkers(t *testing.T) {
 	defer fleet.Stop()
 	w := fleet.Workers[0]
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--port", "0", "--nats-port", "-1", "--data-dir", t.TempDir(), "--worker",
@@ -135,7 +136,7 @@ func TestUpStartsFleetAndRouter(t *testing.T) {
 	for _, plane := range []string{"nats", "zmq", "none"} {
 		t.Run(plane, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
-			var stdout, stderr syncBuffer
+			var stdout, stderr logtest.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- run(ctx, []string{"up", "--port", "0", "--workers", "2", "--nats-port", "-1", "--data-dir", t.TempDir(),
@@ -167,7 +168,7 @@ func TestUpStartsFleetAndRouter(t *testing.T) {
 // router (/v1/route's input_tokens) and on the mock worker (usage).
 func TestUpChatTemplateAgrees(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"up", "--port", "0", "--workers", "1", "--nats-port", "-1", "--data-dir", t.TempDir(),

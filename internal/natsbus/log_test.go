@@ -1,29 +1,12 @@
 package natsbus
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/logtest"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEmbeddedBannerAtDebug checks that, at info level, starting the
 // embedded server logs one line naming its address and not the server's
@@ -31,7 +14,7 @@ func (s *syncBuf) String() string {
 // clean start and shutdown warns about nothing.
 func TestEmbeddedBannerAtDebug(t *testing.T) {
 	for _, lvl := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
-		var buf syncBuf
+		var buf logtest.Buffer
 		b, err := Start(testConfig(t), slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: lvl})))
 		if err != nil {
 			t.Fatal(err)

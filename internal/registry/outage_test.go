@@ -1,11 +1,9 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,27 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
-
-// syncBuf is a goroutine-safe log sink.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLongOutageKeepsSameInstance is issue 21 A7's outage case (noticed at
 // the previous stop): NATS down for longer than the TTL used to end with
@@ -54,7 +35,7 @@ func TestLongOutageKeepsSameInstance(t *testing.T) {
 		return js
 	}
 	ctx := ctxT(t)
-	logs := &syncBuf{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := RegistryConfig{Bucket: "workers", TTL: testTTL}
 	routerJS, workerJS := conn(), conn()

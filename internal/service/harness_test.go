@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/poll"
@@ -36,31 +37,13 @@ func TestMain(m *testing.M) {
 
 const blockSize = 16
 
-// logBuf is a goroutine-safe log sink the tests search.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // rig is a router service over a mock fleet, both on loopback ports.
 type rig struct {
 	t      *testing.T
 	fleet  *Fleet
 	svc    *Service
 	url    string
-	logs   *logBuf
+	logs   *logtest.Buffer
 	client *http.Client
 	stop   func() error
 }
@@ -87,7 +70,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuf{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	fc := DefaultFleetConfig()
 	fc.Workers = o.workers

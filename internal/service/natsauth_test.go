@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
@@ -66,7 +67,7 @@ func TestNATSWithoutAuthWarns(t *testing.T) {
 		if withAuth {
 			cfg.EventPlane.NATS.User, cfg.EventPlane.NATS.Password = "u", "p"
 		}
-		logs := &logBuf{}
+		logs := &logtest.Buffer{}
 		svc, err := New(cfg, Options{Logger: slogTo(logs)})
 		if err != nil {
 			t.Fatal(err)
@@ -79,6 +80,6 @@ func TestNATSWithoutAuthWarns(t *testing.T) {
 	}
 }
 
-func slogTo(l *logBuf) *slog.Logger {
+func slogTo(l *logtest.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

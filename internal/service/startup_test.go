@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
@@ -52,14 +53,14 @@ type running struct {
 	svc    *Service
 	reg    *prometheus.Registry
 	url    string
-	logs   *logBuf
+	logs   *logtest.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func runService(t *testing.T, cfg config.Config) *running {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &logtest.Buffer{}
 	r := &running{reg: prometheus.NewRegistry(), logs: logs, done: make(chan error, 1)}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	svc, err := New(cfg, Options{Logger: log, Registry: r.reg})

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvevent/dynamo"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
+	"github.com/kvrouter/kvrouter/internal/logtest"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -342,24 +342,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 }
 
 // syncBuf is a log sink safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+type syncBuf struct{ logtest.Buffer }
 
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// tail returns the last n lines containing sub.
 func (s *syncBuf) tail(sub string, n int) string {
 	var out []string
 	for _, l := range strings.Split(s.String(), "\n") {
