@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -235,24 +236,10 @@ func TestHandBuiltHandshakeIsAccepted(t *testing.T) {
 // ("goroutine stack exceeds 1000000000-byte limit"). The subscriber now
 // redials itself, with a growing pause.
 func TestSubscriberSurvivesClosingPeer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
+	peer := newClosingPeer(t, "127.0.0.1:0")
+	accepted := &peer.accepted
 	cfg := DefaultSubscriberConfig()
-	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+ln.Addr().String(), testTopic, 4
+	cfg.Worker, cfg.Endpoint, cfg.Topic, cfg.BlockSize = worker, "tcp://"+peer.ln.Addr().String(), testTopic, 4
 	cfg.DialRetry, cfg.Logger = 20*time.Millisecond, quiet
 	sub, err := NewSubscriber(cfg, &recorder{})
 	if err != nil {
@@ -297,4 +284,37 @@ func TestPublisherBoundsWhatASubscriberSends(t *testing.T) {
 	if n := len(p.pub.(zmq4.Topics).Topics()); n > 20 {
 		t.Fatalf("the publisher kept %d topics of 60 KiB from one connection", n)
 	}
+}
+
+// closingPeer is a peer that is not a publisher: it accepts every
+// connection on its address and closes it at once, counting them.
+type closingPeer struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	done     chan struct{}
+	stop     func()
+}
+
+// newClosingPeer listens on addr until close or the end of the test.
+func newClosingPeer(t *testing.T, addr string) *closingPeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &closingPeer{ln: ln, done: make(chan struct{})}
+	p.stop = sync.OnceFunc(func() { _ = ln.Close(); <-p.done })
+	go func() {
+		defer close(p.done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -401,32 +400,15 @@ func TestSubscriberBeforePublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	squatter, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", live))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dials atomic.Int32
-	squatted := make(chan struct{})
-	go func() {
-		defer close(squatted)
-		for {
-			c, err := squatter.Accept()
-			if err != nil {
-				return
-			}
-			dials.Add(1)
-			_ = c.Close()
-		}
-	}()
+	squatter := newClosingPeer(t, fmt.Sprintf("127.0.0.1:%d", live))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
-	poll.Until(t, 10*time.Second, func() bool { return dials.Load() >= 2 }, "two dials of the live port")
+	poll.Until(t, 10*time.Second, func() bool { return squatter.accepted.Load() >= 2 }, "two dials of the live port")
 	if sub.Status().Connected {
 		t.Fatal("connected to a peer that is not a publisher")
 	}
-	_ = squatter.Close()
-	<-squatted
+	squatter.stop()
 	pc := loopback()
 	pc.Endpoint, pc.ReplayEndpoint = cfg.Endpoint, cfg.ReplayEndpoint
 	p := newPublisher(t, pc)
