@@ -15,12 +15,15 @@ package service
 //     Content-Length, gets 413;
 //   - json/deep: 200,000 nested arrays get 400;
 //   - json/utf8: invalid UTF-8 in a prompt, in chat content and in a key
-//     gets 400;
+//     is read as encoding/json reads it (each bad byte a U+FFFD): the same
+//     prompt tokens as the repaired body;
 //   - slowloris: 40 connections whose headers never end are closed by the
 //     router after --read-header-timeout;
 //   - body/stalled: 40 connections promising 1000 bytes and sending 9 are
 //     answered 408 and closed after --body-read-timeout;
-//   - disconnects: 60 streaming completions cut after their first chunk;
+//   - disconnects: 60 streaming completions (max_tokens 20,000) cut after
+//     their first chunk: all end, some seen by the router as gone (499 on
+//     the status page), nothing left in flight;
 //   - max-tokens: absurd max_tokens (2^63-1, -1, 0, 1e300, 2^31) get 400
 //     from the router; 2^63-1 sent straight to every mock worker gets a
 //     4xx and no panic (a panic in any goroutine ends the test binary);
@@ -28,8 +31,11 @@ package service
 //     tokens) get 413;
 //   - zmq: on every worker's bound PUB and replay ROUTER, a frame bomb
 //     (greeting, then a header announcing 1 GiB), the same after a full
-//     handshake, a bad greeting and a greeting followed by garbage: each
-//     connection is dropped and nothing near the claim is allocated;
+//     handshake as the socket's peer type, and a greeting followed by
+//     garbage are each dropped; 20 connections with a greeting that is none
+//     and 20 handshaking as a PUB (with the bomb), which zmq4 keeps open,
+//     are left open until the probe ends; nothing near the claim is
+//     allocated;
 //   - nats/unknown-ids: RouterEvents for 500 made-up worker ids (4 each)
 //     are all counted as dropped and none is listed or indexed;
 //   - registry: without the NATS token the connection is refused; with it,
@@ -248,7 +254,7 @@ func TestHostilePeers(t *testing.T) {
 		for i := range 60 {
 			wg.Go(func() {
 				p := prompts(1, uint32(1000+i))[0]
-				body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":%s,"max_tokens":400,"stream":true}`, jsonInts(p))
+				body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":%s,"max_tokens":20000,"stream":true}`, jsonInts(p))
 				c, err := net.Dial("tcp", addr)
 				if err != nil {
 					t.Error(err)
@@ -276,9 +282,28 @@ func TestHostilePeers(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if cut.Load() == 0 {
-			t.Fatal("no stream was cut mid-way")
-		}
+		// Every request ended, and the router saw clients go mid-stream (the
+		// status page's recent requests: 499, "client disconnected").
+		poll(t, 20*time.Second, "every cut stream ended", func() (bool, string) {
+			code, body := r.get("/?format=json")
+			var st struct {
+				InFlight int `json:"in_flight"`
+				Recent   []struct {
+					Status  int    `json:"status"`
+					Outcome string `json:"outcome"`
+				} `json:"recent"`
+			}
+			if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+				return false, fmt.Sprintf("status page %d %.200s", code, body)
+			}
+			gone := 0
+			for _, rq := range st.Recent {
+				if rq.Status == 499 {
+					gone++
+				}
+			}
+			return cut.Load() == 60 && st.InFlight == 0 && gone > 0, fmt.Sprintf("%d cut, %d in flight, %d of the %d recent seen gone", cut.Load(), st.InFlight, gone, len(st.Recent))
+		})
 	})
 
 	t.Run("max-tokens", func(t *testing.T) {
@@ -365,7 +390,7 @@ func TestHostilePeers(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r.eventually(15*time.Second, "every forged event counted as dropped", func() (bool, string) {
+		poll(t, 15*time.Second, "every forged event counted as dropped", func() (bool, string) {
 			d := dropped() - start
 			return d == ids*perID, fmt.Sprintf("%v of %d dropped", d, ids*perID)
 		})
@@ -394,7 +419,7 @@ func TestHostilePeers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = reg.Bucket().Delete(ctx, registry.RecordKey(forged.ID)) }()
-		r.eventually(10*time.Second, "the forged record refused as a conflict", func() (bool, string) {
+		poll(t, 10*time.Second, "the forged record refused as a conflict", func() (bool, string) {
 			n := r.metric("kvrouter_discovery_conflicts_total") - conflicts
 			return n >= 1, fmt.Sprint(n, " conflicts")
 		})
@@ -421,7 +446,7 @@ func TestHostilePeers(t *testing.T) {
 				}
 			}
 		})
-		r.eventually(15*time.Second, "the takeover counted", func() (bool, string) {
+		poll(t, 15*time.Second, "the takeover counted", func() (bool, string) {
 			if w, ok := r.svc.dir.Get(intruder.ID); ok && w.Record.URL != victimURL {
 				t.Fatalf("the intruder's URL was taken: %s", w.Record.URL)
 			}
@@ -454,7 +479,7 @@ func TestHostilePeers(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		r.eventually(10*time.Second, "the forged bookings refused", func() (bool, string) {
+		poll(t, 10*time.Second, "the forged bookings refused", func() (bool, string) {
 			n := refused() - start
 			return n >= forged, fmt.Sprint(n, " refused")
 		})
