@@ -101,9 +101,6 @@ const (
 )
 
 func TestHostilePeers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("hostile-peer suite: not under -short")
-	}
 	r := newRig(t, rigOpt{workers: 3, cfg: func(c *config.Config) {
 		c.EventPlane.ReplicaSync = true
 		c.EventPlane.Registry.TTL = hostileTTL
