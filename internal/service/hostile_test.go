@@ -84,6 +84,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
+	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/registry"
 	"github.com/kvrouter/kvrouter/internal/replica"
 	"github.com/kvrouter/kvrouter/internal/router"
@@ -161,10 +162,10 @@ func TestHostilePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lease.Close(context.Background()) }()
-	r.eventually(10*time.Second, "victim listed", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		_, ok := r.workers()["victim"]
 		return ok, "not yet"
-	})
+	}, "victim listed")
 
 	t.Run("headers/oversized", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/completions", strings.NewReader(`{"prompt":"hi","max_tokens":1}`))
@@ -281,7 +282,7 @@ func TestHostilePeers(t *testing.T) {
 		wg.Wait()
 		// Every request ended, and the router saw clients go mid-stream (the
 		// status page's recent requests: 499, "client disconnected").
-		poll(t, 20*time.Second, "every cut stream ended", func() (bool, string) {
+		poll.UntilState(t, 20*time.Second, func() (bool, string) {
 			code, body := r.get("/?format=json")
 			var st struct {
 				InFlight int `json:"in_flight"`
@@ -300,7 +301,7 @@ func TestHostilePeers(t *testing.T) {
 				}
 			}
 			return cut.Load() == 60 && st.InFlight == 0 && gone > 0, fmt.Sprintf("%d cut, %d in flight, %d of the %d recent seen gone", cut.Load(), st.InFlight, gone, len(st.Recent))
-		})
+		}, "every cut stream ended")
 	})
 
 	t.Run("max-tokens", func(t *testing.T) {
@@ -387,10 +388,10 @@ func TestHostilePeers(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		poll(t, 15*time.Second, "every forged event counted as dropped", func() (bool, string) {
+		poll.UntilState(t, 15*time.Second, func() (bool, string) {
 			d := dropped() - start
 			return d == ids*perID, fmt.Sprintf("%v of %d dropped", d, ids*perID)
-		})
+		}, "every forged event counted as dropped")
 		if ws := r.workers(); len(ws) != len(r.fleet.Workers)+1 {
 			t.Fatalf("workers after the flood: %v", keys(ws))
 		}
@@ -416,10 +417,10 @@ func TestHostilePeers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = reg.Bucket().Delete(ctx, registry.RecordKey(forged.ID)) }()
-		poll(t, 10*time.Second, "the forged record refused as a conflict", func() (bool, string) {
+		poll.UntilState(t, 10*time.Second, func() (bool, string) {
 			n := r.metric("kvrouter_discovery_conflicts_total") - conflicts
 			return n >= 1, fmt.Sprint(n, " conflicts")
-		})
+		}, "the forged record refused as a conflict")
 		if w, ok := r.svc.dir.Get(forged.ID); !ok || w.Record.URL != target.URL || w.Origin != fleet.OriginStatic {
 			t.Fatalf("%s after the forged record: %+v (listed %v)", target.Name, w, ok)
 		}
@@ -443,13 +444,13 @@ func TestHostilePeers(t *testing.T) {
 				}
 			}
 		})
-		poll(t, 15*time.Second, "the takeover counted", func() (bool, string) {
+		poll.UntilState(t, 15*time.Second, func() (bool, string) {
 			if w, ok := r.svc.dir.Get(intruder.ID); ok && w.Record.URL != victimURL {
 				t.Fatalf("the intruder's URL was taken: %s", w.Record.URL)
 			}
 			n := r.metric("kvrouter_discovery_takeovers_total") - takeovers
 			return n >= 1, fmt.Sprint(n, " takeovers")
-		})
+		}, "the takeover counted")
 		close(stop)
 		wg.Wait()
 		if w, ok := r.svc.dir.Get(intruder.ID); !ok || w.Record.URL != victimURL {
@@ -476,10 +477,10 @@ func TestHostilePeers(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, 10*time.Second, "the forged bookings refused", func() (bool, string) {
+		poll.UntilState(t, 10*time.Second, func() (bool, string) {
 			n := refused() - start
 			return n >= forged, fmt.Sprint(n, " refused")
-		})
+		}, "the forged bookings refused")
 		if ok, why := r.noBookings(); !ok {
 			t.Fatal(why)
 		}
@@ -491,8 +492,8 @@ func TestHostilePeers(t *testing.T) {
 	if peak > base+heapBound {
 		t.Errorf("heap in use peaked at %d MiB during the probes, %d MiB over the baseline (bound %d MiB)", peak>>20, (peak-base)>>20, heapBound>>20)
 	}
-	r.eventually(10*time.Second, "no bookings left", r.noBookings)
-	r.eventually(10*time.Second, "in-flight gauges back to 0", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, r.noBookings, "no bookings left")
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		for _, name := range []string{"kvrouter_frontend_worker_active_requests", "kvrouter_frontend_worker_active_prefill_tokens", "kvrouter_frontend_worker_active_blocks"} {
 			code, sum, n := r.scrapeSum(name)
 			if code != http.StatusOK || n == 0 || sum != 0 {
@@ -500,7 +501,7 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		return true, ""
-	})
+	}, "in-flight gauges back to 0")
 	if code, body := r.get("/ready"); code != http.StatusOK {
 		t.Fatalf("/ready after the probes: %d %s", code, body)
 	}
@@ -516,7 +517,7 @@ func TestHostilePeers(t *testing.T) {
 	}
 	// The honest workers' index: for the honest prompts as before, and as a
 	// whole what the engines hold (the disconnects' prompts included).
-	r.eventually(10*time.Second, "the index equals the engines' caches", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		for i, p := range honest {
 			if got, want := honestQuery(p), r.truth(p); !maps.Equal(got, before[i]) || !maps.Equal(got, want) {
 				return false, fmt.Sprintf("honest prompt %d: router %v, before the probes %v, engines %v", i, got, before[i], want)
@@ -527,14 +528,14 @@ func TestHostilePeers(t *testing.T) {
 			return false, fmt.Sprintf("router index %d entries, engines %d", len(got), len(want))
 		}
 		return true, ""
-	})
+	}, "the index equals the engines' caches")
 	// And the process still routes and indexes: fresh prompts through the
 	// router, then found where the engines cached them.
 	fresh := prompts(6, 77)
 	for _, p := range fresh {
 		r.complete(p, 3)
 	}
-	r.eventually(10*time.Second, "fresh prompts indexed where the engines hold them", func() (bool, string) {
+	poll.UntilState(r.t, 10*time.Second, func() (bool, string) {
 		cached := 0
 		for i, p := range fresh {
 			got, want := honestQuery(p), r.truth(p)
@@ -546,7 +547,7 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		return cached > 0, "no engine caches a fresh prompt"
-	})
+	}, "fresh prompts indexed where the engines hold them")
 	if ws := r.workers(); len(ws) != len(r.fleet.Workers)+1 {
 		t.Fatalf("workers after the probes: %v", keys(ws))
 	}
