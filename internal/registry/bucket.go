@@ -58,6 +58,9 @@ func OpenReplicatedBucket[T any](ctx context.Context, js jetstream.JetStream, na
 		defer cancel()
 	}
 	cfg := jetstream.KeyValueConfig{Bucket: name, History: 1, TTL: ttl, LimitMarkerTTL: ttl, Replicas: max(replicas, 1)}
+	if kv, ok := existingBucket(ctx, js, cfg); ok {
+		return &Bucket[T]{kv: kv, nc: js.Conn(), name: name, ttl: ttl, log: log}, nil
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		log.Warn("nats server too old for expiry markers; watchers detect expiry themselves", "bucket", name)
@@ -68,6 +71,31 @@ func OpenReplicatedBucket[T any](ctx context.Context, js jetstream.JetStream, na
 		return nil, fmt.Errorf("opening kv bucket %s: %w", name, err)
 	}
 	return &Bucket[T]{kv: kv, nc: js.Conn(), name: name, ttl: ttl, log: log}, nil
+}
+
+// existingBucket returns the bucket when it already exists with cfg's
+// settings (expiry markers included), so that opening it updates
+// nothing: every router and worker opens the buckets at start, and a
+// stream update racing another client's consumer creation trips a data
+// race inside nats-server v2.15.2 (fileStore.UpdateConfig against
+// ConsumerStore, seen under -race in the chaos suite).
+func existingBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, bool) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, false
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, false
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return nil, false
+	}
+	have := bs.StreamInfo().Config
+	same := bs.History() == int64(cfg.History) && bs.TTL() == cfg.TTL && bs.LimitMarkerTTL() == cfg.LimitMarkerTTL &&
+		max(have.Replicas, 1) == cfg.Replicas
+	return kv, same
 }
 
 // TTL returns how long a record lives without a heartbeat.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -95,14 +96,33 @@ func (c Config) Validate() error {
 // subject, with replicas copies on a NATS cluster (0 means 1; an existing
 // stream with another count is rescaled); workers call it in durable mode
 // so that their publishes are kept.
+//
+// A stream that already has this configuration is left alone rather than
+// updated: every router and worker calls this at start, and a stream
+// update racing another router's consumer creation trips a data race
+// inside nats-server v2.15.2 (fileStore.UpdateConfig against
+// ConsumerStore, seen under -race in the chaos suite).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, namespace, component string, maxAge time.Duration, replicas int) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: dynamo.StreamName(namespace, component),
+	want := jetstream.StreamConfig{Name: dynamo.StreamName(namespace, component),
 		Subjects: []string{dynamo.Subject(namespace, component)}, MaxAge: maxAge, Storage: jetstream.FileStorage,
-		Replicas: max(replicas, 1)})
+		Replicas: max(replicas, 1)}
+	if s, err := js.Stream(ctx, want.Name); err == nil {
+		if have := s.CachedInfo().Config; sameStream(have, want) {
+			return s, nil
+		}
+	}
+	s, err := js.CreateOrUpdateStream(ctx, want)
 	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", dynamo.StreamName(namespace, component), err)
+		return nil, fmt.Errorf("creating stream %s: %w", want.Name, err)
 	}
 	return s, nil
+}
+
+// sameStream reports whether an existing stream already has the settings
+// EnsureStream asks for.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.MaxAge == want.MaxAge &&
+		have.Storage == want.Storage && max(have.Replicas, 1) == want.Replicas
 }
 
 // Consumer is one router's durable reader of the stream. Events read from
