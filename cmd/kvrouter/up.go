@@ -39,50 +39,9 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	if err != nil {
 		return fail("%v", err)
 	}
-
-	fc := service.DefaultFleetConfig()
-	fc.Workers = u.MockWorkers
-	fc.Model = cfg.Model
-	fc.Engine = u.FleetEngine()
-	fc.Tokenizer = model.Tokenizer
-	fc.ChatTemplate = model.Template
-	fc.Logger = log.With("component", "mocker")
-	fc.Namespace, fc.Component, fc.Registry = cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry
-	var fleet *service.Fleet
-	var svc *service.Service
-	switch cfg.EventPlane.Kind {
-	case config.PlaneNATS:
-		// The router first: its embedded NATS is where the mock workers
-		// register and publish; the router discovers them in the registry.
-		if svc, err = service.New(cfg, service.Options{Logger: log.With("component", "router")}); err != nil {
-			return fail("%v", err)
-		}
-		// An external --nats-url is waited for (retried until it answers
-		// or Ctrl-C), as serve would.
-		if err := svc.ConnectNATS(ctx); err != nil {
-			svc.Close()
-			return fail("%v", err)
-		}
-		fc.Plane, fc.Bus = config.PlaneNATS, svc.Bus()
-		if fleet, err = service.StartFleet(fc); err != nil {
-			svc.Close()
-			return fail("starting mock workers: %v", err)
-		}
-	default:
-		// zmq: RouterEvents over ZMQ; none: the engines' own vLLM ZMQ
-		// streams. Either way the router reads the static list.
-		fc.Plane = service.FleetEngineZMQ
-		if cfg.EventPlane.Kind == config.PlaneZMQ {
-			fc.Plane = config.PlaneZMQ
-		}
-		if fleet, err = service.StartFleet(fc); err != nil {
-			return fail("starting mock workers: %v", err)
-		}
-		cfg.Workers = fleet.Static()
-		if svc, err = service.New(cfg, service.Options{Logger: log.With("component", "router")}); err != nil {
-			fleet.Stop()
-			return fail("%v", err)
-		}
+	fleet, svc, err := startUp(ctx, cfg, upFleetConfig(u, cfg, model, log), log)
+	if err != nil {
+		return fail("%v", err)
 	}
 	defer fleet.Stop()
 
@@ -91,7 +50,73 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		svc.Close()
 		return fail("%v (another kvrouter running? try --port)", err)
 	}
-	url := "http://" + ln.Addr().String()
+	printUpBanner(stdout, u.MockWorkers, cfg, svc, "http://"+ln.Addr().String())
+	if err := svc.Run(ctx, ln); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+// upFleetConfig is the mock fleet `up` starts: u's workers and engine,
+// the router's model and event-plane names.
+func upFleetConfig(u config.Up, cfg config.Config, model service.Model, log *slog.Logger) service.FleetConfig {
+	fc := service.DefaultFleetConfig()
+	fc.Workers = u.MockWorkers
+	fc.Model = cfg.Model
+	fc.Engine = u.FleetEngine()
+	fc.Tokenizer = model.Tokenizer
+	fc.ChatTemplate = model.Template
+	fc.Logger = log.With("component", "mocker")
+	fc.Namespace, fc.Component, fc.Registry = cfg.EventPlane.Namespace, cfg.EventPlane.Component, cfg.EventPlane.Registry
+	return fc
+}
+
+// startUp builds the router and starts the mock fleet, in the order the
+// event plane needs; on an error nothing is left running.
+func startUp(ctx context.Context, cfg config.Config, fc service.FleetConfig, log *slog.Logger) (*service.Fleet, *service.Service, error) {
+	opts := service.Options{Logger: log.With("component", "router")}
+	if cfg.EventPlane.Kind == config.PlaneNATS {
+		// The router first: its embedded NATS is where the mock workers
+		// register and publish; the router discovers them in the registry.
+		svc, err := service.New(cfg, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		// An external --nats-url is waited for (retried until it answers
+		// or Ctrl-C), as serve would.
+		if err := svc.ConnectNATS(ctx); err != nil {
+			svc.Close()
+			return nil, nil, err
+		}
+		fc.Plane, fc.Bus = config.PlaneNATS, svc.Bus()
+		fleet, err := service.StartFleet(fc)
+		if err != nil {
+			svc.Close()
+			return nil, nil, fmt.Errorf("starting mock workers: %w", err)
+		}
+		return fleet, svc, nil
+	}
+	// zmq: RouterEvents over ZMQ; none: the engines' own vLLM ZMQ
+	// streams. Either way the router reads the static list.
+	fc.Plane = service.FleetEngineZMQ
+	if cfg.EventPlane.Kind == config.PlaneZMQ {
+		fc.Plane = config.PlaneZMQ
+	}
+	fleet, err := service.StartFleet(fc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting mock workers: %w", err)
+	}
+	cfg.Workers = fleet.Static()
+	svc, err := service.New(cfg, opts)
+	if err != nil {
+		fleet.Stop()
+		return nil, nil, err
+	}
+	return fleet, svc, nil
+}
+
+// printUpBanner tells the user where the router listens and how to try it.
+func printUpBanner(stdout io.Writer, workers int, cfg config.Config, svc *service.Service, url string) {
 	fmt.Fprintf(stdout, `
 kvrouter is up: %d mock workers behind the router at %s (model %s)
   events       %s
@@ -106,11 +131,7 @@ kvrouter is up: %d mock workers behind the router at %s (model %s)
 
 Ctrl-C stops everything.
 
-`, u.MockWorkers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
-	if err := svc.Run(ctx, ln); err != nil {
-		return fail("%v", err)
-	}
-	return 0
+`, workers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
 }
 
 // eventsLine describes the event plane for the banner.

@@ -126,6 +126,8 @@ type exchange struct {
 	rec   record
 }
 
+// serveOpenAI serves /v1/chat/completions (chat) and /v1/completions:
+// it judges and tokenizes the request, then routes and proxies it.
 func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat bool) {
 	start := f.clock()
 	body, ok := f.readBody(rw, r)
@@ -136,6 +138,36 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	if chat {
 		param = "messages"
 	}
+	fields, ok := f.judgeFields(rw, body, param)
+	if !ok {
+		return
+	}
+	p, ok := f.openAIPrompt(rw, r, &fields, len(body), chat, param)
+	if !ok {
+		return
+	}
+	fwd := body
+	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
+		var err error
+		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
+			writeParseError(rw, err, "")
+			return
+		}
+	}
+	endpoint := "completions"
+	if chat {
+		endpoint = "chat"
+	}
+	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
+		expected: fields.expectedOutput(), stream: fields.Stream}
+	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
+	f.serveExchange(rw, r, ex)
+}
+
+// judgeFields scans the body's fields and judges those the router can
+// before the prompt is tokenized, routed and booked; false when it
+// answered the client.
+func (f *Frontend) judgeFields(rw http.ResponseWriter, body []byte, param string) (requestFields, bool) {
 	fields, err := parseFields(body)
 	if err != nil {
 		if errors.Is(err, errSyntax) {
@@ -143,28 +175,32 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		} else {
 			writeParseError(rw, err, param)
 		}
-		return
+		return fields, false
 	}
 	if err := f.parser.checkModel(fields.Model); err != nil {
 		writeParseError(rw, err, param)
-		return
+		return fields, false
 	}
-	// The fields the router can judge are judged before the prompt is
-	// tokenized, routed and booked.
 	if err := f.parser.checkFields(&fields); err != nil {
 		writeParseError(rw, err, param)
-		return
+		return fields, false
 	}
+	return fields, true
+}
+
+// openAIPrompt turns the request's messages or prompt into token ids (in
+// a tokenizing slot unless the prompt is ids already); false when it
+// answered the client.
+func (f *Frontend) openAIPrompt(rw http.ResponseWriter, r *http.Request, fields *requestFields, size int, chat bool, param string) (prompt, bool) {
 	var p prompt
-	endpoint := "completions"
+	var err error
 	if chat || fields.promptIDs == nil {
-		release, ok := f.tokenSlot(rw, r, len(body))
+		release, ok := f.tokenSlot(rw, r, size)
 		if !ok {
-			return
+			return p, false
 		}
 		if chat {
-			endpoint = "chat"
-			p, err = f.parser.chatPrompt(&fields)
+			p, err = f.parser.chatPrompt(fields)
 		} else {
 			p, err = f.parser.completionPrompt(fields.Prompt)
 		}
@@ -174,23 +210,18 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	if err != nil {
 		writeParseError(rw, err, param)
-		return
+		return p, false
 	}
-	fwd := body
-	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
-		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
-			writeParseError(rw, err, "")
-			return
-		}
-	}
+	return p, true
+}
+
+// serveExchange forwards ex, counted in flight, and records it.
+func (f *Frontend) serveExchange(rw http.ResponseWriter, r *http.Request, ex *exchange) {
 	f.m.inflight.Inc()
 	defer f.m.inflight.Dec()
-	f.m.promptTokens.Add(float64(len(p.tokens)))
-	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput(), stream: fields.Stream}
-	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
+	f.m.promptTokens.Add(float64(len(ex.tokens)))
 	f.forward(rw, r, ex)
-	ex.rec.Duration = f.clock().Sub(start)
+	ex.rec.Duration = f.clock().Sub(ex.start)
 	f.finish(ex.rec)
 	if ex.abort {
 		// net/http's own way to end a response in error: the connection
@@ -248,12 +279,8 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 				break
 			}
 		}
-		t0 := f.clock()
-		d, err := f.router.Route(req)
-		f.m.decision.Observe(f.clock().Sub(t0).Seconds())
+		d, err := f.route(ex, req, attempt)
 		*expl = d.Candidates
-		ex.rec.RequestID = req.ID
-		ex.rec.Attempts = attempt + 1
 		if err != nil {
 			if last != nil {
 				break // report the worker failure rather than "no candidate left"
@@ -262,39 +289,65 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 			ex.rec.Outcome, ex.rec.Status = "refused: "+err.Error(), f.writeRouteError(rw, err, nil)
 			return
 		}
-		f.m.overlap.Observe(float64(d.OverlapBlocks))
-		ex.rec.Decision = f.decisionView(d, true)
-		ex.rec.Worker = f.workerName(d.Worker.ID)
-		ex.rec.OverlapBlocks = d.OverlapBlocks
-		ex.rec.Predicted = d.OverlapBlocks * f.blockSize
+		excluded = append(excluded, d.Worker.ID) // for the next attempts, if any
 		entry, ok := f.dir.Lookup(d.Worker.ID)
 		if !ok || entry.URL == "" {
 			f.free(req.ID)
-			excluded = append(excluded, d.Worker.ID)
 			last = &failure{reason: "unknown_worker", worker: ex.rec.Worker, err: errors.New("worker has no URL in the directory")}
 			f.m.retries.WithLabelValues(last.reason).Inc()
 			continue
 		}
-		fail := f.attempt(rw, r, ex, req.ID, d, entry)
-		if fail == nil {
+		if last = f.attempt(rw, r, ex, req.ID, d, entry); last == nil {
 			return
 		}
-		last = fail
-		excluded = append(excluded, d.Worker.ID)
-		if r.Context().Err() != nil {
-			ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
+		if !f.failedBeforeFirstByte(r, ex, req.ID, d, last, attempt) {
 			return
-		}
-		retry := attempt < f.cfg.MaxRetries
-		f.log.Warn("worker failed before the first byte", "worker", fail.worker, "reason", fail.reason,
-			"err", fail.err, "request_id", req.ID, "attempt", attempt+1, "retrying", retry)
-		if fr, ok := f.dir.(FailureReporter); ok {
-			fr.WorkerFailed(d.Worker.ID, fail.reason, fail.err)
-		}
-		if retry {
-			f.m.retries.WithLabelValues(fail.reason).Inc()
 		}
 	}
+	f.answerFailed(rw, ex, last)
+}
+
+// route asks the router for attempt's decision on req and records it in
+// ex.
+func (f *Frontend) route(ex *exchange, req router.Request, attempt int) (router.Decision, error) {
+	t0 := f.clock()
+	d, err := f.router.Route(req)
+	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
+	ex.rec.RequestID = req.ID
+	ex.rec.Attempts = attempt + 1
+	if err != nil {
+		return d, err
+	}
+	f.m.overlap.Observe(float64(d.OverlapBlocks))
+	ex.rec.Decision = f.decisionView(d, true)
+	ex.rec.Worker = f.workerName(d.Worker.ID)
+	ex.rec.OverlapBlocks = d.OverlapBlocks
+	ex.rec.Predicted = d.OverlapBlocks * f.blockSize
+	return d, nil
+}
+
+// failedBeforeFirstByte logs and reports the failure of attempt on d's
+// worker; false when the client went away (nothing left to retry for).
+func (f *Frontend) failedBeforeFirstByte(r *http.Request, ex *exchange, id string, d router.Decision, fail *failure, attempt int) bool {
+	if r.Context().Err() != nil {
+		ex.rec.Outcome, ex.rec.Status = "client disconnected", 499
+		return false
+	}
+	retry := attempt < f.cfg.MaxRetries
+	f.log.Warn("worker failed before the first byte", "worker", fail.worker, "reason", fail.reason,
+		"err", fail.err, "request_id", id, "attempt", attempt+1, "retrying", retry)
+	if fr, ok := f.dir.(FailureReporter); ok {
+		fr.WorkerFailed(d.Worker.ID, fail.reason, fail.err)
+	}
+	if retry {
+		f.m.retries.WithLabelValues(fail.reason).Inc()
+	}
+	return true
+}
+
+// answerFailed answers a request whose every attempt failed: the last
+// worker's kept 5xx answer, or 502 saying why.
+func (f *Frontend) answerFailed(rw http.ResponseWriter, ex *exchange, last *failure) {
 	if last == nil {
 		// Every worker was excluded before any attempt (cannot happen on
 		// the first pass); answer as "no worker".
@@ -363,28 +416,50 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 // connection refused". Workers in a routable state that the router has
 // marked down count as down.
 func (f *Frontend) noWorkerReason() string {
-	type group struct {
-		state, reason string
-		n             int
-	}
-	var groups []*group
-	byKey := map[[2]string]*group{}
-	add := func(state, reason string) {
-		k := [2]string{state, reason}
-		g := byKey[k]
-		if g == nil {
-			g = &group{state: state, reason: reason}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		g.n++
-	}
 	infos, down := f.router.Workers()
 	downByID := make(map[kvevent.WorkerID]bool, len(infos))
 	for i, w := range infos {
 		downByID[w.ID] = down[i]
 	}
 	list := f.dir.List()
+	if len(list) == 0 {
+		return "no workers are known"
+	}
+	groups := groupStates(list, downByID)
+	// Refused and down workers first: they are the likely answer.
+	slices.SortStableFunc(groups, func(a, b *stateGroup) int { return stateOrder(a.state) - stateOrder(b.state) })
+	parts := make([]string, 0, len(groups))
+	for _, g := range groups {
+		parts = append(parts, g.String())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stateGroup counts the workers in one state for one reason.
+type stateGroup struct {
+	state, reason string
+	n             int
+}
+
+// String reads "2 workers down: connection refused".
+func (g *stateGroup) String() string {
+	p := fmt.Sprintf("%d worker", g.n)
+	if g.n != 1 {
+		p += "s"
+	}
+	p += " " + g.state
+	if g.reason != "" {
+		p += ": " + g.reason
+	}
+	return p
+}
+
+// groupStates groups the directory's workers by state and reason, in
+// the order each group first appears; downByID is the router's view
+// (whether it marked a worker down; absent: not in its table).
+func groupStates(list []WorkerEntry, downByID map[kvevent.WorkerID]bool) []*stateGroup {
+	var groups []*stateGroup
+	byKey := map[[2]string]*stateGroup{}
 	for _, e := range list {
 		state, reason := strings.ToLower(e.Status.State.String()), e.Status.Reason
 		for _, sentinel := range []error{fleet.ErrBlockSizeMismatch, fleet.ErrHashContractMismatch} {
@@ -396,35 +471,27 @@ func (f *Frontend) noWorkerReason() string {
 		case e.Status.State.Routable() && !known:
 			state, reason = "not routable", "not in the router's worker table yet"
 		}
-		add(state, reason)
-	}
-	if len(list) == 0 {
-		return "no workers are known"
-	}
-	// Refused and down workers first: they are the likely answer.
-	rank := func(s string) int {
-		switch s {
-		case "refused":
-			return 0
-		case "down":
-			return 1
+		k := [2]string{state, reason}
+		g := byKey[k]
+		if g == nil {
+			g = &stateGroup{state: state, reason: reason}
+			byKey[k] = g
+			groups = append(groups, g)
 		}
-		return 2
+		g.n++
 	}
-	slices.SortStableFunc(groups, func(a, b *group) int { return rank(a.state) - rank(b.state) })
-	parts := make([]string, 0, len(groups))
-	for _, g := range groups {
-		p := fmt.Sprintf("%d worker", g.n)
-		if g.n != 1 {
-			p += "s"
-		}
-		p += " " + g.state
-		if g.reason != "" {
-			p += ": " + g.reason
-		}
-		parts = append(parts, p)
+	return groups
+}
+
+// stateOrder puts refused workers first, then down ones, then the rest.
+func stateOrder(state string) int {
+	switch state {
+	case "refused":
+		return 0
+	case "down":
+		return 1
 	}
-	return strings.Join(parts, "; ")
+	return 2
 }
 
 // allowedExcept lists the router's workers minus the excluded ones.

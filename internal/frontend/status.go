@@ -263,12 +263,43 @@ func chartsOf(hist []timeline.Point, views []workerJSON) chartsJSON {
 	for i, w := range views {
 		order[w.WorkerID] = i
 	}
-	byID := map[uint64]int{}
+	ids := chartWorkers(hist, order)
+	byID := make(map[uint64]int, len(ids))
+	for i, id := range ids {
+		byID[id] = i
+		name := ""
+		if j, ok := order[id]; ok {
+			name = views[j].Worker
+		}
+		c.Workers = append(c.Workers, workerChartJSON{Worker: name, WorkerID: id,
+			InFlight: make([]*float64, n), PrefillTokens: make([]*float64, n), ActiveBlocks: make([]*float64, n),
+			UsedBlocks: make([]*float64, n), CapacityBlocks: make([]*float64, n),
+			PredictedHitRatio: make([]*float64, n), ActualHitRatio: make([]*float64, n)})
+	}
+	for i, p := range hist {
+		c.T[i] = p.Start.UnixMilli()
+		c.Fleet.set(i, p)
+		for _, w := range p.Workers {
+			c.Workers[byID[w.ID]].set(i, w)
+		}
+	}
+	for i := range c.Workers {
+		if c.Workers[i].Worker == "" {
+			c.Workers[i].Worker = "worker " + strconv.FormatUint(c.Workers[i].WorkerID, 10)
+		}
+	}
+	return c
+}
+
+// chartWorkers lists the ids of the workers in hist: those in order
+// first, as ordered, then the others by id.
+func chartWorkers(hist []timeline.Point, order map[uint64]int) []uint64 {
+	seen := map[uint64]bool{}
 	var ids []uint64
 	for _, p := range hist {
 		for _, w := range p.Workers {
-			if _, ok := byID[w.ID]; !ok {
-				byID[w.ID] = 0
+			if !seen[w.ID] {
+				seen[w.ID] = true
 				ids = append(ids, w.ID)
 			}
 		}
@@ -291,50 +322,36 @@ func chartsOf(hist []timeline.Point, views []workerJSON) chartsJSON {
 		}
 		return 0
 	})
-	for i, id := range ids {
-		byID[id] = i
-		name := ""
-		if j, ok := order[id]; ok {
-			name = views[j].Worker
-		}
-		c.Workers = append(c.Workers, workerChartJSON{Worker: name, WorkerID: id,
-			InFlight: make([]*float64, n), PrefillTokens: make([]*float64, n), ActiveBlocks: make([]*float64, n),
-			UsedBlocks: make([]*float64, n), CapacityBlocks: make([]*float64, n),
-			PredictedHitRatio: make([]*float64, n), ActualHitRatio: make([]*float64, n)})
+	return ids
+}
+
+// set fills sample i of the fleet's series from p.
+func (c *fleetChartJSON) set(i int, p timeline.Point) {
+	fl := p.Fleet
+	// The open sample's rate is over the part of the step gone by, but at
+	// least a second of it, so a sample just begun does not spike.
+	c.RequestsPerSecond[i] = num(float64(fl.Requests) / max(p.Elapsed.Seconds(), 1))
+	if fl.Requests > 0 {
+		c.ErrorRate[i] = num(float64(fl.Errors) / float64(fl.Requests))
 	}
-	for i, p := range hist {
-		c.T[i] = p.Start.UnixMilli()
-		fl := p.Fleet
-		// The open sample's rate is over the part of the step gone by, but
-		// at least a second of it, so a sample just begun does not spike.
-		c.Fleet.RequestsPerSecond[i] = num(float64(fl.Requests) / max(p.Elapsed.Seconds(), 1))
-		if fl.Requests > 0 {
-			c.Fleet.ErrorRate[i] = num(float64(fl.Errors) / float64(fl.Requests))
-		}
-		if fl.TTFTs > 0 {
-			c.Fleet.TTFTP50MS[i] = num(float64(fl.TTFTP50) / 1e6)
-			c.Fleet.TTFTP99MS[i] = num(float64(fl.TTFTP99) / 1e6)
-		}
-		for _, w := range p.Workers {
-			s := &c.Workers[byID[w.ID]]
-			if s.Worker == "" && w.Name != "" {
-				s.Worker = w.Name
-			}
-			if w.HasGauge {
-				s.InFlight[i], s.PrefillTokens[i] = num(float64(w.InFlight)), num(float64(w.PrefillTokens))
-				s.ActiveBlocks[i], s.UsedBlocks[i] = num(w.ActiveBlocks), num(float64(w.UsedBlocks))
-				if w.CapacityBlocks > 0 {
-					s.CapacityBlocks[i] = num(float64(w.CapacityBlocks))
-				}
-			}
-			s.PredictedHitRatio[i] = ratio(w.PredictedTokens, w.PromptTokens)
-			s.ActualHitRatio[i] = ratio(w.ActualTokens, w.PromptTokens)
+	if fl.TTFTs > 0 {
+		c.TTFTP50MS[i] = num(float64(fl.TTFTP50) / 1e6)
+		c.TTFTP99MS[i] = num(float64(fl.TTFTP99) / 1e6)
+	}
+}
+
+// set fills sample i of the worker's series from w.
+func (s *workerChartJSON) set(i int, w timeline.Worker) {
+	if s.Worker == "" && w.Name != "" {
+		s.Worker = w.Name
+	}
+	if w.HasGauge {
+		s.InFlight[i], s.PrefillTokens[i] = num(float64(w.InFlight)), num(float64(w.PrefillTokens))
+		s.ActiveBlocks[i], s.UsedBlocks[i] = num(w.ActiveBlocks), num(float64(w.UsedBlocks))
+		if w.CapacityBlocks > 0 {
+			s.CapacityBlocks[i] = num(float64(w.CapacityBlocks))
 		}
 	}
-	for i := range c.Workers {
-		if c.Workers[i].Worker == "" {
-			c.Workers[i].Worker = "worker " + strconv.FormatUint(c.Workers[i].WorkerID, 10)
-		}
-	}
-	return c
+	s.PredictedHitRatio[i] = ratio(w.PredictedTokens, w.PromptTokens)
+	s.ActualHitRatio[i] = ratio(w.ActualTokens, w.PromptTokens)
 }

@@ -135,133 +135,183 @@ type opened struct {
 // watch runs the watcher: kw is a fresh watch (its first entries are the
 // bucket's current contents), stop ends it.
 func (b *Bucket[T]) watch(ctx context.Context, kw jetstream.KeyWatcher, stop func(), w *Watcher[T], cfg watchConfig) {
-	// The watch being opened, if any: it runs beside the loop so that
-	// expiries are reported on time while JetStream is slow to answer.
-	var opening chan opened
 	defer close(w.done)
 	defer close(w.c)
-	defer func() {
-		if stop != nil {
-			stop()
-		}
-		if opening != nil { // ctx is done: it returns at once
-			if o := <-opening; o.err == nil {
-				o.stop()
-			}
-		}
-	}()
-	v := newView(b.ttl)
-	v.begin()
-	initial := true // the first snapshot is the initial values
-	updates := kw.Updates()
-	// The watch is re-created (a fresh snapshot of the bucket, compared
-	// with what was reported) after a reconnect: a KV watch is a
-	// JetStream consumer that does not survive a server restart, and
-	// whatever happened while the connection was down went by unseen. The
-	// reconnect counter counts attempts, so the watch waits until the
-	// connection is up.
-	reconnects := b.reconnects()
-	resnap := false
-	lastSnap := time.Now()
-	failures := 0
+	l := &watchLoop[T]{b: b, ctx: ctx, w: w, cfg: cfg, v: newView(b.ttl), initial: true,
+		stop: stop, updates: kw.Updates(), reconnects: b.reconnects(), lastSnap: time.Now()}
+	defer l.end()
+	l.v.begin()
 	tick := time.NewTicker(max(b.ttl/4, 10*time.Millisecond))
 	defer tick.Stop()
-	prevTick := time.Now()
-	send := func(c fleet.Change[T]) bool {
-		select {
-		case w.c <- c:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	l.prevTick = time.Now()
 	for {
+		var more bool
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			sinceTick := now.Sub(prevTick)
-			prevTick = now
-			if n := b.reconnects(); n != reconnects {
-				reconnects, resnap = n, true
-			}
-			if cfg.resync > 0 && now.Sub(lastSnap) >= cfg.resync {
-				resnap = true
-			}
-			if resnap && opening == nil && b.connected() {
-				opening = make(chan opened, 1)
-				go func(out chan<- opened) {
-					kw, stop, err := b.openWatch(ctx)
-					out <- opened{kw: kw, stop: stop, err: err}
-				}(opening)
-			}
-			if !b.connected() {
-				// Disconnected, the watcher hears no heartbeats: that
-				// silence is this router's outage, not its workers'. The
-				// deadlines are held a TTL ahead (a fleet is not dropped
-				// for a NATS blip), and after the reconnect the re-read
-				// reports what really left; a record that expired and
-				// came back meanwhile is still told Expired, then Put.
-				v.hold(now, sinceTick)
-				continue
-			}
-			for _, k := range v.expire(now) {
-				if !send(fleet.Change[T]{Kind: fleet.Expired, Key: k}) {
-					return
-				}
-			}
-		case o := <-opening:
-			opening = nil
-			if o.err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				failures++
-				lvl := b.log.Debug
-				if failures == 1 {
-					lvl = b.log.Warn
-				}
-				lvl("re-reading the bucket failed; retrying", "bucket", b.name, "attempt", failures, "err", o.err)
-				continue
-			}
-			if stop != nil {
-				stop()
-			}
-			stop, updates = o.stop, o.kw.Updates()
-			v.begin()
-			resnap, lastSnap, failures = false, time.Now(), 0
-		case e, ok := <-updates:
-			if !ok {
-				// The library gave the watch up (its consumer could not be
-				// re-created): start a new one.
-				b.log.Warn("bucket watch closed by the client library; re-watching", "bucket", b.name)
-				stop()
-				updates, stop, resnap = nil, nil, true
-				continue
-			}
-			now := time.Now()
-			if e == nil { // end of the snapshot
-				for _, g := range v.end(now) {
-					b.log.Info("record left the bucket while the watch was interrupted", "bucket", b.name, "key", g.key, "as", g.kind.String())
-					if !send(fleet.Change[T]{Kind: g.kind, Key: g.key}) {
-						return
-					}
-				}
-				if initial {
-					initial = false
-					if !send(fleet.Change[T]{Kind: fleet.Synced, Initial: true}) {
-						return
-					}
-				}
-				continue
-			}
-			for _, c := range b.changes(v, e, now, initial) {
-				if !send(c) {
-					return
-				}
-			}
+			more = l.tick(now)
+		case o := <-l.opening:
+			more = l.opened(o)
+		case e, ok := <-l.updates:
+			more = l.update(e, ok)
+		}
+		if !more {
+			return
 		}
 	}
+}
+
+// watchLoop is the state of one watcher's goroutine (Bucket.watch).
+//
+// The watch is re-created (a fresh snapshot of the bucket, compared with
+// what was reported) after a reconnect: a KV watch is a JetStream
+// consumer that does not survive a server restart, and whatever happened
+// while the connection was down went by unseen. The reconnect counter
+// counts attempts, so the watch waits until the connection is up.
+type watchLoop[T any] struct {
+	b   *Bucket[T]
+	ctx context.Context
+	w   *Watcher[T]
+	cfg watchConfig
+	v   *view
+
+	initial bool // the current snapshot is the initial values
+	stop    func()
+	updates <-chan jetstream.KeyValueEntry
+	// The watch being opened, if any: it runs beside the loop so that
+	// expiries are reported on time while JetStream is slow to answer.
+	opening chan opened
+
+	reconnects uint64
+	resnap     bool // a fresh snapshot is wanted
+	lastSnap   time.Time
+	failures   int // re-watches failed in a row
+	prevTick   time.Time
+}
+
+// end stops the current watch and the one being opened, if any.
+func (l *watchLoop[T]) end() {
+	if l.stop != nil {
+		l.stop()
+	}
+	if l.opening != nil { // ctx is done: it returns at once
+		if o := <-l.opening; o.err == nil {
+			o.stop()
+		}
+	}
+}
+
+// send delivers c; false when the watcher is stopping.
+func (l *watchLoop[T]) send(c fleet.Change[T]) bool {
+	select {
+	case l.w.c <- c:
+		return true
+	case <-l.ctx.Done():
+		return false
+	}
+}
+
+// tick starts a re-watch when one is due (a reconnect, the resync
+// period) and reports the records whose deadlines passed; false when the
+// watcher is stopping.
+func (l *watchLoop[T]) tick(now time.Time) bool {
+	sinceTick := now.Sub(l.prevTick)
+	l.prevTick = now
+	if n := l.b.reconnects(); n != l.reconnects {
+		l.reconnects, l.resnap = n, true
+	}
+	if l.cfg.resync > 0 && now.Sub(l.lastSnap) >= l.cfg.resync {
+		l.resnap = true
+	}
+	if l.resnap && l.opening == nil && l.b.connected() {
+		l.opening = make(chan opened, 1)
+		go func(out chan<- opened) {
+			kw, stop, err := l.b.openWatch(l.ctx)
+			out <- opened{kw: kw, stop: stop, err: err}
+		}(l.opening)
+	}
+	if !l.b.connected() {
+		// Disconnected, the watcher hears no heartbeats: that silence is
+		// this router's outage, not its workers'. The deadlines are held a
+		// TTL ahead (a fleet is not dropped for a NATS blip), and after the
+		// reconnect the re-read reports what really left; a record that
+		// expired and came back meanwhile is still told Expired, then Put.
+		l.v.hold(now, sinceTick)
+		return true
+	}
+	for _, k := range l.v.expire(now) {
+		if !l.send(fleet.Change[T]{Kind: fleet.Expired, Key: k}) {
+			return false
+		}
+	}
+	return true
+}
+
+// opened switches to a re-watch that opened, or logs one that failed (it
+// is retried on a later tick); false when the watcher is stopping.
+func (l *watchLoop[T]) opened(o opened) bool {
+	l.opening = nil
+	if o.err != nil {
+		if l.ctx.Err() != nil {
+			return false
+		}
+		l.failures++
+		lvl := l.b.log.Debug
+		if l.failures == 1 {
+			lvl = l.b.log.Warn
+		}
+		lvl("re-reading the bucket failed; retrying", "bucket", l.b.name, "attempt", l.failures, "err", o.err)
+		return true
+	}
+	if l.stop != nil {
+		l.stop()
+	}
+	l.stop, l.updates = o.stop, o.kw.Updates()
+	l.v.begin()
+	l.resnap, l.lastSnap, l.failures = false, time.Now(), 0
+	return true
+}
+
+// update reports what entry e changes (e nil: the end of a snapshot), or
+// re-watches when the library closed the watch (ok false); false when
+// the watcher is stopping.
+func (l *watchLoop[T]) update(e jetstream.KeyValueEntry, ok bool) bool {
+	if !ok {
+		// The library gave the watch up (its consumer could not be
+		// re-created): start a new one.
+		l.b.log.Warn("bucket watch closed by the client library; re-watching", "bucket", l.b.name)
+		l.stop()
+		l.updates, l.stop, l.resnap = nil, nil, true
+		return true
+	}
+	now := time.Now()
+	if e == nil {
+		return l.snapshotEnd(now)
+	}
+	for _, c := range l.b.changes(l.v, e, now, l.initial) {
+		if !l.send(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshotEnd reports the records that left while the watch was
+// interrupted and, after the first snapshot, Synced; false when the
+// watcher is stopping.
+func (l *watchLoop[T]) snapshotEnd(now time.Time) bool {
+	for _, g := range l.v.end(now) {
+		l.b.log.Info("record left the bucket while the watch was interrupted", "bucket", l.b.name, "key", g.key, "as", g.kind.String())
+		if !l.send(fleet.Change[T]{Kind: g.kind, Key: g.key}) {
+			return false
+		}
+	}
+	if l.initial {
+		l.initial = false
+		return l.send(fleet.Change[T]{Kind: fleet.Synced, Initial: true})
+	}
+	return true
 }
 
 // changes folds entry e into v and returns the changes to report: none,

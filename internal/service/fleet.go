@@ -162,49 +162,11 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 	id := uint64(fleet.DeriveID(name))
 	wlog := log.With("worker", name)
 	fw := &FleetWorker{Name: name, Topic: cfg.Topic, done: make(chan error, 1)}
-	var rsink *server.NATSSink
-	switch cfg.Plane {
-	case config.PlaneNATS:
-		pc := natsevents.DefaultPublisherConfig()
-		pc.Namespace, pc.Component, pc.Logger = cfg.Namespace, cfg.Component, wlog
-		s, err := server.NewNATSSink(cfg.Bus.Conn(), pc, id, 1)
-		if err != nil {
-			return nil, fmt.Errorf("fleet %s: %w", name, err)
-		}
-		rsink, fw.sink, fw.Events = s, s, "nats"
-	case config.PlaneZMQ:
-		zp, err := zmqevents.NewPublisher(zmqevents.PublisherConfig{Endpoint: events, QueryEndpoint: replay, Logger: wlog})
-		if err != nil {
-			return nil, fmt.Errorf("fleet %s: %w", name, err)
-		}
-		rsink = server.NewRouterEventSink(zp, id, 1)
-		fw.sink, fw.Events, fw.Replay, fw.Topic = rsink, zp.Endpoint(), zp.QueryEndpoint(), ""
-	default:
-		ev := server.DefaultKVEventsConfig()
-		ev.EnableKVCacheEvents = true
-		ev.Endpoint = events
-		if !cfg.NoReplay {
-			ev.ReplayEndpoint = replay
-		}
-		ev.Topic = cfg.Topic
-		zs, err := server.NewZMQSink(ev, cfg.ZMQ, 0, 1, wlog)
-		if err != nil {
-			return nil, fmt.Errorf("fleet %s: %w", name, err)
-		}
-		fw.sink, fw.Events, fw.Replay = zs, zs.Endpoint(0), zs.ReplayEndpoint(0)
+	rsink, err := fw.openSink(cfg, id, events, replay, wlog)
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: %w", name, err)
 	}
-	sc := server.DefaultConfig()
-	if cfg.Model != "" {
-		sc.Model = cfg.Model
-	}
-	sc.Engine = cfg.Engine
-	sc.Engine.HashSeed = cfg.Engine.HashSeed + uint64(k) // engines need not share a seed
-	sc.WorkerID = id
-	sc.Tokenizer = cfg.Tokenizer
-	sc.ChatTemplate = cfg.ChatTemplate
-	sc.Logger = wlog
-	sc.Sinks = []server.EventSink{fw.sink}
-	sc.Faults = cfg.Faults
+	sc := mockConfig(cfg, k, id, fw.sink, wlog)
 	mw, err := server.New(sc)
 	if err != nil {
 		fw.sink.Close()
@@ -224,20 +186,85 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 	fw.URL = "http://" + ln.Addr().String()
 	fw.BlockSize, fw.KVBlocks, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, mw
 	if f.registry != nil {
-		rec := fleet.WorkerRecord{ID: kvevent.WorkerID(id), Name: name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
-			DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), MaxBatchedTokens: uint64(sc.Engine.MaxNumBatchedTokens),
-			Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "kvrouter up"}
-		if fw.lease, err = f.registry.Register(context.Background(), rec); err != nil {
+		if err := f.register(cfg, fw, id, sc); err != nil {
 			ln.Close()
 			mw.CloseSinks()
 			return nil, fmt.Errorf("fleet %s: registering: %w", name, err)
 		}
-		fw.lease.RefreshOnReconnect(cfg.Bus.OnReconnect)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fw.cancel = cancel
 	go func() { fw.done <- mw.Serve(ctx, ln) }()
 	return fw, nil
+}
+
+// openSink opens the worker's event sink for cfg's plane and sets its
+// event endpoints; the returned RouterEvent sink (nil for vLLM's ZMQ
+// protocol) answers recovery queries once served.
+func (fw *FleetWorker) openSink(cfg FleetConfig, id uint64, events, replay string, wlog *slog.Logger) (*server.NATSSink, error) {
+	switch cfg.Plane {
+	case config.PlaneNATS:
+		pc := natsevents.DefaultPublisherConfig()
+		pc.Namespace, pc.Component, pc.Logger = cfg.Namespace, cfg.Component, wlog
+		s, err := server.NewNATSSink(cfg.Bus.Conn(), pc, id, 1)
+		if err != nil {
+			return nil, err
+		}
+		fw.sink, fw.Events = s, "nats"
+		return s, nil
+	case config.PlaneZMQ:
+		zp, err := zmqevents.NewPublisher(zmqevents.PublisherConfig{Endpoint: events, QueryEndpoint: replay, Logger: wlog})
+		if err != nil {
+			return nil, err
+		}
+		rsink := server.NewRouterEventSink(zp, id, 1)
+		fw.sink, fw.Events, fw.Replay, fw.Topic = rsink, zp.Endpoint(), zp.QueryEndpoint(), ""
+		return rsink, nil
+	}
+	ev := server.DefaultKVEventsConfig()
+	ev.EnableKVCacheEvents = true
+	ev.Endpoint = events
+	if !cfg.NoReplay {
+		ev.ReplayEndpoint = replay
+	}
+	ev.Topic = cfg.Topic
+	zs, err := server.NewZMQSink(ev, cfg.ZMQ, 0, 1, wlog)
+	if err != nil {
+		return nil, err
+	}
+	fw.sink, fw.Events, fw.Replay = zs, zs.Endpoint(0), zs.ReplayEndpoint(0)
+	return nil, nil
+}
+
+// mockConfig is worker k's mock server configuration, publishing to sink.
+func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *slog.Logger) server.Config {
+	sc := server.DefaultConfig()
+	if cfg.Model != "" {
+		sc.Model = cfg.Model
+	}
+	sc.Engine = cfg.Engine
+	sc.Engine.HashSeed = cfg.Engine.HashSeed + uint64(k) // engines need not share a seed
+	sc.WorkerID = id
+	sc.Tokenizer = cfg.Tokenizer
+	sc.ChatTemplate = cfg.ChatTemplate
+	sc.Logger = wlog
+	sc.Sinks = []server.EventSink{sink}
+	sc.Faults = cfg.Faults
+	return sc
+}
+
+// register puts the worker's record in the registry, its lease re-put at
+// each reconnect.
+func (f *Fleet) register(cfg FleetConfig, fw *FleetWorker, id uint64, sc server.Config) error {
+	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(id), Name: fw.Name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
+		DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), MaxBatchedTokens: uint64(sc.Engine.MaxNumBatchedTokens),
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "kvrouter up"}
+	var err error
+	if fw.lease, err = f.registry.Register(context.Background(), rec); err != nil {
+		return err
+	}
+	fw.lease.RefreshOnReconnect(cfg.Bus.OnReconnect)
+	return nil
 }
 
 // Stop stops the worker (gracefully: in-flight streams end) and waits for

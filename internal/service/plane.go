@@ -91,16 +91,41 @@ func (s *Service) newPlane() error {
 // does not end the process.
 func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 	if s.bus != nil {
-		err := s.retry(ctx, "connection", "waiting for the NATS connection", func(context.Context) error {
-			if st := s.bus.Conn().Status(); st != nats.CONNECTED {
-				return fmt.Errorf("connection %s", strings.ToLower(st.String()))
-			}
-			return nil
-		})
-		if err != nil {
+		if err := s.waitConnected(ctx); err != nil {
 			return nil, err
 		}
 	}
+	if err := s.startConsumer(ctx); err != nil {
+		return nil, err
+	}
+	for _, n := range s.staticNotes {
+		s.notifyPlane(n)
+	}
+	if s.rs != nil {
+		if err := s.startReplica(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.bus == nil {
+		s.regSynced.Store(true)
+		return nil, nil
+	}
+	return s.followRegistry(ctx)
+}
+
+// waitConnected waits for the NATS connection to be up.
+func (s *Service) waitConnected(ctx context.Context) error {
+	return s.retry(ctx, "connection", "waiting for the NATS connection", func(context.Context) error {
+		if st := s.bus.Conn().Status(); st != nats.CONNECTED {
+			return fmt.Errorf("connection %s", strings.ToLower(st.String()))
+		}
+		return nil
+	})
+}
+
+// startConsumer starts the NATS event consumer (recovering every worker
+// rank on each reconnect) or the durable one.
+func (s *Service) startConsumer(ctx context.Context) error {
 	switch {
 	case s.natsC != nil:
 		if err := s.natsC.Start(); err != nil {
@@ -111,34 +136,32 @@ func (s *Service) startPlane(ctx context.Context) (follow func(), err error) {
 		}
 		s.unhook = s.bus.OnReconnect(s.natsC.Reconnected)
 	case s.dur != nil:
-		if err := s.retry(ctx, "durable", "starting the durable KV event consumer", s.dur.Start); err != nil {
-			return nil, err
-		}
+		return s.retry(ctx, "durable", "starting the durable KV event consumer", s.dur.Start)
 	}
-	for _, n := range s.staticNotes {
-		s.notifyPlane(n)
-	}
-	if s.rs != nil {
-		tried := false
-		err := s.retry(ctx, "replica", "starting replica sync", func(ctx context.Context) error {
-			if tried { // a failed start tore the last one down
-				if err := s.newReplica(); err != nil {
-					return err
-				}
+	return nil
+}
+
+// startReplica starts replica sync (the peers' snapshots first), building
+// it anew after a failed start tore it down.
+func (s *Service) startReplica(ctx context.Context) error {
+	tried := false
+	return s.retry(ctx, "replica", "starting replica sync", func(ctx context.Context) error {
+		if tried { // a failed start tore the last one down
+			if err := s.newReplica(); err != nil {
+				return err
 			}
-			tried = true
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			return s.rs.Start(sctx)
-		})
-		if err != nil {
-			return nil, err
 		}
-	}
-	if s.bus == nil {
-		s.regSynced.Store(true)
-		return nil, nil
-	}
+		tried = true
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return s.rs.Start(sctx)
+	})
+}
+
+// followRegistry opens and watches the worker registry and returns the
+// goroutine func that folds its changes into the directory until ctx
+// ends.
+func (s *Service) followRegistry(ctx context.Context) (follow func(), err error) {
 	var reg *registry.Registry
 	err = s.retry(ctx, "registry", "opening the worker registry", func(ctx context.Context) error {
 		var err error

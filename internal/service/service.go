@@ -94,6 +94,33 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	s, err := newService(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	model, err := LoadModel(cfg.TokenizerDir)
+	if err != nil {
+		return nil, err
+	}
+	if f := cfg.Frontend; f.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(f.TLSCertFile, f.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		}
+	}
+	notes, err := s.buildDirectory()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.build(notes, model); err != nil {
+		s.abandon()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newService is a Service with o's defaults filled in and the Go runtime's
+// collectors on its registry.
+func newService(cfg config.Config, o Options) (*Service, error) {
 	s := &Service{cfg: cfg, log: o.Logger, reg: o.Registry, clock: o.Clock}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -107,108 +134,132 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	model, err := LoadModel(cfg.TokenizerDir)
-	if err != nil {
-		return nil, err
-	}
-	if f := cfg.Frontend; f.TLSCertFile != "" {
-		if _, err := tls.LoadX509KeyPair(f.TLSCertFile, f.TLSKeyFile); err != nil {
-			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
-		}
-	}
-	recs, err := cfg.WorkerRecords()
+	return s, nil
+}
+
+// buildDirectory builds the fleet directory from the static workers and
+// returns its first notifications (one per accepted or refused worker).
+func (s *Service) buildDirectory() ([]fleet.Notification, error) {
+	recs, err := s.cfg.WorkerRecords()
 	if err != nil {
 		return nil, fmt.Errorf("static workers: %w", err)
 	}
-	expect := fleet.Expect{BlockSize: cfg.BlockSize, Hash: fleet.DefaultHashContract(), Takeover: cfg.EventPlane.Registry.TTL / 2}
+	expect := fleet.Expect{BlockSize: s.cfg.BlockSize, Hash: fleet.DefaultHashContract(), Takeover: s.cfg.EventPlane.Registry.TTL / 2}
 	dir, notes, err := fleet.NewDirectory(expect, recs, s.log, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("building the worker directory: %w", err)
 	}
 	s.dir = dir
+	return notes, nil
+}
 
-	ic := cfg.IndexConfig()
+// build runs the steps of New that may leave something to undo (the
+// index's writers, the embedded NATS server): New calls abandon when it
+// fails.
+func (s *Service) build(notes []fleet.Notification, model Model) error {
+	if err := s.buildCore(); err != nil {
+		return err
+	}
+	if err := s.prepareEvents(notes); err != nil {
+		return err
+	}
+	return s.buildFront(model)
+}
+
+// abandon undoes what build started, for a New that failed: the embedded
+// NATS server, then the index's writers.
+func (s *Service) abandon() {
+	if s.bus != nil {
+		s.bus.Shutdown()
+		s.bus.WaitForShutdown()
+	}
+	if s.idx != nil {
+		s.idx.Close()
+	}
+}
+
+// buildCore builds the index (starting its writers), the router core (a
+// random router id when replica sync is on without one), the worker set,
+// and the event and start-up metrics.
+func (s *Service) buildCore() error {
+	ic := s.cfg.IndexConfig()
 	ic.OnError = func(w kvevent.Worker, err error) {
 		s.log.Debug("index refused an operation", "worker", w.String(), "err", err)
 	}
+	var err error
 	if s.idx, err = liveindex.New(ic); err != nil {
-		return nil, fmt.Errorf("building the index: %w", err)
+		return fmt.Errorf("building the index: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			s.idx.Close()
-		}
-	}()
-	rc := cfg.RouterConfig()
-	if cfg.EventPlane.ReplicaSync && rc.RouterID == 0 {
+	rc := s.cfg.RouterConfig()
+	if s.cfg.EventPlane.ReplicaSync && rc.RouterID == 0 {
 		rc.RouterID = replica.NewRouterID()
 	}
 	if s.router, err = router.New(rc, s.idx, s.clock, nil); err != nil {
-		return nil, fmt.Errorf("building the router: %w", err)
+		return fmt.Errorf("building the router: %w", err)
 	}
-	s.workers = newWorkerSet(dir, s.router, s.clock, s.log, cfg.Events.SilentAfter)
+	s.workers = newWorkerSet(s.dir, s.router, s.clock, s.log, s.cfg.Events.SilentAfter)
 	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
-		return nil, fmt.Errorf("registering event metrics: %w", err)
+		return fmt.Errorf("registering event metrics: %w", err)
 	}
 	s.startRetries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_nats_startup_retries_total",
 		Help: "Failed NATS start-up steps retried, by step (connect, connection, durable, replica, registry, watch)."}, []string{"step"})
 	if err := s.reg.Register(s.startRetries); err != nil {
-		return nil, fmt.Errorf("registering service metrics: %w", err)
+		return fmt.Errorf("registering service metrics: %w", err)
 	}
-	onNATS := cfg.EventPlane.Kind == config.PlaneNATS
-	if onNATS {
+	return nil
+}
+
+// prepareEvents builds the event plane and adds the static workers: with
+// NATS it secures the configuration and starts the embedded server (a
+// failure is a misconfiguration: its port taken, its store unusable; an
+// external one is connected to by Run, or ConnectNATS, retried until it
+// answers), adds the workers, then builds the NATS consumers; without, it
+// builds the plane first.
+func (s *Service) prepareEvents(notes []fleet.Notification) error {
+	if s.cfg.EventPlane.Kind == config.PlaneNATS {
 		s.secureNATS()
-		cfg = s.cfg
-	}
-	// The embedded server starts here (a failure is a misconfiguration:
-	// its port taken, its store unusable); an external one is connected
-	// to by Run (or ConnectNATS), retried until it answers.
-	if onNATS && cfg.EventPlane.NATS.Embedded() {
-		if s.bus, err = natsbus.Start(cfg.NATSConfig(), s.log.With("component", "nats")); err != nil {
-			return nil, fmt.Errorf("starting the embedded NATS server (--nats-port %d; --nats-url for an external one, --event-plane none for none): %w", cfg.EventPlane.NATS.Port, err)
-		}
-		defer func() {
-			if !ok {
-				s.bus.Shutdown()
-				s.bus.WaitForShutdown()
+		if s.cfg.EventPlane.NATS.Embedded() {
+			var err error
+			if s.bus, err = natsbus.Start(s.cfg.NATSConfig(), s.log.With("component", "nats")); err != nil {
+				return fmt.Errorf("starting the embedded NATS server (--nats-port %d; --nats-url for an external one, --event-plane none for none): %w", s.cfg.EventPlane.NATS.Port, err)
 			}
-		}()
-	}
-	if !onNATS {
-		if err := s.newPlane(); err != nil {
-			return nil, err
 		}
+	} else if err := s.newPlane(); err != nil {
+		return err
 	}
 	for _, n := range notes {
 		if n.Kind != fleet.Added {
 			continue
 		}
 		if err := s.addWorker(n.Worker.Record, n.Worker.Origin); err != nil {
-			return nil, err
+			return err
 		}
 		s.staticNotes = append(s.staticNotes, n)
 	}
 	if s.bus != nil {
-		if err := s.buildNATSPlane(); err != nil {
-			return nil, err
-		}
+		return s.buildNATSPlane()
 	}
-	s.front, err = frontend.New(cfg.FrontendConfig(), frontend.Deps{
+	return nil
+}
+
+// buildFront builds the front door on the router and registers the
+// service's own collectors.
+func (s *Service) buildFront(model Model) error {
+	var err error
+	s.front, err = frontend.New(s.cfg.FrontendConfig(), frontend.Deps{
 		Router: s.router, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
 		Index: s.idx, Registry: s.reg, Logger: s.log, Clock: s.clock, Ready: s.Ready,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("building the front door: %w", err)
+		return fmt.Errorf("building the front door: %w", err)
 	}
 	if err := s.reg.Register(&collector{s: s}); err != nil {
-		return nil, fmt.Errorf("registering service metrics: %w", err)
+		return fmt.Errorf("registering service metrics: %w", err)
 	}
 	if err := s.reg.Register(&s.replicaMetrics); err != nil {
-		return nil, fmt.Errorf("registering replica metrics: %w", err)
+		return fmt.Errorf("registering replica metrics: %w", err)
 	}
-	ok = true
-	return s, nil
+	return nil
 }
 
 // secureNATS makes the safe path the default: an embedded NATS server
@@ -307,6 +358,43 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer s.closePlane()
 	fatal := make(chan error, 1)
+	if err := s.startBackground(bg, &wg, fatal); err != nil {
+		stopBG()
+		ln.Close()
+		return err
+	}
+	srv, errc := s.serve(ln)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		errc = nil
+	case serveErr = <-fatal:
+		s.log.Error("giving up: NATS start-up cannot succeed with this configuration", "err", serveErr)
+	}
+	if err := s.drain(srv, errc); err != nil && serveErr == nil {
+		serveErr = err
+	}
+	stopBG()
+	wg.Wait() // the NATS start-up too: s.rs is settled
+	if s.rs != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.rs.Close(cctx); err != nil {
+			s.log.Warn("replica sync did not close cleanly", "err", err)
+		}
+		cancel()
+	}
+	s.log.Info("kvrouter stopped")
+	return serveErr
+}
+
+// startBackground starts, on wg until bg ends, the event plane (with
+// NATS, its start-up, whose misconfiguration goes to fatal), the vLLM
+// subscribers, the sweep, the silence watchdog and the health prober.
+// Without NATS, a plane that cannot start is returned with nothing
+// started.
+func (s *Service) startBackground(bg context.Context, wg *sync.WaitGroup, fatal chan<- error) error {
 	if s.cfg.EventPlane.Kind == config.PlaneNATS {
 		wg.Go(func() {
 			if err := s.startNATS(bg); err != nil && bg.Err() == nil {
@@ -314,8 +402,6 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 			}
 		})
 	} else if _, err := s.startPlane(bg); err != nil { // no NATS: nothing to follow
-		stopBG()
-		ln.Close()
 		return err
 	}
 	for _, r := range s.ranks {
@@ -330,7 +416,12 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Events.HealthInterval > 0 {
 		wg.Go(func() { s.healthLoop(bg) })
 	}
+	return nil
+}
 
+// serve starts the front door's server on ln (TLS when configured); its
+// Serve's result arrives on the returned channel.
+func (s *Service) serve(ln net.Listener) (*frontend.Server, chan error) {
 	srv := s.front.NewServer(ln)
 	s.addr.Store(ln.Addr())
 	errc := make(chan error, 1)
@@ -344,36 +435,22 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	}()
 	s.log.Info("kvrouter serving", "addr", ln.Addr().String(), "static_workers", len(s.staticNotes),
 		"tls", tlsOn, "event_streams", len(s.ranks), "event_plane", s.cfg.EventPlane.Kind, "block_size", s.cfg.BlockSize, "model", s.cfg.Model)
+	return srv, errc
+}
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-		errc = nil
-	case serveErr = <-fatal:
-		s.log.Error("giving up: NATS start-up cannot succeed with this configuration", "err", serveErr)
-	}
+// drain stops accepting and waits for the in-flight requests (bounded by
+// --shutdown-timeout), then for Serve's result on errc (nil: already
+// received), which it returns.
+func (s *Service) drain(srv *frontend.Server, errc chan error) error {
 	s.log.Info(fmt.Sprintf("shutting down: no new connections; waiting up to %v for %d in-flight requests", s.cfg.Frontend.ShutdownTimeout, s.inFlight()),
 		"timeout", s.cfg.Frontend.ShutdownTimeout)
 	if err := srv.Shutdown(context.Background()); err != nil {
 		s.log.Warn("in-flight requests did not finish in time; they were closed and their bookings freed", "err", err)
 	}
-	if errc != nil {
-		if err := <-errc; err != nil && serveErr == nil {
-			serveErr = err
-		}
+	if errc == nil {
+		return nil
 	}
-	stopBG()
-	wg.Wait() // the NATS start-up too: s.rs is settled
-	if s.rs != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.rs.Close(cctx); err != nil {
-			s.log.Warn("replica sync did not close cleanly", "err", err)
-		}
-		cancel()
-	}
-	s.log.Info("kvrouter stopped")
-	return serveErr
+	return <-errc
 }
 
 // inFlight counts the requests booked on the workers (with replica sync,
