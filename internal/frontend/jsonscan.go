@@ -125,63 +125,9 @@ func (s *jscan) value(depth int) error {
 		_, err := s.str()
 		return err
 	case c == '{':
-		s.i++
-		s.ws()
-		if s.peek() == '}' {
-			s.i++
-			return nil
-		}
-		for {
-			s.ws()
-			if s.peek() != '"' {
-				return s.fail("want a member name")
-			}
-			if _, err := s.str(); err != nil {
-				return err
-			}
-			s.ws()
-			if s.peek() != ':' {
-				return s.fail("want ':'")
-			}
-			s.i++
-			s.ws()
-			if err := s.value(depth + 1); err != nil {
-				return err
-			}
-			s.ws()
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return nil
-			default:
-				return s.fail("want ',' or '}'")
-			}
-		}
+		return s.object(depth)
 	case c == '[':
-		s.i++
-		s.ws()
-		if s.peek() == ']' {
-			s.i++
-			return nil
-		}
-		for {
-			s.ws()
-			if err := s.value(depth + 1); err != nil {
-				return err
-			}
-			s.ws()
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return nil
-			default:
-				return s.fail("want ',' or ']'")
-			}
-		}
+		return s.array(depth)
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number()
 	case c == 't':
@@ -192,6 +138,70 @@ func (s *jscan) value(depth int) error {
 		return s.lit("null")
 	}
 	return s.fail("want a value")
+}
+
+// object skips the object at '{', its members one level deeper.
+func (s *jscan) object(depth int) error {
+	s.i++
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.peek() != '"' {
+			return s.fail("want a member name")
+		}
+		if _, err := s.str(); err != nil {
+			return err
+		}
+		s.ws()
+		if s.peek() != ':' {
+			return s.fail("want ':'")
+		}
+		s.i++
+		s.ws()
+		if err := s.value(depth + 1); err != nil {
+			return err
+		}
+		s.ws()
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.fail("want ',' or '}'")
+		}
+	}
+}
+
+// array skips the array at '[', its elements one level deeper.
+func (s *jscan) array(depth int) error {
+	s.i++
+	s.ws()
+	if s.peek() == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if err := s.value(depth + 1); err != nil {
+			return err
+		}
+		s.ws()
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.fail("want ',' or ']'")
+		}
+	}
 }
 
 func (s *jscan) lit(w string) error {
