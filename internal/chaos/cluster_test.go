@@ -539,7 +539,7 @@ func (r *routerProc) url() string {
 
 // blockKey is one cached block of one worker rank.
 type blockKey struct {
-	worker kvevent.Worker
+	worker kvevent.WorkerRank
 	tier   kvevent.Tier
 	engine uint64
 	local  uint64
@@ -597,7 +597,7 @@ func toEvents(ks []blockKey) []kvevent.Event {
 }
 
 func summary(ks []blockKey) string {
-	per := map[kvevent.Worker]int{}
+	per := map[kvevent.WorkerRank]int{}
 	for _, k := range ks {
 		per[k.worker]++
 	}

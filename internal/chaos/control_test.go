@@ -39,7 +39,7 @@ func TestInvariantsCanFail(t *testing.T) {
 
 	// A block no engine holds, planted in the router's index.
 	svc := c.routers[0].service()
-	w := kvevent.Worker{ID: kvevent.WorkerID(c.workers[0].id)}
+	w := kvevent.WorkerRank{ID: kvevent.WorkerID(c.workers[0].id)}
 	if err := svc.Index().Apply(kvevent.Event{Worker: w, Kind: kvevent.Stored,
 		Blocks: []kvevent.Block{{EngineHash: 0xdead, LocalHash: 0xbeef}}}); err != nil {
 		t.Fatal(err)

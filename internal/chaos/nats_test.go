@@ -95,7 +95,7 @@ func (p *wirePublisher) flushHeld() error {
 	return err
 }
 
-func (p *wirePublisher) Serve(w kvevent.Worker, rec localindex.Recovery) error {
+func (p *wirePublisher) Serve(w kvevent.WorkerRank, rec localindex.Recovery) error {
 	return p.inner.Serve(w, rec)
 }
 

@@ -4,7 +4,7 @@ import "testing"
 
 // TestRouterCostKnobs checks that the opt-in cost knobs (prefill clamp,
 // decode term) default to the cost formula of docs/design.md and reach the router's scheduler and
-// tracker from the file, the environment and the flags.
+// ledger from the file, the environment and the flags.
 func TestRouterCostKnobs(t *testing.T) {
 	c, err := Load(nil, Options{Name: "serve"})
 	if err != nil {

@@ -130,7 +130,7 @@ type Index interface {
 // indexedCounter is optionally implemented by an Index: the number of
 // blocks a worker rank has indexed, shown by /v1/workers.
 type indexedCounter interface {
-	Indexed(w kvevent.Worker) int
+	Indexed(w kvevent.WorkerRank) int
 }
 
 var (

@@ -178,7 +178,7 @@ type routerSink struct {
 
 func (s routerSink) Publish(b server.Batch, _ server.Delivery) error {
 	for _, e := range b.Events {
-		if err := s.r.ApplyEvent(e.KVEvent(kvevent.Worker{ID: s.id, Rank: kvevent.DPRank(b.Rank)})); err != nil {
+		if err := s.r.ApplyEvent(e.KVEvent(kvevent.WorkerRank{ID: s.id, Rank: kvevent.DPRank(b.Rank)})); err != nil {
 			return err
 		}
 	}

@@ -180,8 +180,8 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusOK, v)
 }
 
-// queryWorker is one worker rank's row of /v1/query.
-type queryWorker struct {
+// queryRank is one worker rank's row of /v1/query.
+type queryRank struct {
 	Worker        string    `json:"worker"`
 	WorkerID      uint64    `json:"worker_id"`
 	DPRank        uint32    `json:"dp_rank"`
@@ -192,9 +192,9 @@ type queryWorker struct {
 
 // queryResponse is the body of /v1/query.
 type queryResponse struct {
-	BlockSize int           `json:"block_size"`
-	Blocks    int           `json:"blocks"`
-	Workers   []queryWorker `json:"workers"`
+	BlockSize int         `json:"block_size"`
+	Blocks    int         `json:"blocks"`
+	Workers   []queryRank `json:"workers"`
 }
 
 // handleQuery answers every worker rank's cached prefix of a prompt.
@@ -211,8 +211,8 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		writeParseError(rw, err, nr.promptParam())
 		return
 	}
-	resp := queryResponse{BlockSize: f.blockSize, Workers: []queryWorker{}}
-	byRank := map[kvevent.Worker]queryWorker{}
+	resp := queryResponse{BlockSize: f.blockSize, Workers: []queryRank{}}
+	byRank := map[kvevent.WorkerRank]queryRank{}
 	for _, l := range f.router.Loads() {
 		byRank[l.Worker] = f.queryRow(l.Worker, 0, scoreTiers(index.Score{}))
 	}
@@ -244,7 +244,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	for _, q := range byRank {
 		resp.Workers = append(resp.Workers, q)
 	}
-	slices.SortFunc(resp.Workers, func(a, b queryWorker) int {
+	slices.SortFunc(resp.Workers, func(a, b queryRank) int {
 		if a.OverlapBlocks != b.OverlapBlocks {
 			return b.OverlapBlocks - a.OverlapBlocks
 		}
@@ -259,13 +259,13 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusOK, resp)
 }
 
-func (f *Frontend) queryRow(w kvevent.Worker, blocks int, tiers tiersJSON) queryWorker {
+func (f *Frontend) queryRow(w kvevent.WorkerRank, blocks int, tiers tiersJSON) queryRank {
 	e, _ := f.dir.Lookup(w.ID)
 	name := e.Name
 	if name == "" {
 		name = w.String()
 	}
-	return queryWorker{Worker: name, WorkerID: uint64(w.ID), DPRank: uint32(w.Rank), OverlapBlocks: blocks,
+	return queryRank{Worker: name, WorkerID: uint64(w.ID), DPRank: uint32(w.Rank), OverlapBlocks: blocks,
 		Tiers: tiers, State: e.Status.State.String()}
 }
 

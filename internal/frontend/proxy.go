@@ -584,7 +584,7 @@ type try struct {
 	rc       *http.ResponseController
 	ok2xx    bool // the worker answered 2xx
 	sse      bool // ... with an SSE stream
-	tr       *tracker
+	tr       *progress
 	capture  bool   // a 2xx body that is not a stream is kept for its usage
 	captured []byte // ... up to UsageCaptureBytes
 }
@@ -688,7 +688,7 @@ func (a *try) noFirstByte(err error) *failure {
 }
 
 // commit sends the client the worker's status and headers, with the
-// router's own, and prepares the relay: the response's kind, its tracker,
+// router's own, and prepares the relay: the response's kind, its progress,
 // the usage capture, and WriteTimeout's first deadline (each write must
 // reach the client within it).
 func (a *try) commit(resp *http.Response) {
@@ -704,7 +704,7 @@ func (a *try) commit(resp *http.Response) {
 	a.ex.rec.Status = resp.StatusCode
 	a.ok2xx = resp.StatusCode < 300
 	a.sse = a.ok2xx && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	a.tr = &tracker{f: a.f, id: a.id, trackOutput: a.f.router.Config().Sequences.TrackOutputBlocks}
+	a.tr = &progress{f: a.f, id: a.id, trackOutput: a.f.router.Config().Sequences.TrackOutputBlocks}
 	a.capture = a.ok2xx && !a.sse && a.f.cfg.UsageCaptureBytes > 0
 }
 
@@ -737,7 +737,7 @@ func (a *try) relay(body io.Reader, buf []byte, n int, rerr error) (bool, error)
 }
 
 // deliver passes one chunk of the worker's body to the client: the
-// tracker sees it first (SSE events, or the first byte of a body that is
+// progress sees it first (SSE events, or the first byte of a body that is
 // not a stream as its first token), a body kept for its usage grows, and
 // the chunk is written and flushed at once. It returns false when the
 // client went away or could not keep up (recorded).
@@ -896,7 +896,7 @@ func readSome(r io.Reader, buf []byte) (int, error) {
 }
 
 // accuracy exports predicted versus actual cached tokens.
-func (f *Frontend) accuracy(ex *exchange, tr *tracker) {
+func (f *Frontend) accuracy(ex *exchange, tr *progress) {
 	if !tr.haveUsage {
 		return
 	}
@@ -933,9 +933,9 @@ func (f *Frontend) finish(rec record) {
 	f.totals.Predicted += int64(rec.Predicted)
 }
 
-// tracker follows a response for the router lifecycle and the metrics:
+// progress follows a response for the router lifecycle and the metrics:
 // the first token, the generated count, inter-token gaps and usage.
-type tracker struct {
+type progress struct {
 	f            *Frontend
 	id           string
 	trackOutput  bool
@@ -948,7 +948,7 @@ type tracker struct {
 	promptTokens int
 }
 
-func (t *tracker) firstToken(ex *exchange) {
+func (t *progress) firstToken(ex *exchange) {
 	now := t.f.clock()
 	t.started, t.lastToken = true, now
 	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
@@ -956,7 +956,7 @@ func (t *tracker) firstToken(ex *exchange) {
 }
 
 // feed scans SSE bytes for complete "data:" lines.
-func (t *tracker) feed(b []byte, ex *exchange) {
+func (t *progress) feed(b []byte, ex *exchange) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -986,7 +986,7 @@ var (
 	cachedKey    = []byte(`"cached_tokens"`)
 )
 
-func (t *tracker) event(line []byte, ex *exchange) {
+func (t *progress) event(line []byte, ex *exchange) {
 	if !bytes.HasPrefix(line, dataPrefix) {
 		return
 	}
@@ -1013,7 +1013,7 @@ func (t *tracker) event(line []byte, ex *exchange) {
 }
 
 // usage reads usage.prompt_tokens_details.cached_tokens from a JSON body.
-func (t *tracker) usage(b []byte) {
+func (t *progress) usage(b []byte) {
 	var v struct {
 		Usage *struct {
 			PromptTokens        int `json:"prompt_tokens"`

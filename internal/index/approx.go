@@ -94,18 +94,18 @@ type approxState struct {
 // for workers that publish no KV events) until now + ApproxTTL. Recording
 // again refreshes the TTL. Expired entries are dropped, then the size cap
 // is enforced.
-func (x *Index) Record(w kvevent.Worker, local []uint64, now time.Time) error {
+func (x *Index) Record(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	return x.record(w, kindApprox, local, now, x.cfg.ApproxTTL)
 }
 
 // Predict records a short-lived predict-on-route entry for an exact worker:
 // until now + PredictTTL, queries credit w with these blocks unless its
 // real (event-fed) score is higher; the per-worker maximum wins.
-func (x *Index) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
+func (x *Index) Predict(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	return x.record(w, kindPredict, local, now, x.cfg.PredictTTL)
 }
 
-func (x *Index) record(w kvevent.Worker, kind holderKind, local []uint64, now time.Time, ttl time.Duration) error {
+func (x *Index) record(w kvevent.WorkerRank, kind holderKind, local []uint64, now time.Time, ttl time.Duration) error {
 	if len(local) > x.cfg.MaxBlocksPerEvent {
 		x.stats.invalid++
 		return fmt.Errorf("%w: %d blocks in one record (max %d)", ErrInvalid, len(local), x.cfg.MaxBlocksPerEvent)

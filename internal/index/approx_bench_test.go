@@ -45,14 +45,14 @@ func BenchmarkRecord8k(b *testing.B) {
 		prompts := recordPrompts(64)
 		now := t0
 		for w, p := range prompts {
-			if err := x.Record(kvevent.Worker{ID: kvevent.WorkerID(w)}, p, now); err != nil {
+			if err := x.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, p, now); err != nil {
 				b.Fatal(err)
 			}
 		}
 		benchRecord(b, func(i int) {
 			now = now.Add(time.Millisecond)
 			w := i % len(prompts)
-			_ = x.Record(kvevent.Worker{ID: kvevent.WorkerID(w)}, prompts[w], now)
+			_ = x.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, prompts[w], now)
 		})
 		if got := x.Stats().Entries; got != 64*512 {
 			b.Fatalf("%d entries, want %d", got, 64*512)
@@ -83,12 +83,12 @@ func benchRecordNew(b *testing.B, cfg Config) {
 	step := 120 * time.Second / 512
 	for i := range 1024 { // warm up into the steady state
 		now = now.Add(step)
-		_ = x.Record(kvevent.Worker{ID: kvevent.WorkerID(i % 64)}, fresh(i), now)
+		_ = x.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(i % 64)}, fresh(i), now)
 	}
 	n := 1024
 	benchRecord(b, func(int) {
 		now = now.Add(step)
-		_ = x.Record(kvevent.Worker{ID: kvevent.WorkerID(n % 64)}, fresh(n), now)
+		_ = x.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(n % 64)}, fresh(n), now)
 		n++
 	})
 	b.ReportMetric(float64(x.Stats().Entries), "entries")
@@ -102,7 +102,7 @@ func BenchmarkPredict8k(b *testing.B) {
 	x := mustNew(b, DefaultConfig())
 	prompts := recordPrompts(256)
 	for i, p := range prompts {
-		ev := kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(i % 64)}, Kind: kvevent.Stored}
+		ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(i % 64)}, Kind: kvevent.Stored}
 		for j, l := range p {
 			ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: engineHash(p[:j+1], 0), LocalHash: l})
 		}
@@ -113,7 +113,7 @@ func BenchmarkPredict8k(b *testing.B) {
 	now := t0
 	predict := func(i int) {
 		now = now.Add(time.Millisecond)
-		_ = x.Predict(kvevent.Worker{ID: kvevent.WorkerID((i * 7) % 64)}, prompts[i%len(prompts)], now)
+		_ = x.Predict(kvevent.WorkerRank{ID: kvevent.WorkerID((i * 7) % 64)}, prompts[i%len(prompts)], now)
 	}
 	for i := range 10_000 { // two TTLs: into the steady state
 		predict(i)

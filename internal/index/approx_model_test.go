@@ -14,10 +14,10 @@ import (
 // approxModel: per worker rank, recorded and predicted prefixes with their
 // expiry; an entry whose ancestor is gone is gone too (prefix semantics).
 type approxModel struct {
-	rec, pred map[kvevent.Worker]map[string]time.Time
+	rec, pred map[kvevent.WorkerRank]map[string]time.Time
 }
 
-func (m *approxModel) put(kind map[kvevent.Worker]map[string]time.Time, w kvevent.Worker, path []uint64, exp time.Time) {
+func (m *approxModel) put(kind map[kvevent.WorkerRank]map[string]time.Time, w kvevent.WorkerRank, path []uint64, exp time.Time) {
 	if kind[w] == nil {
 		kind[w] = map[string]time.Time{}
 	}
@@ -27,7 +27,7 @@ func (m *approxModel) put(kind map[kvevent.Worker]map[string]time.Time, w kveven
 }
 
 func (m *approxModel) expire(now time.Time) {
-	for _, kind := range []map[kvevent.Worker]map[string]time.Time{m.rec, m.pred} {
+	for _, kind := range []map[kvevent.WorkerRank]map[string]time.Time{m.rec, m.pred} {
 		for _, ps := range kind {
 			for p, e := range ps {
 				if !e.After(now) {
@@ -72,8 +72,8 @@ func TestApproxAndPredictMatchModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		ex := newModel()
-		am := &approxModel{rec: map[kvevent.Worker]map[string]time.Time{}, pred: map[kvevent.Worker]map[string]time.Time{}}
-		known := map[kvevent.Worker][][]uint64{}
+		am := &approxModel{rec: map[kvevent.WorkerRank]map[string]time.Time{}, pred: map[kvevent.WorkerRank]map[string]time.Time{}}
+		known := map[kvevent.WorkerRank][][]uint64{}
 		now := t0
 		for range rapid.IntRange(1, 50).Draw(t, "steps") {
 			switch rapid.IntRange(0, 6).Draw(t, "op") {
@@ -98,7 +98,7 @@ func TestApproxAndPredictMatchModel(t *testing.T) {
 				id := rapid.SampledFrom(workers).Draw(t, "rmWorker").ID
 				x.RemoveWorker(id)
 				ex.removeWorker(id)
-				for _, kind := range []map[kvevent.Worker]map[string]time.Time{am.rec, am.pred} {
+				for _, kind := range []map[kvevent.WorkerRank]map[string]time.Time{am.rec, am.pred} {
 					for w := range kind {
 						if w.ID == id {
 							delete(kind, w)

@@ -193,7 +193,7 @@ func TestRecordRefreshKeepsHeapBounded(t *testing.T) {
 	if s := x.Stats(); s.Entries != 0 || s.Expired != 4 {
 		t.Fatalf("after expiry: %+v", s)
 	}
-	_ = kvevent.Worker{}
+	_ = kvevent.WorkerRank{}
 }
 
 // Runs recorded at the same instant share an expiry; when one of them was

@@ -104,7 +104,7 @@ func TestApproxAndExactCoexist(t *testing.T) {
 	if s.Get(w2).Blocks != 0 || s.Get(w1).Blocks != 3 {
 		t.Fatalf("after removal %+v", s.List)
 	}
-	_ = kvevent.Worker{}
+	_ = kvevent.WorkerRank{}
 }
 
 // A removed worker's expiry items stay in the heap; a new holder reusing

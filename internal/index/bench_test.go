@@ -42,7 +42,7 @@ func queryEvents() ([][]uint64, []kvevent.Event) {
 	}
 	for w := range kvevent.WorkerID(100) {
 		for _, c := range rng.Perm(len(chains))[:40] {
-			ev := kvevent.Event{Worker: kvevent.Worker{ID: w}, Kind: kvevent.Stored}
+			ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: w}, Kind: kvevent.Stored}
 			for i, l := range chains[c] {
 				ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: engineHash(chains[c][:i+1], 0), LocalHash: l})
 			}
@@ -99,7 +99,7 @@ func BenchmarkApply(b *testing.B) {
 	const n = 64
 	evs := make([][2]kvevent.Event, 100)
 	for w := range evs {
-		st := kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(w)}, Kind: kvevent.Stored}
+		st := kvevent.Event{Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, Kind: kvevent.Stored}
 		rm := kvevent.Event{Worker: st.Worker, Kind: kvevent.Removed}
 		for i := range n {
 			st.Blocks = append(st.Blocks, kvevent.Block{EngineHash: uint64(w)<<32 | uint64(i), LocalHash: uint64(i%8 + 1)})
@@ -130,7 +130,7 @@ func BenchmarkApply(b *testing.B) {
 func BenchmarkRemoveChainRoot(b *testing.B) {
 	x := mustNew(b, DefaultConfig())
 	const chains, n = 64, 256
-	w := kvevent.Worker{ID: 1}
+	w := kvevent.WorkerRank{ID: 1}
 	st := make([]kvevent.Event, chains)
 	rm := make([]kvevent.Event, chains)
 	for c := range chains {
@@ -225,7 +225,7 @@ func benchSharedPrefix(b *testing.B, workers int, layered bool) {
 			var queries [][]uint64
 			for w := range workers {
 				for c := range chains {
-					ev := kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(w + 1)}, Kind: kvevent.Stored}
+					ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(w + 1)}, Kind: kvevent.Stored}
 					q := make([]uint64, n)
 					for i := range n {
 						q[i] = uint64(i + 1)

@@ -22,7 +22,7 @@ func mustNew(t testing.TB, cfg Config) *Index {
 
 // chain builds a stored event for local hashes ls with engine hashes
 // base+i, under parent (0 = root).
-func chain(w kvevent.Worker, parent uint64, base uint64, ls ...uint64) kvevent.Event {
+func chain(w kvevent.WorkerRank, parent uint64, base uint64, ls ...uint64) kvevent.Event {
 	ev := kvevent.Event{Worker: w, Kind: kvevent.Stored, HasParent: parent != 0, Parent: parent}
 	for i, l := range ls {
 		ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: base + uint64(i), LocalHash: l})
@@ -35,13 +35,13 @@ func apply(t testing.TB, x *Index, ev kvevent.Event) error {
 	return x.Apply(&ev)
 }
 
-func score(x *Index, w kvevent.Worker, local ...uint64) Score {
+func score(x *Index, w kvevent.WorkerRank, local ...uint64) Score {
 	var s Scores
 	x.Query(local, &s)
 	return s.Get(w)
 }
 
-var w1, w2, w1r1 = kvevent.Worker{ID: 1}, kvevent.Worker{ID: 2}, kvevent.Worker{ID: 1, Rank: 1}
+var w1, w2, w1r1 = kvevent.WorkerRank{ID: 1}, kvevent.WorkerRank{ID: 2}, kvevent.WorkerRank{ID: 1, Rank: 1}
 
 func TestStoredTwiceRemovedOnceKeeps(t *testing.T) {
 	x := mustNew(t, DefaultConfig())

@@ -20,13 +20,13 @@ func TestFleetMatchesModel(t *testing.T) {
 	defer func() { workers = saved }()
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(8, 300).Draw(t, "fleet")
-		workers = make([]kvevent.Worker, n)
+		workers = make([]kvevent.WorkerRank, n)
 		for i := range workers {
-			workers[i] = kvevent.Worker{ID: kvevent.WorkerID(i/2 + 1), Rank: kvevent.DPRank(i % 2)}
+			workers[i] = kvevent.WorkerRank{ID: kvevent.WorkerID(i/2 + 1), Rank: kvevent.DPRank(i % 2)}
 		}
 		x := newPlain(t)
 		m := newModel()
-		known := map[kvevent.Worker][][]uint64{}
+		known := map[kvevent.WorkerRank][][]uint64{}
 		system := drawPath(t, "system", 4)
 		for _, w := range workers {
 			ev := kvevent.Event{Worker: w, Kind: kvevent.Stored}

@@ -24,7 +24,7 @@ func FuzzApply(f *testing.F) {
 		x.Query(ref, &before)
 		want := before.Get(w1)
 		for len(data) >= 3 {
-			ev := kvevent.Event{Worker: kvevent.Worker{ID: 9, Rank: kvevent.DPRank(data[1] % 3)},
+			ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: 9, Rank: kvevent.DPRank(data[1] % 3)},
 				Kind: kvevent.Kind(data[0] % 5), Tier: kvevent.Tier(data[2] % 6)}
 			data = data[3:]
 			if len(data) >= 9 {

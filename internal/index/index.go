@@ -45,7 +45,7 @@ const (
 type holder struct {
 	// What a query reads for each score comes first, in the first 24
 	// bytes: one cache line for most holders.
-	worker  kvevent.Worker
+	worker  kvevent.WorkerRank
 	kind    holderKind
 	live    bool
 	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
@@ -56,7 +56,7 @@ type holder struct {
 }
 
 type holderKey struct {
-	w    kvevent.Worker
+	w    kvevent.WorkerRank
 	kind holderKind
 }
 
@@ -72,7 +72,7 @@ type Index struct {
 	byKey    map[holderKey]uint32
 	freeIDs  []uint32
 	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
-	reserved map[kvevent.Worker]int        // worker rank -> device engine table floor (slots), see Reserve
+	reserved map[kvevent.WorkerRank]int    // worker rank -> device engine table floor (slots), see Reserve
 	approx   approxState
 	used     []uint32 // last-matched tick per node (only with MaxBytes)
 	tick     uint32
@@ -109,7 +109,7 @@ func New(cfg Config) (*Index, error) {
 	}, nil
 }
 
-func (x *Index) holderID(w kvevent.Worker, kind holderKind, create bool) (uint32, error) {
+func (x *Index) holderID(w kvevent.WorkerRank, kind holderKind, create bool) (uint32, error) {
 	if id, ok := x.byKey[holderKey{w, kind}]; ok {
 		return id, nil
 	}
@@ -136,7 +136,7 @@ func (x *Index) holderID(w kvevent.Worker, kind holderKind, create bool) (uint32
 
 // markTwins flags the holders of worker rank w when there is more than one
 // (a query then merges their scores).
-func (x *Index) markTwins(w kvevent.Worker) {
+func (x *Index) markTwins(w kvevent.WorkerRank) {
 	n := 0
 	for _, id := range x.byWorker[w.ID] {
 		if x.holders[id].worker == w {
@@ -607,7 +607,7 @@ func (x *Index) freeNode(nid uint32) {
 
 // Indexed returns how many blocks worker rank w holds in the index (exact
 // or approximate entries; any tier).
-func (x *Index) Indexed(w kvevent.Worker) int {
+func (x *Index) Indexed(w kvevent.WorkerRank) int {
 	n := 0
 	for _, k := range []holderKind{kindExact, kindApprox} {
 		if id, _ := x.holderID(w, k, false); id != 0 {

@@ -45,7 +45,7 @@ func engineHash(prefix []uint64, salt uint64) uint64 {
 	return h
 }
 
-var workers = []kvevent.Worker{{ID: 1}, {ID: 1, Rank: 1}, {ID: 2}, {ID: 7, Rank: 3}}
+var workers = []kvevent.WorkerRank{{ID: 1}, {ID: 1, Rank: 1}, {ID: 2}, {ID: 7, Rank: 3}}
 
 func drawPath(t *rapid.T, label string, maxLen int) []uint64 {
 	return rapid.SliceOfN(rapid.Uint64Range(1, 3), 1, maxLen).Draw(t, label)
@@ -53,7 +53,7 @@ func drawPath(t *rapid.T, label string, maxLen int) []uint64 {
 
 // genEvent draws an event: mostly well-formed chains (engine hashes derived
 // from the prefix) with some unknown parents, foreign hashes and odd tiers.
-func genEvent(t *rapid.T, known map[kvevent.Worker][][]uint64) kvevent.Event {
+func genEvent(t *rapid.T, known map[kvevent.WorkerRank][][]uint64) kvevent.Event {
 	w := rapid.SampledFrom(workers).Draw(t, "worker")
 	salt := uint64(w.ID) * rapid.Uint64Range(0, 1).Draw(t, "salted")
 	tier := kvevent.Tier(rapid.SampledFrom([]uint8{0, 0, 0, 1, 2}).Draw(t, "tier"))
@@ -100,7 +100,7 @@ func genEvent(t *rapid.T, known map[kvevent.Worker][][]uint64) kvevent.Event {
 
 func checkAgainstModel(t *rapid.T, tg target, mk func() target) {
 	m := newModel()
-	known := map[kvevent.Worker][][]uint64{}
+	known := map[kvevent.WorkerRank][][]uint64{}
 	steps := rapid.IntRange(1, 60).Draw(t, "steps")
 	for range steps {
 		switch rapid.IntRange(0, 12).Draw(t, "op") {

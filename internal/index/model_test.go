@@ -12,7 +12,7 @@ import (
 // (full prefix of local hashes as a string key, refcount). A worker holds
 // a prefix when any of its entries names it.
 type model struct {
-	w map[kvevent.Worker]*[kvevent.NumTiers]map[uint64]*mentry
+	w map[kvevent.WorkerRank]*[kvevent.NumTiers]map[uint64]*mentry
 }
 
 type mentry struct {
@@ -20,7 +20,9 @@ type mentry struct {
 	refs   int
 }
 
-func newModel() *model { return &model{w: map[kvevent.Worker]*[kvevent.NumTiers]map[uint64]*mentry{}} }
+func newModel() *model {
+	return &model{w: map[kvevent.WorkerRank]*[kvevent.NumTiers]map[uint64]*mentry{}}
+}
 
 func key(p []uint64) string {
 	var b strings.Builder
@@ -30,7 +32,7 @@ func key(p []uint64) string {
 	return b.String()
 }
 
-func (m *model) tiers(w kvevent.Worker) *[kvevent.NumTiers]map[uint64]*mentry {
+func (m *model) tiers(w kvevent.WorkerRank) *[kvevent.NumTiers]map[uint64]*mentry {
 	t := m.w[w]
 	if t == nil {
 		t = &[kvevent.NumTiers]map[uint64]*mentry{}
@@ -43,7 +45,7 @@ func (m *model) tiers(w kvevent.Worker) *[kvevent.NumTiers]map[uint64]*mentry {
 }
 
 // heldMask returns the tier mask of prefix p for w.
-func (m *model) heldMask(w kvevent.Worker, p string) uint8 {
+func (m *model) heldMask(w kvevent.WorkerRank, p string) uint8 {
 	t := m.w[w]
 	if t == nil {
 		return 0
@@ -137,7 +139,7 @@ func (m *model) apply(ev kvevent.Event) {
 	}
 }
 
-func (m *model) gc(w kvevent.Worker) {
+func (m *model) gc(w kvevent.WorkerRank) {
 	if t := m.w[w]; t != nil {
 		for i := range t {
 			if len(t[i]) > 0 {

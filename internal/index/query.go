@@ -11,7 +11,7 @@ import (
 // Score is one worker rank's overlap with a request.
 type Score struct {
 	// Worker is the worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// Blocks is the number of consecutive leading request blocks the
 	// worker holds on any tier.
 	Blocks int
@@ -35,7 +35,7 @@ type Scores struct {
 }
 
 // Get returns worker rank w's score (zero Blocks when absent).
-func (s *Scores) Get(w kvevent.Worker) Score {
+func (s *Scores) Get(w kvevent.WorkerRank) Score {
 	for _, sc := range s.List {
 		if sc.Worker == w {
 			return sc

@@ -24,7 +24,7 @@ const MaxReserveBlocks = 1 << 24
 // changes no answer of the index, only its speed and memory.
 //
 // blocks outside [0, MaxReserveBlocks] is refused with ErrInvalid.
-func (x *Index) Reserve(w kvevent.Worker, blocks int) error {
+func (x *Index) Reserve(w kvevent.WorkerRank, blocks int) error {
 	if blocks < 0 || blocks > MaxReserveBlocks {
 		return fmt.Errorf("%w: reserving %d blocks for worker %v (max %d)", ErrInvalid, blocks, w, MaxReserveBlocks)
 	}
@@ -33,7 +33,7 @@ func (x *Index) Reserve(w kvevent.Worker, blocks int) error {
 		delete(x.reserved, w)
 	} else {
 		if x.reserved == nil {
-			x.reserved = map[kvevent.Worker]int{}
+			x.reserved = map[kvevent.WorkerRank]int{}
 		}
 		x.reserved[w] = slots
 	}
@@ -61,7 +61,7 @@ func reservedSlots(blocks int) int {
 
 // newEngineTable returns the engine table for holder w on tier t, sized by
 // w's reservation.
-func (x *Index) newEngineTable(w kvevent.Worker, t kvevent.Tier) *engineTable {
+func (x *Index) newEngineTable(w kvevent.WorkerRank, t kvevent.Tier) *engineTable {
 	m := &engineTable{}
 	if t == kvevent.TierDevice {
 		m.setFloor(x.reserved[w])

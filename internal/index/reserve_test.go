@@ -16,7 +16,7 @@ import (
 type reserving struct {
 	target
 	t       *rapid.T
-	reserve func(kvevent.Worker, int) error
+	reserve func(kvevent.WorkerRank, int) error
 }
 
 func (r reserving) apply(ev kvevent.Event) {
@@ -40,7 +40,7 @@ func TestReserveMatchesModel(t *testing.T) {
 	})
 }
 
-func deviceSlots(x *Index, w kvevent.Worker) int {
+func deviceSlots(x *Index, w kvevent.WorkerRank) int {
 	id, ok := x.byKey[holderKey{w, kindExact}]
 	if !ok || x.holders[id].engine[kvevent.TierDevice] == nil {
 		return 0

@@ -63,7 +63,7 @@ type Stream struct {
 	// Workers is the number of workers that received requests.
 	Workers int
 	// Ranks are those workers, in order of their first request.
-	Ranks []kvevent.Worker
+	Ranks []kvevent.WorkerRank
 	// WorkerBlocks is each worker's KV cache capacity in blocks (what a
 	// router passes to index.Reserve when the worker joins).
 	WorkerBlocks int
@@ -114,7 +114,7 @@ func Build(reqs []trace.Request, cfg Config) (*Stream, error) {
 		w := pick(q, i, cfg.Workers)
 		used[w] = true
 		if ws[w] == nil {
-			ws[w] = newLRU(kvevent.Worker{ID: kvevent.WorkerID(w + 1)}, cfg.WorkerBlocks)
+			ws[w] = newLRU(kvevent.WorkerRank{ID: kvevent.WorkerID(w + 1)}, cfg.WorkerBlocks)
 			s.Ranks = append(s.Ranks, ws[w].w)
 		}
 		s.Steps = append(s.Steps, -len(s.Queries)-1)
@@ -148,7 +148,7 @@ func pick(q trace.Request, i, workers int) int {
 
 // lru is one simulated worker's prefix cache, keyed by sequence hash.
 type lru struct {
-	w          kvevent.Worker
+	w          kvevent.WorkerRank
 	cap        int
 	m          map[uint64]*entry
 	head, tail *entry // head = most recent
@@ -159,7 +159,7 @@ type entry struct {
 	prev, next *entry
 }
 
-func newLRU(w kvevent.Worker, capacity int) *lru {
+func newLRU(w kvevent.WorkerRank, capacity int) *lru {
 	return &lru{w: w, cap: capacity, m: map[uint64]*entry{}}
 }
 

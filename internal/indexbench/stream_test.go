@@ -14,7 +14,7 @@ import (
 // a-b-d-e: the shared prefix is reused, d and e are stored below b, and the
 // least recently used block (c, the old chain's tail) is evicted.
 func TestLRUWorkedExample(t *testing.T) {
-	w := kvevent.Worker{ID: 1}
+	w := kvevent.WorkerRank{ID: 1}
 	l := newLRU(w, 4)
 	got := l.admit([]uint64{1, 2, 3}, []uint64{10, 20, 30})
 	want := []kvevent.Event{{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 10, LocalHash: 1}, {EngineHash: 20, LocalHash: 2}, {EngineHash: 30, LocalHash: 3}}}}
@@ -44,8 +44,8 @@ func TestBuildStreamIsConsistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Ranks are the workers in order of their first event.
-	var first []kvevent.Worker
-	seen := map[kvevent.Worker]bool{}
+	var first []kvevent.WorkerRank
+	seen := map[kvevent.WorkerRank]bool{}
 	for _, ev := range s.Events {
 		if !seen[ev.Worker] {
 			seen[ev.Worker] = true

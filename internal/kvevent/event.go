@@ -12,15 +12,15 @@ type WorkerID uint64
 // no data parallelism.
 type DPRank uint32
 
-// Worker is the unit the index and the scheduler work on: one data-parallel
-// rank of one worker.
-type Worker struct {
+// WorkerRank is the unit the index, the ledger and the scheduler work on:
+// one data-parallel rank (Rank) of one worker (ID, the worker's id).
+type WorkerRank struct {
 	ID   WorkerID
 	Rank DPRank
 }
 
-// String renders the worker as "id/rank".
-func (w Worker) String() string { return fmt.Sprintf("%d/%d", w.ID, w.Rank) }
+// String renders the worker rank as "id/rank".
+func (w WorkerRank) String() string { return fmt.Sprintf("%d/%d", w.ID, w.Rank) }
 
 // Kind is what an event does.
 type Kind uint8
@@ -65,7 +65,7 @@ type Block struct {
 // Removed lists engine hashes. Cleared carries nothing else.
 type Event struct {
 	// Worker is the emitting worker rank.
-	Worker Worker
+	Worker WorkerRank
 	// Tier is the storage tier the blocks live on.
 	Tier Tier
 	// ID is the publisher's event id, monotonic per worker rank; 0 when the

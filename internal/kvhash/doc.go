@@ -13,7 +13,7 @@
 //     equal sequence hashes mean two equal prefixes.
 //
 // The index walks its tree by local hash; the sequence hash identifies a whole
-// prefix and is what the active-sequence tracker and approximate mode use.
+// prefix and is what the active-sequence ledger and approximate mode use.
 //
 // Hashing is on every routing decision's path (a 16 k-token prompt is 1,024
 // blocks at block size 16), so the package carries its own XXH3-64 written

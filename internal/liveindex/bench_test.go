@@ -30,7 +30,7 @@ func queryEvents() ([][]uint64, []kvevent.Event) {
 	}
 	for w := range kvevent.WorkerID(100) {
 		for _, c := range rng.Perm(len(chains))[:40] {
-			ev := kvevent.Event{Worker: kvevent.Worker{ID: w}, Kind: kvevent.Stored}
+			ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: w}, Kind: kvevent.Stored}
 			for i, l := range chains[c] {
 				ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: engineHash(chains[c][:i+1], 0), LocalHash: l})
 			}
@@ -104,7 +104,7 @@ func BenchmarkRouteApprox8k(b *testing.B) {
 	for i := range 1024 { // warm up into the steady state
 		now = now.Add(step)
 		c.Query(prompts[i], &s)
-		_ = c.Record(kvevent.Worker{ID: kvevent.WorkerID(i % 64)}, slices.Clone(prompts[i]), now)
+		_ = c.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(i % 64)}, slices.Clone(prompts[i]), now)
 	}
 	if err := c.Flush(); err != nil {
 		b.Fatal(err)
@@ -129,7 +129,7 @@ func BenchmarkRouteApprox8k(b *testing.B) {
 		if c1, ok1 := threadClock(); ok && ok1 {
 			cpu = append(cpu, c1-c0)
 		}
-		_ = c.Record(kvevent.Worker{ID: kvevent.WorkerID(n % 64)}, slices.Clone(p), now)
+		_ = c.Record(kvevent.WorkerRank{ID: kvevent.WorkerID(n % 64)}, slices.Clone(p), now)
 		n++
 	}
 	b.StopTimer()

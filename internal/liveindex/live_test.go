@@ -30,7 +30,7 @@ func engineHash(prefix []uint64, salt uint64) uint64 {
 
 // chain builds a stored event for local hashes ls with engine hashes
 // base+i, under parent (0 = root).
-func chain(w kvevent.Worker, parent uint64, base uint64, ls ...uint64) kvevent.Event {
+func chain(w kvevent.WorkerRank, parent uint64, base uint64, ls ...uint64) kvevent.Event {
 	ev := kvevent.Event{Worker: w, Kind: kvevent.Stored, HasParent: parent != 0, Parent: parent}
 	for i, l := range ls {
 		ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: base + uint64(i), LocalHash: l})
@@ -41,8 +41,8 @@ func chain(w kvevent.Worker, parent uint64, base uint64, ls ...uint64) kvevent.E
 // Exact workers (two share an id across ranks, so a writer holds both)
 // and approximate ones, fed only by Record.
 var (
-	exact  = []kvevent.Worker{{ID: 1}, {ID: 1, Rank: 1}, {ID: 2}, {ID: 7, Rank: 3}}
-	approx = []kvevent.Worker{{ID: 100}, {ID: 101}}
+	exact  = []kvevent.WorkerRank{{ID: 1}, {ID: 1, Rank: 1}, {ID: 2}, {ID: 7, Rank: 3}}
+	approx = []kvevent.WorkerRank{{ID: 100}, {ID: 101}}
 )
 
 func drawPath(t *rapid.T, label string, maxLen int) []uint64 {
@@ -51,7 +51,7 @@ func drawPath(t *rapid.T, label string, maxLen int) []uint64 {
 
 // drawEvent draws an event: mostly chains whose engine hashes derive from
 // the prefix, with some unknown parents, foreign hashes and odd tiers.
-func drawEvent(t *rapid.T, known map[kvevent.Worker][][]uint64) kvevent.Event {
+func drawEvent(t *rapid.T, known map[kvevent.WorkerRank][][]uint64) kvevent.Event {
 	w := rapid.SampledFrom(exact).Draw(t, "worker")
 	salt := uint64(w.ID) * rapid.Uint64Range(0, 1).Draw(t, "salted")
 	ev := kvevent.Event{Worker: w, Tier: kvevent.Tier(rapid.SampledFrom([]uint8{0, 0, 0, 1, 2}).Draw(t, "tier"))}
@@ -124,7 +124,7 @@ type pair struct {
 	t         *rapid.T
 	live      *Index
 	plain     *index.Index
-	predicted map[kvevent.Worker]bool // worker ranks ever given a Predict
+	predicted map[kvevent.WorkerRank]bool // worker ranks ever given a Predict
 }
 
 // sameScores compares two sorted score lists. A worker rank with both
@@ -213,8 +213,8 @@ func TestLiveMatchesPlain(t *testing.T) {
 		if err != nil {
 			t.Fatalf("index.New: %v", err)
 		}
-		p := &pair{t: t, live: live, plain: plain, predicted: map[kvevent.Worker]bool{}}
-		known := map[kvevent.Worker][][]uint64{}
+		p := &pair{t: t, live: live, plain: plain, predicted: map[kvevent.WorkerRank]bool{}}
+		known := map[kvevent.WorkerRank][][]uint64{}
 		now := t0
 		// What ran since the last flush: timed operations at which
 		// instant, and whether a worker was removed.
@@ -277,18 +277,18 @@ func TestLiveMatchesPlain(t *testing.T) {
 // on the writer, with its worker, and is counted either way.
 func TestOnErrorSeesEventErrors(t *testing.T) {
 	type failure struct {
-		w   kvevent.Worker
+		w   kvevent.WorkerRank
 		err error
 	}
 	got := make(chan failure, 4)
 	cfg := DefaultConfig()
-	cfg.OnError = func(w kvevent.Worker, err error) { got <- failure{w, err} }
+	cfg.OnError = func(w kvevent.WorkerRank, err error) { got <- failure{w, err} }
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w := kvevent.Worker{ID: 3, Rank: 1}
+	w := kvevent.WorkerRank{ID: 3, Rank: 1}
 	if err := c.Apply(chain(w, 999, 10, 1, 2)); err != nil { // unknown parent
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestReserveRefusesOutOfRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w := kvevent.Worker{ID: 1}
+	w := kvevent.WorkerRank{ID: 1}
 	for _, n := range []int{-1, index.MaxReserveBlocks + 1} {
 		if err := c.Reserve(w, n); !errors.Is(err, index.ErrInvalid) {
 			t.Errorf("Reserve(%d) = %v, want index.ErrInvalid", n, err)
@@ -342,7 +342,7 @@ func TestClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := kvevent.Worker{ID: 1}
+	w := kvevent.WorkerRank{ID: 1}
 	if err := c.Apply(chain(w, 0, 10, 1, 2)); err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ type Config struct {
 	// OnError, when set, is called on the writer goroutine with every
 	// error an operation returned (the error is counted in Stats either
 	// way). It must not call back into the index.
-	OnError func(kvevent.Worker, error)
+	OnError func(kvevent.WorkerRank, error)
 }
 
 // DefaultConfig returns the documented defaults.
@@ -118,7 +118,7 @@ func New(cfg Config) (*Index, error) {
 func (c *Index) write(w *writer) {
 	defer c.wg.Done()
 	type failure struct {
-		w   kvevent.Worker
+		w   kvevent.WorkerRank
 		err error
 	}
 	var failed []failure
@@ -230,13 +230,13 @@ func (c *Index) Apply(ev kvevent.Event) error {
 
 // RemoveWorker enqueues the removal of every rank of worker id.
 func (c *Index) RemoveWorker(id kvevent.WorkerID) error {
-	return c.send(c.writerOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.Worker{ID: id}}})
+	return c.send(c.writerOf(id), op{kind: opRemoveWorker, ev: kvevent.Event{Worker: kvevent.WorkerRank{ID: id}}})
 }
 
 // Reserve enqueues a reservation of worker rank w's engine table for
 // blocks entries (see index.Index.Reserve), in order with the worker's other
 // operations. An out-of-range blocks is refused here with index.ErrInvalid.
-func (c *Index) Reserve(w kvevent.Worker, blocks int) error {
+func (c *Index) Reserve(w kvevent.WorkerRank, blocks int) error {
 	if blocks < 0 || blocks > index.MaxReserveBlocks {
 		return fmt.Errorf("%w: reserving %d blocks for worker %v (max %d)", index.ErrInvalid, blocks, w, index.MaxReserveBlocks)
 	}
@@ -245,13 +245,13 @@ func (c *Index) Reserve(w kvevent.Worker, blocks int) error {
 
 // Record enqueues an approximate-mode recording (see index.Index.Record). The
 // index takes ownership of local.
-func (c *Index) Record(w kvevent.Worker, local []uint64, now time.Time) error {
+func (c *Index) Record(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	return c.send(c.writerOf(w.ID), op{kind: opRecord, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
 // Predict enqueues a predict-on-route entry (see index.Index.Predict). The index
 // takes ownership of local.
-func (c *Index) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
+func (c *Index) Predict(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	return c.send(c.writerOf(w.ID), op{kind: opPredict, ev: kvevent.Event{Worker: w}, local: local, now: now})
 }
 
@@ -285,7 +285,7 @@ func (c *Index) Query(local []uint64, dst *index.Scores) {
 }
 
 // Indexed returns worker rank w's total indexed blocks.
-func (c *Index) Indexed(w kvevent.Worker) int {
+func (c *Index) Indexed(w kvevent.WorkerRank) int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.x.Indexed(w)

@@ -51,10 +51,10 @@ func TestStress(t *testing.T) {
 		defer wg.Done()
 		now := t0
 		for i := 0; !stop.Load(); i++ {
-			w := kvevent.Worker{ID: kvevent.WorkerID(100 + i%5)}
+			w := kvevent.WorkerRank{ID: kvevent.WorkerID(100 + i%5)}
 			now = now.Add(time.Second)
 			_ = c.Record(w, path[:1+i%depth], now)
-			_ = c.Predict(kvevent.Worker{ID: kvevent.WorkerID(i % nw)}, path, now) // full path: scores stay 0 or depth
+			_ = c.Predict(kvevent.WorkerRank{ID: kvevent.WorkerID(i % nw)}, path, now) // full path: scores stay 0 or depth
 			if i%7 == 0 {
 				_ = c.RemoveWorker(w.ID)
 			}
@@ -65,7 +65,7 @@ func TestStress(t *testing.T) {
 	}()
 	for r := range rounds {
 		for w := range kvevent.WorkerID(nw) {
-			wk := kvevent.Worker{ID: w}
+			wk := kvevent.WorkerRank{ID: w}
 			if r%2 == 0 {
 				_ = c.Apply(chain(wk, 0, 1000, path...))
 			} else {

@@ -120,7 +120,7 @@ func (l *eventLog) finish() []Event {
 // worker rank: stored blocks get their local hash computed from their
 // tokens (kvhash, unsalted), as a router does on receipt. The result owns
 // its slices.
-func (e Event) KVEvent(w kvevent.Worker) kvevent.Event {
+func (e Event) KVEvent(w kvevent.WorkerRank) kvevent.Event {
 	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent}
 	switch e.Kind {
 	case kvevent.Stored:

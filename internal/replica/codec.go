@@ -175,8 +175,8 @@ func decodeEvent(d *mpack.Decoder) (Event, error) {
 	return ev, nil
 }
 
-func decodeWorker(d *mpack.Decoder) (kvevent.Worker, error) {
-	var w kvevent.Worker
+func decodeWorker(d *mpack.Decoder) (kvevent.WorkerRank, error) {
+	var w kvevent.WorkerRank
 	n, err := d.MapLen()
 	if err != nil {
 		return w, err

@@ -19,7 +19,7 @@ func genEvent() *rapid.Generator[router.LifecycleEvent] {
 			Kind:      router.LifecycleKind(rapid.IntRange(1, 3).Draw(t, "kind")),
 			RouterID:  rapid.Uint64().Draw(t, "router"),
 			RequestID: rapid.StringN(1, 40, -1).Draw(t, "id"),
-			Worker:    kvevent.Worker{ID: kvevent.WorkerID(rapid.Uint64().Draw(t, "w")), Rank: kvevent.DPRank(rapid.IntRange(0, 1<<16).Draw(t, "rank"))},
+			Worker:    kvevent.WorkerRank{ID: kvevent.WorkerID(rapid.Uint64().Draw(t, "w")), Rank: kvevent.DPRank(rapid.IntRange(0, 1<<16).Draw(t, "rank"))},
 		}
 		if ev.Kind == router.AddRequest {
 			ev.BlockHashes = rapid.SliceOfN(rapid.Uint64(), 0, 50).Draw(t, "hashes")
@@ -110,7 +110,7 @@ func TestDecodeEventVariants(t *testing.T) {
 		{"add, signed hash, extras", map[string]any{"request_id": "b", "router_id": 6, "lora_name": "x",
 			"worker": map[string]any{"worker_id": 3, "dp_rank": 1, "extra": []any{1, 2}},
 			"data":   map[string]any{"AddRequest": map[string]any{"token_sequence": []any{int64(-1), uint64(7)}, "isl": 99}}},
-			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 6, RequestID: "b", Worker: kvevent.Worker{ID: 3, Rank: 1}, BlockHashes: []uint64{^uint64(0), 7}}}, false},
+			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 6, RequestID: "b", Worker: kvevent.WorkerRank{ID: 3, Rank: 1}, BlockHashes: []uint64{^uint64(0), 7}}}, false},
 		{"mark", map[string]any{"request_id": "c", "router_id": 1, "data": "MarkPrefillCompleted"},
 			Event{LifecycleEvent: router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: 1, RequestID: "c"}}, false},
 		{"no router id", map[string]any{"request_id": "c", "data": "Free"}, Event{}, true},
@@ -153,7 +153,7 @@ func TestDecodeEventVariants(t *testing.T) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	for _, ev := range []router.LifecycleEvent{
-		{Kind: router.AddRequest, RouterID: 1, RequestID: "a", Worker: kvevent.Worker{ID: 2, Rank: 1}, BlockHashes: []uint64{1, 2, 3}, PrefillTokens: 40, ExpectedOutputTokens: 9},
+		{Kind: router.AddRequest, RouterID: 1, RequestID: "a", Worker: kvevent.WorkerRank{ID: 2, Rank: 1}, BlockHashes: []uint64{1, 2, 3}, PrefillTokens: 40, ExpectedOutputTokens: 9},
 		{Kind: router.Free, RouterID: 1, RequestID: "a"},
 		{Kind: router.MarkPrefillCompleted, RouterID: 3, RequestID: "b"},
 	} {

@@ -192,7 +192,7 @@ func TestPeerDownFreesItsBookings(t *testing.T) {
 		}
 	}
 	// A late event from the departed replica is dropped.
-	late := Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: dead.RouterID(), RequestID: "late", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}}
+	late := Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: dead.RouterID(), RequestID: "late", Worker: kvevent.WorkerRank{ID: 1}, PrefillTokens: 10}}
 	f.cores[0].Receive(late)
 	for i, r := range f.routers[:2] {
 		if reqs, pre := loadSum(r); reqs != 0 || pre != 0 {
@@ -302,7 +302,7 @@ func overlaps(d router.Decision) []int {
 
 var herdShared, herdLen = 512, 576
 
-// TestPruneAndReturn: peers' requests the tracker expired are forgotten by
+// TestPruneAndReturn: peers' requests the ledger expired are forgotten by
 // Prune; a replica declared gone that announces itself again is reported
 // as returned (its bookings must be fetched again).
 func TestPruneAndReturn(t *testing.T) {
@@ -320,7 +320,7 @@ func TestPruneAndReturn(t *testing.T) {
 	}
 	c := NewCore(r, CoreConfig{}, nil)
 	c.PeerUp(2)
-	c.Receive(Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: "old", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 5}})
+	c.Receive(Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: "old", Worker: kvevent.WorkerRank{ID: 1}, PrefillTokens: 5}})
 	if n := c.Prune(); n != 0 {
 		t.Fatalf("pruned %d live requests", n)
 	}

@@ -20,13 +20,13 @@
 // the record appears). When a record is deleted
 // (graceful stop) or expires (crash), the others free every booking that
 // replica made, so a dead router leaves no phantom load; bookings whose
-// Free was lost also expire in the tracker (sequences). A replica that
+// Free was lost also expire in the ledger (sequences). A replica that
 // starts late asks each live peer for a snapshot of its own bookings over
 // NATS request/reply (chunked replies) and applies them.
 //
 // Reconciliation: core NATS loses what is published while a connection
 // is down, so a lost Free would leave a phantom booking on the peers until
-// the tracker's expiry (300 s). Each router therefore numbers its events
+// the ledger's expiry (300 s). Each router therefore numbers its events
 // (epoch = its start time, seq from 1 without holes) and a snapshot says
 // which position it reflects. A receiver that sees a hole, or the first
 // event of an incarnation it did not see start, fetches that peer's
@@ -43,7 +43,7 @@
 // another snapshot. Peers that do not number their events (Dynamo's) are
 // applied as before, without gap detection. A snapshot lists only the
 // bookings the router still holds: the router drops some without a Free
-// (RemoveWorker on a worker's removal, the tracker's expiry), and within a
+// (RemoveWorker on a worker's removal, the ledger's expiry), and within a
 // second the core publishes a Free for each (DropLost), so that a peer
 // that missed the worker's removal does not keep them.
 //

@@ -17,7 +17,7 @@ import (
 
 // The probe of issue 21: a NATS client that never joined (no membership
 // record) publishes AddRequests stamped with a made-up router id. They
-// used to be booked and stayed until the tracker's expiry, keeping a
+// used to be booked and stayed until the ledger's expiry, keeping a
 // worker busy for nothing. Now they are refused and counted, nothing is
 // kept for that id, and a real peer's bookings still arrive and are freed
 // when its membership ends.
@@ -35,7 +35,7 @@ func TestForgedRouterBookingsRefused(t *testing.T) {
 	const forged = 20
 	for i := range forged {
 		data, err := AppendEvent(nil, Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 666,
-			RequestID: fmt.Sprint("forged-", i), Worker: kvevent.Worker{ID: 1}, PrefillTokens: 4096}, Epoch: 1, Seq: uint64(i + 1)})
+			RequestID: fmt.Sprint("forged-", i), Worker: kvevent.WorkerRank{ID: 1}, PrefillTokens: 4096}, Epoch: 1, Seq: uint64(i + 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestCoreRefusesUnannouncedRouters(t *testing.T) {
 	c := NewCore(r, CoreConfig{}, nil)
 	add := func(id string, seq uint64) Event {
 		return Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 2, RequestID: id,
-			Worker: kvevent.Worker{ID: 1}, PrefillTokens: 10}, Epoch: 7, Seq: seq}
+			Worker: kvevent.WorkerRank{ID: 1}, PrefillTokens: 10}, Epoch: 7, Seq: seq}
 	}
 	c.Receive(add("early", 1))
 	c.Claim(2, 7, 5, clk.Now())

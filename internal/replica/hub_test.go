@@ -116,7 +116,7 @@ func storedEvent(t testing.TB, w kvevent.WorkerID, toks []uint32, bs int) kveven
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := kvevent.Event{Worker: kvevent.Worker{ID: w}, Kind: kvevent.Stored}
+	ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: w}, Kind: kvevent.Stored}
 	for i := range local {
 		ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: seq[i] ^ 0xabc, LocalHash: local[i]})
 	}

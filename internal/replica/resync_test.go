@@ -50,7 +50,7 @@ func (p *pair) resync() (added, freed int, again bool) {
 	return p.b.ApplySnapshot(p.a.Snapshot())
 }
 
-// agree fails unless b's load is exactly a's (a's own tracker is the
+// agree fails unless b's load is exactly a's (a's own ledger is the
 // truth: b books nothing itself).
 func (p *pair) agree(t testing.TB, when string) {
 	t.Helper()

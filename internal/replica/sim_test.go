@@ -130,7 +130,7 @@ func simulate(tb testing.TB, run simRun) simResult {
 		}
 		ps := &pendingStep{outs: slices.Clone(res.Outputs)}
 		for _, ev := range res.Events {
-			ps.evs = append(ps.evs, ev.KVEvent(kvevent.Worker{ID: kvevent.WorkerID(w + 1)}))
+			ps.evs = append(ps.evs, ev.KVEvent(kvevent.WorkerRank{ID: kvevent.WorkerID(w + 1)}))
 		}
 		inflight[w] = ps
 		busyUntil[w] = now.Add(max(res.Duration, time.Microsecond))

@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkRoute measures Route end to end — hashing a 16 k-token prompt,
-// querying a warm concurrent index, the tracker's potential load, the cost
+// querying a warm concurrent index, the ledger's potential load, the cost
 // of every worker and the booking — and reports the p99 of single Route
 // calls, for fleets of 64, 256 and 1,024 workers. Each worker holds 4 cached 16 k prompts from 8 system-prompt
 // families (4 k shared tokens) and has 4 running requests; each timed
@@ -53,7 +53,7 @@ func benchRoute(b *testing.B, workers, bs int) {
 		for k := range 4 {
 			toks := tokens(fam, id, shared, prompt)
 			id++
-			ev, _ := storeEvent(kvevent.Worker{ID: kvevent.WorkerID(w)}, toks, bs, 0)
+			ev, _ := storeEvent(kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, toks, bs, 0)
 			if err := r.ApplyEvent(ev); err != nil {
 				b.Fatal(err)
 			}

@@ -1,7 +1,7 @@
 // Package router composes the router core — block hashing (kvhash), the
-// prefix index, the active-sequence tracker (sequences) and the scheduler —
+// prefix index, the active-sequence ledger (sequences) and the scheduler —
 // into one decision API: Route hashes a request, asks the index for every
-// worker rank's cached prefix, asks the tracker for every worker rank's
+// worker rank's cached prefix, asks the ledger for every worker rank's
 // load, scores, picks and books, and explains the pick.
 //
 // Why a separate package: the parts are pure and single-purpose; something

@@ -27,6 +27,6 @@ var (
 	// sentinel, so errors.Is matches either name.
 	ErrAllBusy = scheduler.ErrAllBusy
 	// ErrDuplicateRequest refuses a Route whose request id is already
-	// booked. It is the active-sequence tracker's sentinel.
+	// booked. It is the active-sequence ledger's sentinel.
 	ErrDuplicateRequest = sequences.ErrDuplicateRequest
 )

@@ -46,7 +46,7 @@ func FuzzRoute(f *testing.F) {
 			if i%3 == 2 {
 				r.Free(id)
 			}
-			_ = r.ApplyRemote(LifecycleEvent{Kind: LifecycleKind(i % 5), RouterID: uint64(i), RequestID: id, Worker: kvevent.Worker{ID: kvevent.WorkerID(i % 4)}, BlockHashes: []uint64{uint64(i)}})
+			_ = r.ApplyRemote(LifecycleEvent{Kind: LifecycleKind(i % 5), RouterID: uint64(i), RequestID: id, Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(i % 4)}, BlockHashes: []uint64{uint64(i)}})
 		}
 		for _, id := range ids {
 			r.Free(id)

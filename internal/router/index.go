@@ -23,9 +23,9 @@ import (
 type Index interface {
 	Apply(ev kvevent.Event) error
 	RemoveWorker(id kvevent.WorkerID) error
-	Reserve(w kvevent.Worker, blocks int) error
-	Record(w kvevent.Worker, local []uint64, now time.Time) error
-	Predict(w kvevent.Worker, local []uint64, now time.Time) error
+	Reserve(w kvevent.WorkerRank, blocks int) error
+	Record(w kvevent.WorkerRank, local []uint64, now time.Time) error
+	Predict(w kvevent.WorkerRank, local []uint64, now time.Time) error
 	Expire(now time.Time) error
 	Query(local []uint64, dst *index.Scores)
 }
@@ -62,21 +62,21 @@ func (s *Serial) RemoveWorker(id kvevent.WorkerID) error {
 }
 
 // Reserve implements Index.
-func (s *Serial) Reserve(w kvevent.Worker, blocks int) error {
+func (s *Serial) Reserve(w kvevent.WorkerRank, blocks int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.x.Reserve(w, blocks)
 }
 
 // Record implements Index.
-func (s *Serial) Record(w kvevent.Worker, local []uint64, now time.Time) error {
+func (s *Serial) Record(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.x.Record(w, local, now)
 }
 
 // Predict implements Index.
-func (s *Serial) Predict(w kvevent.Worker, local []uint64, now time.Time) error {
+func (s *Serial) Predict(w kvevent.WorkerRank, local []uint64, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.x.Predict(w, local, now)

@@ -38,7 +38,7 @@ func (r *Router) SetShadows(s Shadows) {
 
 // Booked reports whether request id (local or another router's) is
 // currently booked. Replica sync uses it to forget peers' requests that the
-// tracker expired.
+// ledger expired.
 func (r *Router) Booked(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

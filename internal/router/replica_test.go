@@ -49,7 +49,7 @@ func (s *shadowLog) Tick(now time.Time) {
 		s.t.Errorf("Tick at %v, want the router's clock %v", now, t0)
 	}
 	if len(s.calls) == 0 {
-		ev := LifecycleEvent{Kind: AddRequest, RouterID: 99, RequestID: "peer", Worker: kvevent.Worker{ID: 1}, PrefillTokens: 1 << 16}
+		ev := LifecycleEvent{Kind: AddRequest, RouterID: 99, RequestID: "peer", Worker: kvevent.WorkerRank{ID: 1}, PrefillTokens: 1 << 16}
 		if !s.r.ApplyRemote(ev) {
 			s.t.Error("remote booking refused")
 		}

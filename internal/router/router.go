@@ -20,9 +20,9 @@ type workerState struct {
 	down bool
 }
 
-// rank is one candidate slot, aligned with the tracker's worker order.
+// rank is one candidate slot, aligned with the ledger's rank order.
 type rank struct {
-	w  kvevent.Worker
+	w  kvevent.WorkerRank
 	ws *workerState
 }
 
@@ -41,12 +41,12 @@ type Router struct {
 	pool     sync.Pool
 
 	mu      sync.Mutex
-	seq     *sequences.Tracker
+	seq     *sequences.Ledger
 	sched   *scheduler.Scheduler
 	rng     *rand.Rand
 	workers map[kvevent.WorkerID]*workerState
 	ranks   []rank
-	pos     map[kvevent.Worker]int
+	pos     map[kvevent.WorkerRank]int
 	first   map[kvevent.WorkerID]int // worker -> index in ranks of its first rank (ranks are sorted by id, rank)
 	loads   []sequences.Load
 	cands   []scheduler.Candidate
@@ -84,7 +84,7 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 		sched:    sched,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers:  make(map[kvevent.WorkerID]*workerState),
-		pos:      make(map[kvevent.Worker]int),
+		pos:      make(map[kvevent.WorkerRank]int),
 		first:    make(map[kvevent.WorkerID]int),
 	}
 	r.pool.New = func() any { return new(scratch) }
@@ -116,20 +116,20 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 	} else {
 		for _, w := range r.seq.Workers() {
 			if w.ID == info.ID && (int(w.Rank) < info.DPStart || int(w.Rank) >= info.DPStart+info.DPSize) {
-				r.seq.RemoveWorker(w)
+				r.seq.RemoveRank(w)
 			}
 		}
 	}
 	ws.info = info
 	for k := range info.DPSize {
-		r.seq.AddWorker(kvevent.Worker{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)})
+		r.seq.AddRank(kvevent.WorkerRank{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)})
 	}
 	r.rebuild()
 	// A concurrent index queues the reservation behind the worker's
 	// earlier operations (as Route's Record and Predict do).
 	if n := min(info.KVCapacityBlocks, r.cfg.IndexReserveMaxBlocks); n > 0 {
 		for k := range info.DPSize {
-			w := kvevent.Worker{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)}
+			w := kvevent.WorkerRank{ID: info.ID, Rank: kvevent.DPRank(info.DPStart + k)}
 			if err := r.idx.Reserve(w, n); err != nil {
 				// Only speed is lost: the table grows as blocks arrive.
 				r.indexErr(err)
@@ -147,7 +147,7 @@ func (r *Router) RemoveWorker(id kvevent.WorkerID) error {
 	if _, ok := r.workers[id]; ok {
 		for _, w := range r.seq.Workers() {
 			if w.ID == id {
-				r.seq.RemoveWorker(w)
+				r.seq.RemoveRank(w)
 			}
 		}
 		delete(r.workers, id)
@@ -169,7 +169,7 @@ func (r *Router) SetDown(id kvevent.WorkerID, down bool) bool {
 	return ok
 }
 
-// rebuild realigns the rank table with the tracker's worker order.
+// rebuild realigns the rank table with the ledger's rank order.
 func (r *Router) rebuild() {
 	ws := r.seq.Workers()
 	r.ranks = r.ranks[:0]
@@ -188,7 +188,7 @@ func (r *Router) rebuild() {
 // map keyed by the 8-byte worker id (a struct key is hashed the slow way;
 // Route looks up one rank per scored worker): a worker's ranks are
 // contiguous, usually numbered without gaps.
-func (r *Router) rankPos(w kvevent.Worker) (int, bool) {
+func (r *Router) rankPos(w kvevent.WorkerRank) (int, bool) {
 	i, ok := r.first[w.ID]
 	if !ok {
 		return 0, false
@@ -439,7 +439,7 @@ func (r *Router) ApplyRemote(ev LifecycleEvent) bool {
 	return ok
 }
 
-// Sweep runs the tracker's lazy expiry now (it also runs on every
+// Sweep runs the ledger's lazy expiry now (it also runs on every
 // booking) and returns the ids it freed, then drops approximate and
 // predicted index entries whose TTL has passed. Call it periodically from
 // the edge (e.g. every few seconds); the core starts no timers.

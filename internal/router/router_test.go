@@ -63,7 +63,7 @@ func tokens(family, id, shared, n int) []uint32 {
 
 // storeEvent returns the stored event a worker would publish after
 // computing the prompt's blocks from position `from` on.
-func storeEvent(w kvevent.Worker, toks []uint32, bs, from int) (kvevent.Event, bool) {
+func storeEvent(w kvevent.WorkerRank, toks []uint32, bs, from int) (kvevent.Event, bool) {
 	local, seq, _ := kvhash.Hashes(toks, kvhash.Options{BlockSize: bs}, nil, nil)
 	if from >= len(local) {
 		return kvevent.Event{}, false
@@ -284,7 +284,7 @@ type reserveLog struct {
 	got []string
 }
 
-func (l *reserveLog) Reserve(w kvevent.Worker, blocks int) error {
+func (l *reserveLog) Reserve(w kvevent.WorkerRank, blocks int) error {
 	l.got = append(l.got, fmt.Sprintf("%d/%d:%d", w.ID, w.Rank, blocks))
 	return l.Serial.Reserve(w, blocks)
 }
@@ -339,7 +339,7 @@ func TestRankPosMatchesRanks(t *testing.T) {
 				t.Fatalf("rankPos(%v) = %d, %v; want %d", rk.w, p, ok, i)
 			}
 		}
-		for _, w := range []kvevent.Worker{{ID: 3, Rank: 1}, {ID: 3, Rank: 9}, {ID: 99}} {
+		for _, w := range []kvevent.WorkerRank{{ID: 3, Rank: 1}, {ID: 3, Rank: 9}, {ID: 99}} {
 			if p, ok := r.rankPos(w); ok {
 				t.Fatalf("rankPos(%v) = %d for an unknown rank", w, p)
 			}

@@ -233,14 +233,14 @@ func (s *scenario) promptTokens(names []string) []uint32 {
 	return toks
 }
 
-func parseWorker(s *scenario, a string) kvevent.Worker {
+func parseWorker(s *scenario, a string) kvevent.WorkerRank {
 	m := workerVerb.FindStringSubmatch(a)
 	if m == nil {
 		s.t.Fatalf("bad worker %q", a)
 	}
 	id, _ := strconv.Atoi(m[1])
 	rk, _ := strconv.Atoi(m[2])
-	return kvevent.Worker{ID: kvevent.WorkerID(id), Rank: kvevent.DPRank(rk)}
+	return kvevent.WorkerRank{ID: kvevent.WorkerID(id), Rank: kvevent.DPRank(rk)}
 }
 
 func (s *scenario) cmdConfig(_ []string, kv map[string]string) ([]string, error) {

@@ -7,7 +7,7 @@ import (
 )
 
 // Load is a worker rank's current load (Loads), as the active-sequence
-// tracker counts it.
+// ledger counts it.
 type Load = sequences.Load
 
 // Overlap is a candidate's cached prefix per storage tier, as a decision's
@@ -62,7 +62,7 @@ type Request struct {
 	ExpectedOutputTokens int
 	// Overrides replaces scheduler knobs for this request.
 	Overrides scheduler.Overrides
-	// Reuse overrides the tracker's assume_kv_reuse for this request.
+	// Reuse overrides the ledger's assume_kv_reuse for this request.
 	Reuse sequences.Reuse
 	// AllowedWorkers, when non-empty, restricts the candidates.
 	AllowedWorkers []kvevent.WorkerID
@@ -132,7 +132,7 @@ type LifecycleEvent struct {
 	// RequestID is the request.
 	RequestID string
 	// Worker is the worker rank the request is booked on.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// BlockHashes are the prompt's block sequence hashes (AddRequest).
 	BlockHashes []uint64
 	// PrefillTokens is the booked prefill (AddRequest).
@@ -163,6 +163,6 @@ type Stats struct {
 	RemoteDropped uint64
 	// IndexErrors counts writes the index refused synchronously.
 	IndexErrors uint64
-	// Sequences holds the tracker's counters (unknown ids, expired).
+	// Sequences holds the ledger's counters (unknown ids, expired).
 	Sequences sequences.Stats
 }

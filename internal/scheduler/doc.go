@@ -3,7 +3,7 @@
 //
 // Why a separate package: the cost model is the heart of the router and has
 // many knobs. Keeping it a pure function of its inputs (no index, no
-// tracker, no clock; randomness from a *rand.Rand the caller seeds) lets the
+// ledger, no clock; randomness from a *rand.Rand the caller seeds) lets the
 // simulator compare policies and lets tests check the arithmetic exactly.
 //
 // The kv cost, per eligible candidate w (design §1, Dynamo's E3 form):

@@ -120,7 +120,7 @@ func softmax(rows []Explanation, t float64, rng *rand.Rand) int {
 // cache and load: after worker w it picks the eligible worker rank that
 // follows w, wrapping around.
 type RoundRobin struct {
-	last    kvevent.Worker
+	last    kvevent.WorkerRank
 	started bool
 }
 
@@ -145,7 +145,7 @@ func (p *RoundRobin) Choose(rows []Explanation, _ float64, _ *rand.Rand) int {
 	return next
 }
 
-func less(a, b kvevent.Worker) bool {
+func less(a, b kvevent.WorkerRank) bool {
 	return a.ID < b.ID || (a.ID == b.ID && a.Rank < b.Rank)
 }
 

@@ -36,7 +36,7 @@ func TestKVCostMatchesFormula(t *testing.T) {
 		cands := make([]Candidate, n)
 		for i := range cands {
 			cands[i] = Candidate{
-				Worker:              kvevent.Worker{ID: kvevent.WorkerID(i)},
+				Worker:              kvevent.WorkerRank{ID: kvevent.WorkerID(i)},
 				Overlap:             Overlap{Device: rapid.IntRange(0, 100).Draw(rt, "dev"), Host: rapid.IntRange(0, 50).Draw(rt, "h"), Disk: rapid.IntRange(0, 50).Draw(rt, "d"), Shared: rapid.IntRange(0, 50).Draw(rt, "s")},
 				ActivePrefillTokens: rapid.IntRange(0, 20000).Draw(rt, "apt"),
 				DecodeBlocks:        float64(rapid.IntRange(0, 3000).Draw(rt, "dec")),
@@ -152,7 +152,7 @@ func TestSelectIntoMatchesSelect(t *testing.T) {
 			cands := make([]Candidate, rapid.IntRange(1, 40).Draw(rt, label+"n"))
 			for i := range cands {
 				cands[i] = Candidate{
-					Worker:              kvevent.Worker{ID: kvevent.WorkerID(i + 1)},
+					Worker:              kvevent.WorkerRank{ID: kvevent.WorkerID(i + 1)},
 					Down:                rapid.IntRange(0, 5).Draw(rt, label+"down") == 0,
 					Overlap:             Overlap{Device: rapid.IntRange(0, 100).Draw(rt, label+"dev")},
 					ActivePrefillTokens: rapid.IntRange(0, 8000).Draw(rt, label+"apt"),

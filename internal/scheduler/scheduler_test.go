@@ -12,7 +12,7 @@ import (
 
 func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 
-func w(id int) kvevent.Worker { return kvevent.Worker{ID: kvevent.WorkerID(id)} }
+func w(id int) kvevent.WorkerRank { return kvevent.WorkerRank{ID: kvevent.WorkerID(id)} }
 
 func newSched(t *testing.T, cfg Config, p Policy) *Scheduler {
 	t.Helper()
@@ -198,7 +198,7 @@ func TestTieBreakUniform(t *testing.T) {
 		{Worker: w(3), DecodeBlocks: 1}, {Worker: w(4), DecodeBlocks: 1},
 	}
 	rng := seeded(7)
-	counts := map[kvevent.Worker]int{}
+	counts := map[kvevent.WorkerRank]int{}
 	const n = 30000
 	for range n {
 		d, err := s.Select(Request{InputTokens: 0, BlockSize: 16}, cands, rng)
@@ -338,10 +338,10 @@ func TestBusyThresholds(t *testing.T) {
 func TestEligibility(t *testing.T) {
 	s := newSched(t, DefaultConfig(), KV{})
 	cands := []Candidate{
-		{Worker: kvevent.Worker{ID: 1, Rank: 0}},
-		{Worker: kvevent.Worker{ID: 1, Rank: 1}},
-		{Worker: kvevent.Worker{ID: 2, Rank: 0}, Down: true},
-		{Worker: kvevent.Worker{ID: 3, Rank: 2}},
+		{Worker: kvevent.WorkerRank{ID: 1, Rank: 0}},
+		{Worker: kvevent.WorkerRank{ID: 1, Rank: 1}},
+		{Worker: kvevent.WorkerRank{ID: 2, Rank: 0}, Down: true},
+		{Worker: kvevent.WorkerRank{ID: 3, Rank: 2}},
 	}
 	cases := []struct {
 		name string
@@ -405,7 +405,7 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("least-loaded chose %v, want 3 (2 blocks, fewer prefill tokens)", d.Worker)
 	}
 	rnd := newSched(t, DefaultConfig(), Random{})
-	counts := map[kvevent.Worker]int{}
+	counts := map[kvevent.WorkerRank]int{}
 	rng := seeded(5)
 	for range 3000 {
 		d, _ := rnd.Select(req, cands, rng)

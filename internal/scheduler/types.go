@@ -22,7 +22,7 @@ type Overlap struct {
 // request.
 type Candidate struct {
 	// Worker is the worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// Down excludes the worker rank (state DOWN).
 	Down bool
 	// Overlap is the request's cached prefix on the worker rank per tier.
@@ -32,7 +32,7 @@ type Candidate struct {
 	// ActiveBlocks is the KV blocks held by its running requests (busy check).
 	ActiveBlocks float64
 	// DecodeBlocks is ActiveBlocks plus the blocks the request would add
-	// (the tracker's potential decode blocks).
+	// (the ledger's potential decode blocks).
 	DecodeBlocks float64
 	// ActiveRequests is the number of running requests.
 	ActiveRequests int
@@ -101,7 +101,7 @@ const (
 // Explanation is one candidate's row in a decision.
 type Explanation struct {
 	// Worker is the worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// Excluded is why the candidate was not eligible (empty if it was).
 	Excluded Exclusion
 	// Overlap is the cached prefix per tier.
@@ -133,7 +133,7 @@ type Explanation struct {
 // Decision is the scheduler's answer.
 type Decision struct {
 	// Worker is the chosen worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// Chosen is the index of the chosen row in Candidates.
 	Chosen int
 	// Policy names the policy that chose.

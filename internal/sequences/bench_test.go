@@ -11,9 +11,9 @@ import (
 // BenchmarkBookAndFree measures Potential + AddRequest + Free of a
 // 1,024-block request (a 16 k-token prompt at block size 16) whose first
 // 256 blocks are a system prompt shared with running requests, on a
-// tracker with 64 workers each running 4 requests.
+// ledger with 64 workers each running 4 requests.
 func BenchmarkBookAndFree(b *testing.B) {
-	tr, reqs := benchTracker(b)
+	tr, reqs := benchLedger(b)
 	var loads []Load
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -25,10 +25,10 @@ func BenchmarkBookAndFree(b *testing.B) {
 	}
 }
 
-// BenchmarkPotential measures Potential alone on the tracker of
+// BenchmarkPotential measures Potential alone on the ledger of
 // BenchmarkBookAndFree.
 func BenchmarkPotential(b *testing.B) {
-	tr, reqs := benchTracker(b)
+	tr, reqs := benchLedger(b)
 	var loads []Load
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -36,7 +36,7 @@ func BenchmarkPotential(b *testing.B) {
 	}
 }
 
-func benchTracker(b *testing.B) (*Tracker, [][]uint64) {
+func benchLedger(b *testing.B) (*Ledger, [][]uint64) {
 	tr, _ := New(DefaultConfig())
 	prompt := func(fam, id int) []uint64 {
 		locals := make([]uint64, 1024)
@@ -49,8 +49,8 @@ func benchTracker(b *testing.B) (*Tracker, [][]uint64) {
 		return kvhash.SequenceHashes(locals, nil)
 	}
 	for w := range 64 {
-		wk := kvevent.Worker{ID: kvevent.WorkerID(w)}
-		tr.AddWorker(wk)
+		wk := kvevent.WorkerRank{ID: kvevent.WorkerID(w)}
+		tr.AddRank(wk)
 		for k := range 4 {
 			if err := tr.AddRequest(Request{ID: fmt.Sprint(w, "-", k), Worker: wk, BlockHashes: prompt(w%8, w*4+k+1), PrefillTokens: 100}, t0); err != nil {
 				b.Fatal(err)

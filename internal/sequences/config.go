@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Config sets what the tracker counts.
+// Config sets what the ledger counts.
 type Config struct {
 	// BlockSize is the KV block size in tokens, used to turn generated tokens
 	// into output blocks and cached blocks into tokens. Default 16.

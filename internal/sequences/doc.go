@@ -4,7 +4,7 @@
 //
 // Why it exists: the index only knows what a worker has cached, not what it
 // is busy with. Without a record of in-flight work every request with the
-// same system prompt would land on the one worker that holds it. The tracker
+// same system prompt would land on the one worker that holds it. The ledger
 // gives the scheduler the load term that spreads such requests.
 //
 // Counting rules:

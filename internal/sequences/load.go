@@ -10,7 +10,7 @@ import (
 // candidate request would add to it.
 type Load struct {
 	// Worker is the worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// ActiveRequests is the number of running requests.
 	ActiveRequests int
 	// ActivePrefillTokens is the number of prompt tokens still to prefill.
@@ -35,7 +35,7 @@ func (l Load) PotentialPrefillTokens(inputTokens, overlapBlocks, blockSize int) 
 }
 
 // Load returns the worker rank's current load.
-func (t *Tracker) Load(w kvevent.Worker) (Load, bool) {
+func (t *Ledger) Load(w kvevent.WorkerRank) (Load, bool) {
 	slot, ok := t.bySlot[w]
 	if !ok {
 		return Load{Worker: w}, false
@@ -43,13 +43,13 @@ func (t *Tracker) Load(w kvevent.Worker) (Load, bool) {
 	return t.load(slot), true
 }
 
-func (t *Tracker) load(slot int) Load {
+func (t *Ledger) load(slot int) Load {
 	t.refresh(slot)
 	return t.cache[slot]
 }
 
 // refresh recomputes the slot's cached load if it changed.
-func (t *Tracker) refresh(slot int) {
+func (t *Ledger) refresh(slot int) {
 	if t.fresh[slot] {
 		return
 	}
@@ -63,7 +63,7 @@ func (t *Tracker) refresh(slot int) {
 	t.fresh[slot] = true
 }
 
-func (t *Tracker) activeBlocks(w *worker) float64 {
+func (t *Ledger) activeBlocks(w *rank) float64 {
 	stride := t.cfg.ActiveSequenceStride
 	n := float64(stride*w.active.blocks + w.private)
 	if len(w.fracReqs) == 0 {
@@ -85,7 +85,7 @@ func (t *Tracker) activeBlocks(w *worker) float64 {
 // running requests start with the candidate's first block can hold any of
 // it; each of them finds its first missing block by one walk down its trie
 // of running requests.
-func (t *Tracker) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
+func (t *Ledger) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 	stride := t.cfg.ActiveSequenceStride
 	n := len(hashes) / stride
 	dst = slices.Grow(dst[:0], len(t.order))[:len(t.order)]

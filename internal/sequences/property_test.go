@@ -12,7 +12,7 @@ import (
 
 // naiveReq is the model's record of a live request.
 type naiveReq struct {
-	w           kvevent.Worker
+	w           kvevent.WorkerRank
 	tracked     []uint64
 	private     int
 	prefill     int
@@ -27,7 +27,7 @@ type naive struct {
 	reqs map[string]*naiveReq
 }
 
-func (m *naive) refs(w kvevent.Worker) map[uint64]int {
+func (m *naive) refs(w kvevent.WorkerRank) map[uint64]int {
 	refs := map[uint64]int{}
 	for _, r := range m.reqs {
 		if r.w == w {
@@ -39,7 +39,7 @@ func (m *naive) refs(w kvevent.Worker) map[uint64]int {
 	return refs
 }
 
-func (m *naive) load(w kvevent.Worker) Load {
+func (m *naive) load(w kvevent.WorkerRank) Load {
 	l := Load{Worker: w}
 	refs := m.refs(w)
 	s := m.cfg.ActiveSequenceStride
@@ -66,7 +66,7 @@ func (m *naive) load(w kvevent.Worker) Load {
 	return l
 }
 
-func (m *naive) newBlocks(w kvevent.Worker, hashes []uint64, reuse bool) int {
+func (m *naive) newBlocks(w kvevent.WorkerRank, hashes []uint64, reuse bool) int {
 	s := m.cfg.ActiveSequenceStride
 	n := len(hashes) / s
 	if !m.cfg.TrackActiveBlocks {
@@ -83,7 +83,7 @@ func (m *naive) newBlocks(w kvevent.Worker, hashes []uint64, reuse bool) int {
 	return (n - k) * s
 }
 
-func TestTrackerMatchesNaiveModel(t *testing.T) {
+func TestLedgerMatchesNaiveModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg := DefaultConfig()
 		cfg.BlockSize = 4
@@ -97,11 +97,11 @@ func TestTrackerMatchesNaiveModel(t *testing.T) {
 		}
 		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}}
 		nw := rapid.SampledFrom([]int{1, 2, 66}).Draw(rt, "workers")
-		var workers []kvevent.Worker
+		var workers []kvevent.WorkerRank
 		for i := range nw {
-			w := kvevent.Worker{ID: kvevent.WorkerID(i % 40), Rank: kvevent.DPRank(i / 40)}
+			w := kvevent.WorkerRank{ID: kvevent.WorkerID(i % 40), Rank: kvevent.DPRank(i / 40)}
 			workers = append(workers, w)
-			tr.AddWorker(w)
+			tr.AddRank(w)
 		}
 		// Prompts are prefixes of a few base prompts that may diverge, so
 		// hashes behave like real ones (equal hash = equal prefix).
@@ -197,7 +197,7 @@ func TestTrackerMatchesNaiveModel(t *testing.T) {
 					}
 					g.ActiveBlocks = want.ActiveBlocks
 					if g != want {
-						rt.Fatalf("%v: tracker %+v, model %+v", g.Worker, g, want)
+						rt.Fatalf("%v: ledger %+v, model %+v", g.Worker, g, want)
 					}
 				}
 			},

@@ -47,8 +47,8 @@ func TestSeqLCPArbitraryRuns(t *testing.T) {
 // copy holds the new request's hashes, not the old ones.
 func TestBookingReusesHashCopies(t *testing.T) {
 	tr, _ := New(DefaultConfig())
-	w := kvevent.Worker{ID: 1}
-	tr.AddWorker(w)
+	w := kvevent.WorkerRank{ID: 1}
+	tr.AddRank(w)
 	a := chain(1, 2, 3, 4, 5, 6, 7, 8)
 	b := chain(9, 10, 11, 12, 13, 14, 15, 16)
 	must(t, tr.AddRequest(Request{ID: "a", Worker: w, BlockHashes: a}, t0))

@@ -188,7 +188,7 @@ func BenchmarkStoredToQueryable(b *testing.B) {
 				close(bg)
 			}
 			defer func() { cancel(); <-bg }()
-			target := kvevent.Worker{ID: fleet.DeriveID("w00")}
+			target := kvevent.WorkerRank{ID: fleet.DeriveID("w00")}
 			var sc index.Scores
 			// Warm up: a batch the SUB socket publishes before its
 			// subscription reaches the PUB is lost (and replayed once the

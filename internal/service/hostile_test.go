@@ -381,7 +381,7 @@ func TestHostilePeers(t *testing.T) {
 		for i := range ids {
 			var evs []kvevent.Event
 			for j := range perID {
-				evs = append(evs, kvevent.Event{ID: uint64(j), Worker: kvevent.Worker{ID: kvevent.WorkerID(1_000_000 + i)}, Kind: kvevent.Stored,
+				evs = append(evs, kvevent.Event{ID: uint64(j), Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(1_000_000 + i)}, Kind: kvevent.Stored,
 					Blocks: []kvevent.Block{{EngineHash: uint64(j + 1), LocalHash: uint64(j + 100)}}})
 			}
 			if err := forger.Publish(evs); err != nil {
@@ -466,7 +466,7 @@ func TestHostilePeers(t *testing.T) {
 		for i := range forged {
 			w := r.fleet.Workers[i%len(r.fleet.Workers)]
 			data, err := replica.AppendEvent(nil, replica.Event{LifecycleEvent: router.LifecycleEvent{Kind: router.AddRequest, RouterID: 666,
-				RequestID: fmt.Sprint("forged-", i), Worker: kvevent.Worker{ID: fleet.DeriveID(w.Name)}, PrefillTokens: 4096}, Epoch: 1, Seq: uint64(i + 1)})
+				RequestID: fmt.Sprint("forged-", i), Worker: kvevent.WorkerRank{ID: fleet.DeriveID(w.Name)}, PrefillTokens: 4096}, Epoch: 1, Seq: uint64(i + 1)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -642,7 +642,7 @@ func (r *rig) engineEntries() map[entryKey]int {
 	for _, w := range r.fleet.Workers {
 		_, evs := w.Worker.LocalIndex(0).Dump()
 		for i := range evs {
-			evs[i].Worker = kvevent.Worker{ID: fleet.DeriveID(w.Name)}
+			evs[i].Worker = kvevent.WorkerRank{ID: fleet.DeriveID(w.Name)}
 		}
 		entriesOf(evs, out)
 	}

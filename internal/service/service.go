@@ -183,7 +183,7 @@ func (s *Service) abandon() {
 // and the event and start-up metrics.
 func (s *Service) buildCore() error {
 	ic := s.cfg.IndexConfig()
-	ic.OnError = func(w kvevent.Worker, err error) {
+	ic.OnError = func(w kvevent.WorkerRank, err error) {
 		s.log.Debug("index refused an operation", "worker", w.String(), "err", err)
 	}
 	var err error

@@ -86,7 +86,7 @@ type workerState struct {
 type rankState struct {
 	w      *workerState
 	set    *workerSet
-	worker kvevent.Worker
+	worker kvevent.WorkerRank
 	sub    *vllmzmq.Subscriber
 
 	// Guarded by workerSet.mu.
@@ -164,7 +164,7 @@ func (s *workerSet) add(rec fleet.WorkerRecord, src source) *workerState {
 	if src == sourceEngine {
 		for r := range rec.DPSize {
 			w.ranks = append(w.ranks, &rankState{w: w, set: s,
-				worker: kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(rec.DPStart + r)},
+				worker: kvevent.WorkerRank{ID: rec.ID, Rank: kvevent.DPRank(rec.DPStart + r)},
 				state:  vllmzmq.StateSyncing, reason: "awaiting initial event recovery"})
 		}
 	}

@@ -332,7 +332,7 @@ func (r *run) startStep(w int) {
 func (r *run) stepEnd(w int) error {
 	wk := &r.workers[w]
 	for _, e := range wk.events {
-		if err := r.rt.ApplyEvent(e.KVEvent(kvevent.Worker{ID: kvevent.WorkerID(w)})); err != nil {
+		if err := r.rt.ApplyEvent(e.KVEvent(kvevent.WorkerRank{ID: kvevent.WorkerID(w)})); err != nil {
 			return fmt.Errorf("applying worker %d event: %w", w, err)
 		}
 	}

@@ -71,7 +71,7 @@ func (c Config) Validate() error {
 // publisher is the transport: natsevents.Publisher or zmqevents.Publisher.
 type publisher interface {
 	Publish(evs []kvevent.Event) error
-	Serve(w kvevent.Worker, rec localindex.Recovery) error
+	Serve(w kvevent.WorkerRank, rec localindex.Recovery) error
 	ID() uint64
 	Close() error
 }
@@ -99,7 +99,7 @@ type Agent struct {
 func (a *Agent) OnReconnect(register func(hook func()) (remove func())) { a.hooks = register }
 
 type rank struct {
-	w     kvevent.Worker
+	w     kvevent.WorkerRank
 	local *localindex.Index
 	pub   publisher
 	log   *slog.Logger
@@ -170,7 +170,7 @@ func New(cfg Config, conn *nats.Conn, reg *registry.Registry, zm *vllmzmq.Metric
 	}()
 	for i := range cfg.Record.DPSize {
 		r := cfg.Record.DPStart + i
-		w := kvevent.Worker{ID: cfg.Record.ID, Rank: kvevent.DPRank(r)}
+		w := kvevent.WorkerRank{ID: cfg.Record.ID, Rank: kvevent.DPRank(r)}
 		ep, err := vllmzmq.OffsetEndpoint(cfg.Endpoint, int(i))
 		if err != nil {
 			return nil, fmt.Errorf("agent: rank %d endpoint: %w", r, err)

@@ -48,10 +48,10 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 	_, evs := rec.Dump()
 	var v view
 	for _, ev := range evs {
-		ev.Worker = kvevent.Worker{}
+		ev.Worker = kvevent.WorkerRank{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.Get(kvevent.Worker{})
+	return v.Get(kvevent.WorkerRank{})
 }
 
 // startEngine runs a mock engine that publishes vLLM's ZMQ events (with a
@@ -126,7 +126,7 @@ func TestAgentBridgesEngineToRouter(t *testing.T) {
 	}
 	defer c.Close()
 	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: a.Record()}})
-	w := kvevent.Worker{ID: a.Record().ID}
+	w := kvevent.WorkerRank{ID: a.Record().ID}
 
 	rng := rand.New(rand.NewPCG(7, 8))
 	traffic := func(n int) {
@@ -195,7 +195,7 @@ func TestAgentOverZMQ(t *testing.T) {
 	}
 	defer c.Close()
 	c.Notify(fleet.Notification{Kind: fleet.Added, Worker: fleet.Worker{Record: a.Record()}})
-	w := kvevent.Worker{ID: a.Record().ID}
+	w := kvevent.WorkerRank{ID: a.Record().ID}
 	for i := range 30 {
 		body := fmt.Sprintf(`{"prompt":"q%d a b c d e f g h %d","max_tokens":2}`, i%3, i)
 		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))

@@ -390,7 +390,7 @@ func (c *Consumer) Notify(n fleet.Notification) {
 }
 
 // Workers returns the worker ranks followed.
-func (c *Consumer) Workers() []kvevent.Worker { return c.tracker.Workers() }
+func (c *Consumer) Workers() []kvevent.WorkerRank { return c.tracker.Workers() }
 
 // Snapshot writes a snapshot now and purges acknowledged messages.
 func (c *Consumer) Snapshot(ctx context.Context) error { return c.maybeSnapshot(ctx, true) }
@@ -405,10 +405,10 @@ func (c *Consumer) maybeSnapshot(ctx context.Context, force bool) error {
 	}
 	var s Snapshot
 	c.mu.Lock()
-	err = c.tracker.Frozen(ctx, func(pos map[kvevent.Worker]recovery.Position) {
+	err = c.tracker.Frozen(ctx, func(pos map[kvevent.WorkerRank]recovery.Position) {
 		_ = c.snap.Flush()
-		s = Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.Worker]uint64, len(pos)),
-			Publishers: make(map[kvevent.Worker]uint64, len(pos)), Events: c.snap.Dump()}
+		s = Snapshot{StreamSeq: c.seq, Last: make(map[kvevent.WorkerRank]uint64, len(pos)),
+			Publishers: make(map[kvevent.WorkerRank]uint64, len(pos)), Events: c.snap.Dump()}
 		for w, p := range pos {
 			s.Last[w] = p.Last
 			if p.Publisher != 0 {

@@ -106,7 +106,7 @@ func newFleetSim(t *testing.T) *fleetSim {
 	}
 	f := &fleetSim{t: t, js: js, pub: pub, ref: ref, rng: rand.New(rand.NewPCG(11, 12))}
 	for i := range 3 {
-		f.xs = append(f.xs, localindex.New(kvevent.Worker{ID: kvevent.WorkerID(i + 1)}, 0))
+		f.xs = append(f.xs, localindex.New(kvevent.WorkerRank{ID: kvevent.WorkerID(i + 1)}, 0))
 	}
 	f.heads = make([]uint64, len(f.xs))
 	return f
@@ -315,9 +315,9 @@ func TestRestartSurvivesPurgesDuringStart(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	s := durable.Snapshot{StreamSeq: 42, Last: map[kvevent.Worker]uint64{{ID: 1, Rank: 2}: 7, {ID: 3}: 0},
-		Publishers: map[kvevent.Worker]uint64{{ID: 1, Rank: 2}: 99},
-		Events: []kvevent.Event{{Worker: kvevent.Worker{ID: 1, Rank: 2}, ID: 7, Kind: kvevent.Stored,
+	s := durable.Snapshot{StreamSeq: 42, Last: map[kvevent.WorkerRank]uint64{{ID: 1, Rank: 2}: 7, {ID: 3}: 0},
+		Publishers: map[kvevent.WorkerRank]uint64{{ID: 1, Rank: 2}: 99},
+		Events: []kvevent.Event{{Worker: kvevent.WorkerRank{ID: 1, Rank: 2}, ID: 7, Kind: kvevent.Stored,
 			Blocks: []kvevent.Block{{EngineHash: 5, LocalHash: 6}}}}}
 	b, err := s.Encode()
 	if err != nil {
@@ -336,7 +336,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 func FuzzDecodeSnapshot(f *testing.F) {
-	b, _ := durable.Snapshot{StreamSeq: 1, Last: map[kvevent.Worker]uint64{{ID: 1}: 1}}.Encode()
+	b, _ := durable.Snapshot{StreamSeq: 1, Last: map[kvevent.WorkerRank]uint64{{ID: 1}: 1}}.Encode()
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = durable.DecodeSnapshot(b) })
 }

@@ -27,7 +27,7 @@ import (
 // queries, and a generator of events. A crash and restart is a new proc
 // for the same worker rank (empty cache, ids from 0, new publisher id).
 type proc struct {
-	w    kvevent.Worker
+	w    kvevent.WorkerRank
 	x    *localindex.Index
 	pub  *natsevents.Publisher
 	rng  *rand.Rand
@@ -35,7 +35,7 @@ type proc struct {
 	base uint64
 }
 
-func startProc(t *testing.T, nc *nats.Conn, w kvevent.Worker, seed uint64) *proc {
+func startProc(t *testing.T, nc *nats.Conn, w kvevent.WorkerRank, seed uint64) *proc {
 	t.Helper()
 	pub, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), nc)
 	if err != nil {
@@ -122,7 +122,7 @@ type durableRouter struct {
 	idx *liveindex.Index
 }
 
-func startRouter(t *testing.T, js jetstream.JetStream, id string, workers ...kvevent.Worker) *durableRouter {
+func startRouter(t *testing.T, js jetstream.JetStream, id string, workers ...kvevent.WorkerRank) *durableRouter {
 	t.Helper()
 	cfg := durable.DefaultConfig()
 	cfg.RouterID, cfg.SnapshotThreshold, cfg.SnapshotInterval = id, 1<<40, time.Hour
@@ -195,9 +195,9 @@ func durableSetup(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 func TestDurableRepairsLostAndDuplicatedEvents(t *testing.T) {
 	nc, js := durableSetup(t)
 	var ps []*proc
-	var ws []kvevent.Worker
+	var ws []kvevent.WorkerRank
 	for i := range 3 {
-		w := kvevent.Worker{ID: kvevent.WorkerID(i + 1), Rank: kvevent.DPRank(i % 2)}
+		w := kvevent.WorkerRank{ID: kvevent.WorkerID(i + 1), Rank: kvevent.DPRank(i % 2)}
 		ps, ws = append(ps, startProc(t, nc, w, 1)), append(ws, w)
 	}
 	a := startRouter(t, js, "router-a", ws...)
@@ -248,7 +248,7 @@ func TestDurableRepairsLostAndDuplicatedEvents(t *testing.T) {
 // the old process's events it then reads from the stream are dropped.
 func TestDurableWorkerRestartClearsOldBlocks(t *testing.T) {
 	nc, js := durableSetup(t)
-	w1, w2 := kvevent.Worker{ID: 1}, kvevent.Worker{ID: 2}
+	w1, w2 := kvevent.WorkerRank{ID: 1}, kvevent.WorkerRank{ID: 2}
 	p1, p2 := startProc(t, nc, w1, 1), startProc(t, nc, w2, 1)
 	a := startRouter(t, js, "router-a", w1, w2)
 	b := startRouter(t, js, "router-b", w1, w2)

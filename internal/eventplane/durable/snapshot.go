@@ -21,11 +21,11 @@ type Snapshot struct {
 	StreamSeq uint64
 	// Last is each worker rank's last applied event id (ranks that
 	// applied none are absent: ids count from 0).
-	Last map[kvevent.Worker]uint64
+	Last map[kvevent.WorkerRank]uint64
 	// Publishers is the publisher id each rank's events came from (absent:
 	// unknown); a restored router that gets a recovery answer from another
 	// publisher knows the worker restarted meanwhile.
-	Publishers map[kvevent.Worker]uint64
+	Publishers map[kvevent.WorkerRank]uint64
 	// Events rebuild the index (an index dump).
 	Events []kvevent.Event
 }
@@ -72,7 +72,7 @@ func (s Snapshot) Encode() ([]byte, error) {
 
 // DecodeSnapshot decodes a snapshot; unknown fields are skipped.
 func DecodeSnapshot(b []byte) (Snapshot, error) {
-	s := Snapshot{Last: map[kvevent.Worker]uint64{}, Publishers: map[kvevent.Worker]uint64{}}
+	s := Snapshot{Last: map[kvevent.WorkerRank]uint64{}, Publishers: map[kvevent.WorkerRank]uint64{}}
 	d := mpack.NewDecoder(b)
 	bad := func(what string, err error) (Snapshot, error) {
 		return s, fmt.Errorf("%w: %s: %v", ErrMalformed, what, err)
@@ -118,7 +118,7 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 }
 
 // decodeRankIDs decodes [[worker_id, dp_rank, id]...] into m.
-func decodeRankIDs(d *mpack.Decoder, m map[kvevent.Worker]uint64) error {
+func decodeRankIDs(d *mpack.Decoder, m map[kvevent.WorkerRank]uint64) error {
 	n, err := d.ArrayLen(math.MaxInt)
 	if err != nil {
 		return err
@@ -134,7 +134,7 @@ func decodeRankIDs(d *mpack.Decoder, m map[kvevent.Worker]uint64) error {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
-		m[kvevent.Worker{ID: kvevent.WorkerID(id), Rank: kvevent.DPRank(rank)}] = v
+		m[kvevent.WorkerRank{ID: kvevent.WorkerID(id), Rank: kvevent.DPRank(rank)}] = v
 	}
 	return nil
 }

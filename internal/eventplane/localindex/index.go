@@ -52,7 +52,7 @@ type block struct {
 // Index is one worker rank's local indexer.
 type Index struct {
 	mu     sync.Mutex
-	worker kvevent.Worker
+	worker kvevent.WorkerRank
 	blocks [kvevent.NumTiers]map[uint64]block
 	ring   []kvevent.Event
 	start  int    // ring index of the oldest event
@@ -62,7 +62,7 @@ type Index struct {
 
 // New returns an empty index for a worker rank keeping capacity events
 // (Capacity when capacity <= 0).
-func New(w kvevent.Worker, capacity int) *Index {
+func New(w kvevent.WorkerRank, capacity int) *Index {
 	if capacity <= 0 {
 		capacity = Capacity
 	}

@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-var w = kvevent.Worker{ID: 7, Rank: 1}
+var w = kvevent.WorkerRank{ID: 7, Rank: 1}
 
 func stored(parent uint64, hasParent bool, hs ...uint64) kvevent.Event {
 	ev := kvevent.Event{Kind: kvevent.Stored, Parent: parent, HasParent: hasParent}

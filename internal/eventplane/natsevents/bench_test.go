@@ -38,7 +38,7 @@ func newCounted(b *testing.B) *counted {
 }
 
 type benchAgent struct {
-	w    kvevent.Worker
+	w    kvevent.WorkerRank
 	x    *localindex.Index
 	p    *natsevents.Publisher
 	next uint64
@@ -61,7 +61,7 @@ func benchFanIn(b *testing.B, agents, routers int) {
 	srv := natstest.StartServer(b, -1, false)
 	as := make([]*benchAgent, agents)
 	for i := range as {
-		w := kvevent.Worker{ID: kvevent.WorkerID(1000 + i)}
+		w := kvevent.WorkerRank{ID: kvevent.WorkerID(1000 + i)}
 		p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(b, srv.ClientURL()))
 		if err != nil {
 			b.Fatal(err)
@@ -139,7 +139,7 @@ func BenchmarkFanIn256AgentsTo1Router(b *testing.B) { benchFanIn(b, 256, 1) }
 // router's index (NATS hop, decode, tracker, index writer).
 func BenchmarkStoredToQueryableLag(b *testing.B) {
 	srv := natstest.StartServer(b, -1, false)
-	w := kvevent.Worker{ID: 5}
+	w := kvevent.WorkerRank{ID: 5}
 	p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(b, srv.ClientURL()))
 	if err != nil {
 		b.Fatal(err)
@@ -201,7 +201,7 @@ func BenchmarkStoredToQueryableLag256Agents(b *testing.B) {
 	const agents = 256
 	as := make([]*benchAgent, agents)
 	for i := range as {
-		w := kvevent.Worker{ID: kvevent.WorkerID(1000 + i)}
+		w := kvevent.WorkerRank{ID: kvevent.WorkerID(1000 + i)}
 		p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(b, srv.ClientURL()))
 		if err != nil {
 			b.Fatal(err)

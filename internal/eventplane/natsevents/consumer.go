@@ -132,7 +132,7 @@ func (c *Consumer) Reconnected() {
 }
 
 // Workers returns the worker ranks followed.
-func (c *Consumer) Workers() []kvevent.Worker { return c.tracker.Workers() }
+func (c *Consumer) Workers() []kvevent.WorkerRank { return c.tracker.Workers() }
 
 // Close unsubscribes and stops every follower.
 func (c *Consumer) Close() error {

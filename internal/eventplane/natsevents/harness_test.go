@@ -41,10 +41,10 @@ func truth(rec localindex.Recovery) map[key]uint64 {
 	_, evs := rec.Dump()
 	v := newView()
 	for _, ev := range evs {
-		ev.Worker = kvevent.Worker{}
+		ev.Worker = kvevent.WorkerRank{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.Get(kvevent.Worker{})
+	return v.Get(kvevent.WorkerRank{})
 }
 
 // fleet is a set of mock workers publishing on NATS.
@@ -169,7 +169,7 @@ func (f *testFleet) reset(t *testing.T, k int) {
 // converged reports whether v matches every worker's local indexer.
 func (f *testFleet) converged(v *view) (bool, string) {
 	for k, w := range f.workers {
-		wk := kvevent.Worker{ID: kvevent.WorkerID(f.ids[k])}
+		wk := kvevent.WorkerRank{ID: kvevent.WorkerID(f.ids[k])}
 		want, got := truth(w.LocalIndex(0)), v.Get(wk)
 		if len(want) == 0 && len(got) == 0 {
 			continue

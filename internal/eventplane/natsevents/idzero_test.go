@@ -21,7 +21,7 @@ import (
 // event or resync.
 func TestNATSFirstEventIsIDZero(t *testing.T) {
 	srv := natstest.StartServer(t, -1, false)
-	w := kvevent.Worker{ID: 77}
+	w := kvevent.WorkerRank{ID: 77}
 	x := localindex.New(w, 32)
 	p, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(t, srv.ClientURL()))
 	if err != nil {

@@ -99,7 +99,7 @@ func (p *Publisher) encode(ev kvevent.Event) ([]byte, error) {
 }
 
 // Serve answers recovery queries for worker rank w from rec until Close.
-func (p *Publisher) Serve(w kvevent.Worker, rec localindex.Recovery) error {
+func (p *Publisher) Serve(w kvevent.WorkerRank, rec localindex.Recovery) error {
 	subj := QuerySubject(p.cfg.Namespace, p.cfg.Component, w)
 	sub, err := p.conn.Subscribe(subj, func(m *nats.Msg) {
 		if m.Reply == "" {

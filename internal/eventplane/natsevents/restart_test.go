@@ -60,7 +60,7 @@ func TestPublisherRestart(t *testing.T) {
 	for _, bare := range []bool{false, true} {
 		t.Run(map[bool]string{false: "envelope", true: "bare"}[bare], func(t *testing.T) {
 			srv := natstest.StartServer(t, -1, false)
-			w := kvevent.Worker{ID: 9, Rank: 0}
+			w := kvevent.WorkerRank{ID: 9, Rank: 0}
 			cfg := natsevents.DefaultPublisherConfig()
 			cfg.Bare = bare
 			pubConn := natstest.Connect(t, srv.ClientURL())

@@ -48,7 +48,7 @@ func (a *applied) workers() []kvevent.WorkerID {
 // registered worker's index is the same as without the flood.
 func TestUnknownWorkerFloodIsDropped(t *testing.T) {
 	srv := natstest.StartServer(t, -1, false)
-	w := kvevent.Worker{ID: 77}
+	w := kvevent.WorkerRank{ID: 77}
 	x := localindex.New(w, 64)
 	honest, err := natsevents.NewPublisher(natsevents.DefaultPublisherConfig(), natstest.Connect(t, srv.ClientURL()))
 	if err != nil {
@@ -94,7 +94,7 @@ func TestUnknownWorkerFloodIsDropped(t *testing.T) {
 	for i := range ids {
 		var evs []kvevent.Event
 		for j := range perID {
-			evs = append(evs, kvevent.Event{ID: uint64(j), Worker: kvevent.Worker{ID: kvevent.WorkerID(1000 + i)}, Kind: kvevent.Stored,
+			evs = append(evs, kvevent.Event{ID: uint64(j), Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(1000 + i)}, Kind: kvevent.Stored,
 				Blocks: []kvevent.Block{{EngineHash: uint64(j + 1), LocalHash: uint64(j + 100)}}})
 		}
 		if err := forger.Publish(evs); err != nil {

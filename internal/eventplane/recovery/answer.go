@@ -20,7 +20,7 @@ import (
 //
 // Event ids count from 0, so a start of 0 asks for the first event. A
 // request for another worker rank than self gets KindError.
-func Answer(self kvevent.Worker, rec localindex.Recovery, req Request) Reply {
+func Answer(self kvevent.WorkerRank, rec localindex.Recovery, req Request) Reply {
 	if req.Worker != self {
 		return Reply{Kind: KindError, Err: fmt.Sprintf("asked %v, this is %v", req.Worker, self)}
 	}

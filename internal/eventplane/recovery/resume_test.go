@@ -186,11 +186,11 @@ func TestTrackerFrozenPositions(t *testing.T) {
 	for h := range uint64(20) {
 		tr.Live(x.Apply([]kvevent.Event{storedEv(h + 100)})[0], 0)
 	}
-	var pos map[kvevent.Worker]Position
+	var pos map[kvevent.WorkerRank]Position
 	var view naive
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := tr.Frozen(ctx, func(p map[kvevent.Worker]Position) { pos, view = p, v.get() }); err != nil {
+	if err := tr.Frozen(ctx, func(p map[kvevent.WorkerRank]Position) { pos, view = p, v.get() }); err != nil {
 		t.Fatal(err)
 	}
 	if pos[testWorker].Last != 39 {
@@ -200,9 +200,9 @@ func TestTrackerFrozenPositions(t *testing.T) {
 		t.Fatalf("view at the freeze %v, worker %v", view, want)
 	}
 	// A resumed rank reports its position before it applied anything.
-	other := kvevent.Worker{ID: 43}
+	other := kvevent.WorkerRank{ID: 43}
 	tr.Resume(other, 7, 3)
-	if err := tr.Frozen(ctx, func(p map[kvevent.Worker]Position) { pos = p }); err != nil {
+	if err := tr.Frozen(ctx, func(p map[kvevent.WorkerRank]Position) { pos = p }); err != nil {
 		t.Fatal(err)
 	}
 	if p := pos[other]; p.Publisher != 3 || p.Last < 7 {

@@ -38,12 +38,12 @@ type Step = stream.Step
 const DefaultMaxHeld = stream.DefaultMaxHeld
 
 // DumpRequest asks w for a full dump (stream.DumpRequest).
-func DumpRequest(w kvevent.Worker) Request { return stream.DumpRequest(w) }
+func DumpRequest(w kvevent.WorkerRank) Request { return stream.DumpRequest(w) }
 
 // RangeRequest asks w for events from..to (stream.RangeRequest).
-func RangeRequest(w kvevent.Worker, from, to uint64) Request {
+func RangeRequest(w kvevent.WorkerRank, from, to uint64) Request {
 	return stream.RangeRequest(w, from, to)
 }
 
 // NewStream returns the stream of worker rank w (stream.New).
-func NewStream(w kvevent.Worker, maxHeld int) *Stream { return stream.New(w, maxHeld) }
+func NewStream(w kvevent.WorkerRank, maxHeld int) *Stream { return stream.New(w, maxHeld) }

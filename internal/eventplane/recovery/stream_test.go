@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-var testWorker = kvevent.Worker{ID: 42, Rank: 1}
+var testWorker = kvevent.WorkerRank{ID: 42, Rank: 1}
 
 type blockKey struct {
 	tier kvevent.Tier

@@ -93,9 +93,9 @@ type Tracker struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	ranks   map[kvevent.Worker]*follower
-	removed map[kvevent.WorkerID]bool // AcceptUnknown: removed workers, late events ignored until Add
-	unknown map[kvevent.Worker]bool   // AcceptUnknown: ranks followed from their events, not added
+	ranks   map[kvevent.WorkerRank]*follower
+	removed map[kvevent.WorkerID]bool   // AcceptUnknown: removed workers, late events ignored until Add
+	unknown map[kvevent.WorkerRank]bool // AcceptUnknown: ranks followed from their events, not added
 	drops   dropLog
 	states  map[kvevent.WorkerID]map[kvevent.DPRank]string // "" = exact
 	agg     map[kvevent.WorkerID]fleet.State
@@ -144,7 +144,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Tracker{cfg: cfg, q: q, a: a, onSt: onState, m: m, log: log, ctx: ctx, cancel: cancel,
-		ranks: map[kvevent.Worker]*follower{}, removed: map[kvevent.WorkerID]bool{}, unknown: map[kvevent.Worker]bool{},
+		ranks: map[kvevent.WorkerRank]*follower{}, removed: map[kvevent.WorkerID]bool{}, unknown: map[kvevent.WorkerRank]bool{},
 		states: map[kvevent.WorkerID]map[kvevent.DPRank]string{},
 		agg:    map[kvevent.WorkerID]fleet.State{}}, nil
 }
@@ -153,7 +153,7 @@ func NewTracker(cfg Config, q Querier, a Applier, onState StateFunc, m *Metrics,
 // subscribed to; a dump is asked for at once. Adding a followed rank (one
 // its live events made known first) reports the worker's current state
 // again, for a caller that ignored the first report.
-func (t *Tracker) Add(w kvevent.Worker) {
+func (t *Tracker) Add(w kvevent.WorkerRank) {
 	t.mu.Lock()
 	delete(t.removed, w.ID)
 	delete(t.unknown, w)
@@ -183,7 +183,7 @@ func (t *Tracker) reannounce(id kvevent.WorkerID) {
 	t.onSt(id, state, why)
 }
 
-func (t *Tracker) addLocked(w kvevent.Worker) *follower {
+func (t *Tracker) addLocked(w kvevent.WorkerRank) *follower {
 	if t.closed {
 		return nil
 	}
@@ -300,7 +300,7 @@ func (t *Tracker) Resync() {
 // holds: instead of a dump, the rank is asked for the events after last
 // (a dump comes back if they left its buffer, a restart is noticed by the
 // answer). A rank already followed is left as it is.
-func (t *Tracker) Resume(w kvevent.Worker, last, publisher uint64) {
+func (t *Tracker) Resume(w kvevent.WorkerRank, last, publisher uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.ranks[w] != nil {
@@ -319,7 +319,7 @@ func (t *Tracker) Resume(w kvevent.Worker, last, publisher uint64) {
 // event yet, and blocks a rank's recovery cleared and replayed). The
 // durable consumer snapshots the index in f. It returns ctx's error if ctx
 // ends first (f is then not run).
-func (t *Tracker) Frozen(ctx context.Context, f func(map[kvevent.Worker]Position)) error {
+func (t *Tracker) Frozen(ctx context.Context, f func(map[kvevent.WorkerRank]Position)) error {
 	t.mu.Lock()
 	fs := make([]*follower, 0, len(t.ranks))
 	for _, fl := range t.ranks {
@@ -348,7 +348,7 @@ func (t *Tracker) Frozen(ctx context.Context, f func(map[kvevent.Worker]Position
 	t.applyMu.Lock()
 	defer t.applyMu.Unlock()
 	t.mu.Lock()
-	pos := make(map[kvevent.Worker]Position, len(t.ranks))
+	pos := make(map[kvevent.WorkerRank]Position, len(t.ranks))
 	for w, fl := range t.ranks {
 		if last, ok := fl.s.Last(); ok {
 			pos[w] = Position{Last: last, Publisher: fl.s.Publisher()}
@@ -377,16 +377,16 @@ func (t *Tracker) Follow(n fleet.Notification, plane fleet.EventKind) {
 		}
 		size := max(rec.DPSize, 1)
 		for r := rec.DPStart; r < rec.DPStart+size; r++ {
-			t.Add(kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(r)})
+			t.Add(kvevent.WorkerRank{ID: rec.ID, Rank: kvevent.DPRank(r)})
 		}
 	}
 }
 
 // Workers returns the followed worker ranks.
-func (t *Tracker) Workers() []kvevent.Worker {
+func (t *Tracker) Workers() []kvevent.WorkerRank {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]kvevent.Worker, 0, len(t.ranks))
+	out := make([]kvevent.WorkerRank, 0, len(t.ranks))
 	for w := range t.ranks {
 		out = append(out, w)
 	}
@@ -548,7 +548,7 @@ func (t *Tracker) apply(ev kvevent.Event) {
 
 // report folds one rank's state into its worker's and tells onState when
 // the worker's state changes.
-func (t *Tracker) report(w kvevent.Worker, exact bool, reason string) {
+func (t *Tracker) report(w kvevent.WorkerRank, exact bool, reason string) {
 	t.stateMu.Lock()
 	defer t.stateMu.Unlock()
 	rs := t.states[w.ID]

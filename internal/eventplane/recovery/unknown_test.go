@@ -26,7 +26,7 @@ func TestUnknownWorkerDroppedByDefault(t *testing.T) {
 	defer tr.Close()
 	tr.Add(testWorker)
 	for i := range 100 {
-		tr.Live(kvevent.Event{Worker: kvevent.Worker{ID: kvevent.WorkerID(500 + i)}, Kind: kvevent.Stored,
+		tr.Live(kvevent.Event{Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(500 + i)}, Kind: kvevent.Stored,
 			Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 2}}}, 0)
 	}
 	tr.Remove(testWorker.ID)
@@ -58,7 +58,7 @@ func TestAcceptUnknownIsBounded(t *testing.T) {
 	}
 	defer tr.Close()
 	live := func(id kvevent.WorkerID) {
-		tr.Live(kvevent.Event{Worker: kvevent.Worker{ID: id}, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 2}}}, 0)
+		tr.Live(kvevent.Event{Worker: kvevent.WorkerRank{ID: id}, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: 2}}}, 0)
 	}
 	for id := range kvevent.WorkerID(10) {
 		live(100 + id)
@@ -69,7 +69,7 @@ func TestAcceptUnknownIsBounded(t *testing.T) {
 	if got := testutil.ToFloat64(m.drops.WithLabelValues(DropUnknownLimit)); got != 7 {
 		t.Fatalf("unknown_limit drops %v, want 7", got)
 	}
-	tr.Add(kvevent.Worker{ID: 100}) // announced now: one place frees up
+	tr.Add(kvevent.WorkerRank{ID: 100}) // announced now: one place frees up
 	live(200)
 	if n := len(tr.Workers()); n != 4 {
 		t.Fatalf("%d ranks followed after Add, want 4", n)

@@ -11,7 +11,7 @@ import (
 
 func TestRequestRoundTrip(t *testing.T) {
 	for _, r := range []Request{DumpRequest(testWorker), RangeRequest(testWorker, 5, 9),
-		{Worker: kvevent.Worker{ID: 1 << 60, Rank: 7}, HasStart: true, Start: 3}} {
+		{Worker: kvevent.WorkerRank{ID: 1 << 60, Rank: 7}, HasStart: true, Start: 3}} {
 		got, err := DecodeRequest(EncodeRequest(r))
 		if err != nil || got != r {
 			t.Fatalf("%v: got %+v, %v", r, got, err)
@@ -21,7 +21,7 @@ func TestRequestRoundTrip(t *testing.T) {
 
 // Pinned request bytes: the documented wire form.
 func TestRequestGolden(t *testing.T) {
-	b := EncodeRequest(RangeRequest(kvevent.Worker{ID: 7, Rank: 1}, 3, 4))
+	b := EncodeRequest(RangeRequest(kvevent.WorkerRank{ID: 7, Rank: 1}, 3, 4))
 	want := "\x84\xa9worker_id\x07\xa7dp_rank\x01\xaestart_event_id\x03\xacend_event_id\x04"
 	if string(b) != want {
 		t.Fatalf("got %q\nwant %q", b, want)
@@ -91,7 +91,7 @@ func TestAnswerKinds(t *testing.T) {
 		{RangeRequest(testWorker, 0, 3), KindTreeDump, 0},
 		{RangeRequest(testWorker, 5, 9), KindTooNew, 0},
 		{RangeRequest(testWorker, 4, 3), KindInvalidRange, 0},
-		{RangeRequest(kvevent.Worker{ID: 1}, 4, 4), KindError, 0},
+		{RangeRequest(kvevent.WorkerRank{ID: 1}, 4, 4), KindError, 0},
 	}
 	for _, c := range cases {
 		r := Answer(testWorker, x, c.req)

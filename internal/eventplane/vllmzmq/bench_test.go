@@ -61,7 +61,7 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	c := &counter{target: int64(b.N * len(raw.Events)), done: make(chan struct{})}
 	sc := DefaultSubscriberConfig()
-	sc.Worker, sc.Endpoint, sc.ReplayEndpoint, sc.Logger = kvevent.Worker{ID: 1}, p.Endpoint(), p.ReplayEndpoint(), quiet
+	sc.Worker, sc.Endpoint, sc.ReplayEndpoint, sc.Logger = kvevent.WorkerRank{ID: 1}, p.Endpoint(), p.ReplayEndpoint(), quiet
 	sub, err := NewSubscriber(sc, c)
 	if err != nil {
 		b.Fatal(err)

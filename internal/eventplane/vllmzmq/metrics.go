@@ -52,8 +52,8 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 	return m, nil
 }
 
-// workerMetrics are one subscriber's children of the shared vectors.
-type workerMetrics struct {
+// rankMetrics are one subscriber's children of the shared vectors.
+type rankMetrics struct {
 	batches, applied, malformed, gaps, duplicates, recvErrors prometheus.Counter
 	framesRefused                                             prometheus.Counter
 	replayOK, replayFailed                                    prometheus.Counter
@@ -62,10 +62,10 @@ type workerMetrics struct {
 	lastSeq                                                   prometheus.Gauge
 }
 
-func (m *Metrics) forWorker(worker, rank string) workerMetrics {
+func (m *Metrics) forWorker(worker, rank string) rankMetrics {
 	if m == nil {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
-		wm := workerMetrics{refused: map[vllm.Reason]prometheus.Counter{}, lastSeq: g}
+		wm := rankMetrics{refused: map[vllm.Reason]prometheus.Counter{}, lastSeq: g}
 		for _, c := range []*prometheus.Counter{&wm.batches, &wm.applied, &wm.malformed, &wm.gaps, &wm.duplicates,
 			&wm.recvErrors, &wm.framesRefused, &wm.replayOK, &wm.replayFailed, &wm.clearGap, &wm.clearRestart, &wm.clearMalformed} {
 			*c = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
@@ -75,7 +75,7 @@ func (m *Metrics) forWorker(worker, rank string) workerMetrics {
 		}
 		return wm
 	}
-	wm := workerMetrics{
+	wm := rankMetrics{
 		batches: m.batches.WithLabelValues(worker, rank), applied: m.applied.WithLabelValues(worker, rank),
 		malformed: m.malformed.WithLabelValues(worker, rank), gaps: m.gaps.WithLabelValues(worker, rank),
 		duplicates: m.duplicates.WithLabelValues(worker, rank), recvErrors: m.recvErrors.WithLabelValues(worker, rank),

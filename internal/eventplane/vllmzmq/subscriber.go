@@ -33,7 +33,7 @@ const (
 // StateChange reports a new state of one worker rank's stream.
 type StateChange struct {
 	// Worker is the worker rank.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// State is the new state.
 	State State
 	// Reason explains it for operators ("replay could not cover sequences
@@ -67,7 +67,7 @@ type RefusalHandler interface {
 // SubscriberConfig configures a Subscriber for one (endpoint, dp rank).
 type SubscriberConfig struct {
 	// Worker is the worker rank the events belong to. Required.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// Endpoint is the PUB endpoint to dial, already offset for the rank
 	// (see OffsetEndpoint), e.g. "tcp://10.0.0.5:5557". Required.
 	Endpoint string
@@ -144,7 +144,7 @@ type Subscriber struct {
 	h   Handler
 	log *slog.Logger
 	dec *vllm.Decoder
-	m   workerMetrics
+	m   rankMetrics
 	rp  replayer // nil without a replay endpoint
 	// guard caps the frames of the SUB and replay connections.
 	guard zmtpguard.Options

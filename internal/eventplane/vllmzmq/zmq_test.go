@@ -74,7 +74,7 @@ const testTopic = "kv-events"
 // quiet discards the subscribers' logs in tests.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-var worker = kvevent.Worker{ID: 42, Rank: 0}
+var worker = kvevent.WorkerRank{ID: 42, Rank: 0}
 
 // batch i stores one 4-token block (tokens 4i..4i+3), hash 1000+i, parent
 // 1000+i-1; the expected decoded event is storedEvent(i).

@@ -103,7 +103,7 @@ func (c *Consumer) Notify(n fleet.Notification) {
 			return
 		}
 		for r := rec.DPStart; r < rec.DPStart+max(rec.DPSize, 1); r++ {
-			c.tracker.Add(kvevent.Worker{ID: rec.ID, Rank: kvevent.DPRank(r)})
+			c.tracker.Add(kvevent.WorkerRank{ID: rec.ID, Rank: kvevent.DPRank(r)})
 		}
 	}
 }

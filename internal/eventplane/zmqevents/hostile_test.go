@@ -32,7 +32,7 @@ func TestEventPlaneSurvivesFrameBombs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	w := kvevent.Worker{ID: 5}
+	w := kvevent.WorkerRank{ID: 5}
 	x := localindex.New(w, 32)
 	_ = p.Serve(w, x)
 
@@ -104,7 +104,7 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 	}
 	p := newPub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
 	ep, qep := p.Endpoint(), p.QueryEndpoint()
-	w := kvevent.Worker{ID: 9}
+	w := kvevent.WorkerRank{ID: 9}
 	x := localindex.New(w, 32)
 	_ = p.Serve(w, x)
 	v := &view{}

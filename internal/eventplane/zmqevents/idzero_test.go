@@ -27,7 +27,7 @@ func TestZMQFirstEventIsIDZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	w := kvevent.Worker{ID: 77}
+	w := kvevent.WorkerRank{ID: 77}
 	x := localindex.New(w, 32)
 	if err := p.Serve(w, x); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ type Publisher struct {
 
 	mu   sync.Mutex
 	seq  uint64
-	recs map[kvevent.Worker]localindex.Recovery
+	recs map[kvevent.WorkerRank]localindex.Recovery
 }
 
 // NewPublisher binds both sockets and starts answering queries.
@@ -82,7 +82,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger, id: recovery.NewPublisherID(), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), recs: map[kvevent.Worker]localindex.Recovery{}}
+		done: make(chan struct{}), recs: map[kvevent.WorkerRank]localindex.Recovery{}}
 	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)}
 	sctx := zmtpguard.WithOptions(ctx, guard)
@@ -128,7 +128,7 @@ func bound(s zmq4.Socket, configured string) string {
 
 // Serve answers queries for worker rank w from rec (it never fails; the
 // error is there to match natsevents.Publisher).
-func (p *Publisher) Serve(w kvevent.Worker, rec localindex.Recovery) error {
+func (p *Publisher) Serve(w kvevent.WorkerRank, rec localindex.Recovery) error {
 	p.mu.Lock()
 	p.recs[w] = rec
 	p.mu.Unlock()

@@ -32,10 +32,10 @@ func truth(x *localindex.Index) map[key]uint64 {
 	_, evs := x.Dump()
 	var v view
 	for _, ev := range evs {
-		ev.Worker = kvevent.Worker{}
+		ev.Worker = kvevent.WorkerRank{}
 		_ = v.ApplyEvent(ev)
 	}
-	return v.Get(kvevent.Worker{})
+	return v.Get(kvevent.WorkerRank{})
 }
 
 // Two worker processes with two dp ranks each publish over ZMQ with 20 %
@@ -57,7 +57,7 @@ func TestZMQEventPlane(t *testing.T) {
 		defer p.Close()
 		pr := &proc{p: p, id: kvevent.WorkerID(50 + i)}
 		for r := range 2 {
-			w := kvevent.Worker{ID: pr.id, Rank: kvevent.DPRank(r)}
+			w := kvevent.WorkerRank{ID: pr.id, Rank: kvevent.DPRank(r)}
 			x := localindex.New(w, 32)
 			_ = p.Serve(w, x)
 			pr.xs = append(pr.xs, x)
@@ -105,7 +105,7 @@ func TestZMQEventPlane(t *testing.T) {
 	converged := func() bool {
 		for _, pr := range procs {
 			for r, x := range pr.xs {
-				if !maps.Equal(v.Get(kvevent.Worker{ID: pr.id, Rank: kvevent.DPRank(r)}), truth(x)) {
+				if !maps.Equal(v.Get(kvevent.WorkerRank{ID: pr.id, Rank: kvevent.DPRank(r)}), truth(x)) {
 					return false
 				}
 			}

@@ -58,14 +58,14 @@ const goldenCleared = "\x83" +
 func goldenEvents() map[string]kvevent.Event {
 	return map[string]kvevent.Event{
 		goldenStored: {
-			Worker: kvevent.Worker{ID: 7}, ID: 1, Kind: kvevent.Stored,
+			Worker: kvevent.WorkerRank{ID: 7}, ID: 1, Kind: kvevent.Stored,
 			Blocks: []kvevent.Block{{EngineHash: 42, LocalHash: 0x7ee2cbedc694ab46}},
 		},
 		goldenRemoved: {
-			Worker: kvevent.Worker{ID: 300, Rank: 2}, Tier: kvevent.TierHostPinned, ID: 200,
+			Worker: kvevent.WorkerRank{ID: 300, Rank: 2}, Tier: kvevent.TierHostPinned, ID: 200,
 			Kind: kvevent.Removed, Removed: []uint64{42, 1 << 63},
 		},
-		goldenCleared: {Worker: kvevent.Worker{ID: 7}, ID: 3, Kind: kvevent.Cleared},
+		goldenCleared: {Worker: kvevent.WorkerRank{ID: 7}, ID: 3, Kind: kvevent.Cleared},
 	}
 }
 
@@ -169,13 +169,13 @@ func TestDecodeLenient(t *testing.T) {
 				"\xa5event" + "\x83" + "\xa4data" + "\x81\xa7cleared\xc0" + "\xa8event_id" + "\x05" + "\xa3new" + "\x80" +
 				"\xa9worker_id" + "\x09" +
 				"\xa9residency" + "\xc0",
-			want: kvevent.Event{Worker: kvevent.Worker{ID: 9}, ID: 5, Kind: kvevent.Cleared},
+			want: kvevent.Event{Worker: kvevent.WorkerRank{ID: 9}, ID: 5, Kind: kvevent.Cleared},
 		},
 		{
 			name: "cleared as a map to an empty array, tier nil",
 			in: "\x83" + "\xa9worker_id" + "\x01" + "\xacstorage_tier" + "\xc0" +
 				"\xa5event" + "\x82" + "\xa8event_id" + "\x00" + "\xa4data" + "\x81\xa7cleared\x90",
-			want: kvevent.Event{Worker: kvevent.Worker{ID: 1}, Kind: kvevent.Cleared},
+			want: kvevent.Event{Worker: kvevent.WorkerRank{ID: 1}, Kind: kvevent.Cleared},
 		},
 		{
 			name: "signed hashes reinterpreted, parent present, positional block, start_position set",
@@ -188,7 +188,7 @@ func TestDecodeLenient(t *testing.T) {
 				"\x83" + "\xabtokens_hash" + "\xd3\xff\xff\xff\xff\xff\xff\xff\xfe" + "\xaablock_hash" + "\xd0\x80" + "\xadmm_extra_info" + "\x81\xaamm_objects\x90" +
 				"\x93" + "\x05" + "\x06" + "\xc0",
 			want: kvevent.Event{
-				Worker: kvevent.Worker{ID: 1, Rank: 3}, ID: 2, Kind: kvevent.Stored,
+				Worker: kvevent.WorkerRank{ID: 1, Rank: 3}, ID: 2, Kind: kvevent.Stored,
 				HasParent: true, Parent: ^uint64(0),
 				Blocks: []kvevent.Block{{EngineHash: uint64(1<<64 - 128), LocalHash: ^uint64(1)}, {EngineHash: 5, LocalHash: 6}},
 			},
@@ -197,7 +197,7 @@ func TestDecodeLenient(t *testing.T) {
 			name: "payload as str inside an envelope with an unknown field",
 			in: "\x83" + "\xa8sequence" + "\x01" + "\xa4what" + "\xc3" +
 				"\xa7payload" + "\xd9\x47" + goldenCleared,
-			want: kvevent.Event{Worker: kvevent.Worker{ID: 7}, ID: 3, Kind: kvevent.Cleared},
+			want: kvevent.Event{Worker: kvevent.WorkerRank{ID: 7}, ID: 3, Kind: kvevent.Cleared},
 		},
 	}
 	for _, tc := range cases {
@@ -219,7 +219,7 @@ func TestDecodeJSONLenient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kvevent.Event{Worker: kvevent.Worker{ID: 11}, ID: 4, Kind: kvevent.Cleared}
+	want := kvevent.Event{Worker: kvevent.WorkerRank{ID: 11}, ID: 4, Kind: kvevent.Cleared}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -309,7 +309,7 @@ func TestSubject(t *testing.T) {
 func genEvent() *rapid.Generator[kvevent.Event] {
 	return rapid.Custom(func(t *rapid.T) kvevent.Event {
 		ev := kvevent.Event{
-			Worker: kvevent.Worker{ID: kvevent.WorkerID(rapid.Uint64().Draw(t, "worker")), Rank: kvevent.DPRank(rapid.Uint32().Draw(t, "rank"))},
+			Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(rapid.Uint64().Draw(t, "worker")), Rank: kvevent.DPRank(rapid.Uint32().Draw(t, "rank"))},
 			Tier:   kvevent.Tier(rapid.IntRange(0, kvevent.NumTiers-1).Draw(t, "tier")),
 			ID:     rapid.Uint64().Draw(t, "id"),
 			Kind:   kvevent.Kind(rapid.IntRange(int(kvevent.Stored), int(kvevent.Cleared)).Draw(t, "kind")),
@@ -431,7 +431,7 @@ func FuzzDecodeEventJSON(f *testing.F) {
 }
 
 func BenchmarkDecodeStored64(b *testing.B) {
-	ev := kvevent.Event{Worker: kvevent.Worker{ID: 1 << 40}, ID: 1234, Kind: kvevent.Stored, HasParent: true, Parent: 1 << 62}
+	ev := kvevent.Event{Worker: kvevent.WorkerRank{ID: 1 << 40}, ID: 1234, Kind: kvevent.Stored, HasParent: true, Parent: 1 << 62}
 	for i := range 64 {
 		ev.Blocks = append(ev.Blocks, kvevent.Block{EngineHash: uint64(i) * 0x9e3779b97f4a7c15, LocalHash: uint64(i) * 0xc2b2ae3d27d4eb4f})
 	}

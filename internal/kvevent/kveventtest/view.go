@@ -25,7 +25,7 @@ type Key struct {
 // concurrent use.
 type View struct {
 	mu sync.Mutex
-	m  map[kvevent.Worker]map[Key]uint64
+	m  map[kvevent.WorkerRank]map[Key]uint64
 }
 
 // ApplyEvent folds one event into the view; it never fails (the error is
@@ -34,7 +34,7 @@ func (v *View) ApplyEvent(ev kvevent.Event) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.m == nil {
-		v.m = map[kvevent.Worker]map[Key]uint64{}
+		v.m = map[kvevent.WorkerRank]map[Key]uint64{}
 	}
 	s := v.m[ev.Worker]
 	if s == nil {
@@ -57,7 +57,7 @@ func (v *View) ApplyEvent(ev kvevent.Event) error {
 }
 
 // Get returns a copy of what worker rank w holds (nil when nothing).
-func (v *View) Get(w kvevent.Worker) map[Key]uint64 {
+func (v *View) Get(w kvevent.WorkerRank) map[Key]uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return maps.Clone(v.m[w])

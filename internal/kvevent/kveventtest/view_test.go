@@ -9,7 +9,7 @@ import (
 
 func TestViewWorkedExample(t *testing.T) {
 	var v View
-	w, other := kvevent.Worker{ID: 1}, kvevent.Worker{ID: 2}
+	w, other := kvevent.WorkerRank{ID: 1}, kvevent.WorkerRank{ID: 2}
 	v.ApplyEvent(kvevent.Event{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 10, LocalHash: 100}, {EngineHash: 11, LocalHash: 101}}})
 	v.ApplyEvent(kvevent.Event{Worker: w, Tier: kvevent.TierHostPinned, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 10, LocalHash: 100}}})
 	v.ApplyEvent(kvevent.Event{Worker: other, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 7, LocalHash: 70}}})

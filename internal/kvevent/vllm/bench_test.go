@@ -43,7 +43,7 @@ func BenchmarkDecode(b *testing.B) {
 				b.Fatal(err)
 			}
 			cfg := DefaultConfig()
-			cfg.Worker = kvevent.Worker{ID: 1}
+			cfg.Worker = kvevent.WorkerRank{ID: 1}
 			d, _ := NewDecoder(cfg)
 			b.SetBytes(int64(len(payload)))
 			b.ReportAllocs()

@@ -11,7 +11,7 @@ import (
 // Config configures a Decoder for one worker rank.
 type Config struct {
 	// Worker is the worker rank the decoded events are attributed to.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// BlockSize is the worker's configured KV block size in tokens; stored
 	// events with any other block_size are refused (ReasonBlockSize).
 	// Required; DefaultConfig uses vLLM's default, 16.

@@ -27,7 +27,7 @@ func newDec(t *testing.T, bs int) *Decoder {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.BlockSize = bs
-	cfg.Worker = kvevent.Worker{ID: 3, Rank: 1}
+	cfg.Worker = kvevent.WorkerRank{ID: 3, Rank: 1}
 	d, err := NewDecoder(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func stored(hashes []uint64, parent Hash, toks []uint32, bs int64) BlockStored {
 }
 
 func TestDecodeWorkedHashes(t *testing.T) {
-	w := kvevent.Worker{ID: 3, Rank: 1}
+	w := kvevent.WorkerRank{ID: 3, Rank: 1}
 	lora := stored([]uint64{1}, Hash{}, seq(0, 4), 4)
 	lora.LoRAName = Str("adapter-a")
 	salted := stored([]uint64{2}, Hash{}, seq(0, 4), 4)

@@ -226,7 +226,7 @@ func TestGoldenEncode(t *testing.T) {
 // domain events: engine ids equal across int and bytes hashes (the last 8
 // digest bytes) and local hashes recomputed from the tokens.
 func TestGoldenDecode(t *testing.T) {
-	w := kvevent.Worker{ID: 7, Rank: 0}
+	w := kvevent.WorkerRank{ID: 7, Rank: 0}
 	local := func(first uint32) uint64 {
 		toks := make([]uint32, 16)
 		for i := range toks {

@@ -34,7 +34,7 @@ func TestEventsIntoRouterIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := kvevent.Worker{ID: 3, Rank: 0}
+		w := kvevent.WorkerRank{ID: 3, Rank: 0}
 		var prompts [][]uint32
 		var scores index.Scores
 		check := func() {

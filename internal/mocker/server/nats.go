@@ -16,7 +16,7 @@ import (
 // publisher behind an adapter.
 type RouterEventPublisher interface {
 	Publish(evs []kvevent.Event) error
-	Serve(w kvevent.Worker, rec localindex.Recovery) error
+	Serve(w kvevent.WorkerRank, rec localindex.Recovery) error
 	Close() error
 }
 
@@ -62,7 +62,7 @@ func (s *NATSSink) Serve(w *Worker) error {
 		if x == nil {
 			return fmt.Errorf("worker has no rank %d", r)
 		}
-		if err := s.pub.Serve(kvevent.Worker{ID: s.worker, Rank: kvevent.DPRank(r)}, x); err != nil {
+		if err := s.pub.Serve(kvevent.WorkerRank{ID: s.worker, Rank: kvevent.DPRank(r)}, x); err != nil {
 			return err
 		}
 	}
@@ -75,7 +75,7 @@ func (s *NATSSink) Publish(b Batch, d Delivery) error {
 	if b.Rank < 0 || b.Rank >= len(s.next) {
 		return fmt.Errorf("no rank %d", b.Rank)
 	}
-	wk := kvevent.Worker{ID: s.worker, Rank: kvevent.DPRank(b.Rank)}
+	wk := kvevent.WorkerRank{ID: s.worker, Rank: kvevent.DPRank(b.Rank)}
 	evs := make([]kvevent.Event, len(b.Events))
 	s.mu.Lock()
 	for i, e := range b.Events {

@@ -55,7 +55,7 @@ func TestNATSSinkNumbersLikeTheLocalIndexer(t *testing.T) {
 		if err != nil || env == nil {
 			t.Fatalf("message %d: %v (envelope %v)", i, err, env)
 		}
-		if ev.Worker != (kvevent.Worker{ID: 9, Rank: w.rank}) || ev.ID != w.id || ev.Blocks[0].EngineHash != w.hash || ev.Blocks[0].LocalHash == 0 {
+		if ev.Worker != (kvevent.WorkerRank{ID: 9, Rank: w.rank}) || ev.ID != w.id || ev.Blocks[0].EngineHash != w.hash || ev.Blocks[0].LocalHash == 0 {
 			t.Fatalf("message %d: %+v, want rank %d id %d hash %d", i, ev, w.rank, w.id, w.hash)
 		}
 	}

@@ -84,7 +84,7 @@ type rank struct {
 	streams  map[uint64]*stream
 	metrics  *rankMetrics
 	local    *localindex.Index
-	worker   kvevent.Worker
+	worker   kvevent.WorkerRank
 	faults   *faultSink
 }
 

@@ -77,7 +77,7 @@ func New(cfg Config) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
-		wk := kvevent.Worker{ID: kvevent.WorkerID(cfg.WorkerID), Rank: kvevent.DPRank(i)}
+		wk := kvevent.WorkerRank{ID: kvevent.WorkerID(cfg.WorkerID), Rank: kvevent.DPRank(i)}
 		r := &rank{idx: i, eng: eng, cmds: make(chan rankCmd, 1024), streams: map[uint64]*stream{},
 			metrics: m.forRank(cfg.servedName(), i), local: localindex.New(wk, localindex.Capacity), worker: wk}
 		w.ranks = append(w.ranks, r)

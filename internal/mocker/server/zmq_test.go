@@ -135,7 +135,7 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 			subs := make([]*vllmzmq.Subscriber, tc.dp)
 			for rank := range tc.dp {
 				sc := vllmzmq.DefaultSubscriberConfig()
-				sc.Worker = kvevent.Worker{ID: 0, Rank: kvevent.DPRank(rank)}
+				sc.Worker = kvevent.WorkerRank{ID: 0, Rank: kvevent.DPRank(rank)}
 				sc.Endpoint, sc.ReplayEndpoint, sc.Topic = sink.Endpoint(rank), sink.ReplayEndpoint(rank), "kv-events"
 				sc.BlockSize = c.Engine.BlockSize
 				sc.DialRetry = 10 * time.Millisecond

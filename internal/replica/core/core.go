@@ -473,7 +473,7 @@ func (c *Core) PeerUp(id uint64) (returned bool) {
 	return returned
 }
 
-// Prune forgets peers' requests the router no longer books (the tracker
+// Prune forgets peers' requests the router no longer books (the ledger
 // expired them because their Free was lost, or their worker was removed),
 // so that the per-peer lists do not grow, after DropLost. It returns the
 // number of peers' requests forgotten.
@@ -568,7 +568,7 @@ func (c *Core) Peers() []uint64 {
 //
 // Only bookings the router still holds are included: the router drops
 // some without a lifecycle event (RemoveWorker frees a removed worker's
-// requests on every replica by itself; the tracker expires bookings whose
+// requests on every replica by itself; the ledger expires bookings whose
 // Free was lost), and a snapshot listing them would resurrect them on
 // every peer at each resync. Such entries are forgotten here, with a
 // Free published for each (see DropLost).
@@ -633,7 +633,7 @@ func (c *Core) forgetStale(ids []string) (n int) {
 }
 
 // DropLost finds the router's own bookings it dropped without a Free
-// (RemoveWorker frees a removed worker's requests silently; the tracker
+// (RemoveWorker frees a removed worker's requests silently; the ledger
 // expires bookings), forgets them and publishes a Free for each. It
 // returns how many. Sync calls it every second.
 func (c *Core) DropLost() int {

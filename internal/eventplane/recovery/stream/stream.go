@@ -63,7 +63,7 @@ type Step struct {
 //     as they come (gaps skipped) and the driver retries a dump later;
 //     the rank stays degraded until a recovery succeeds.
 type Stream struct {
-	w         kvevent.Worker
+	w         kvevent.WorkerRank
 	maxHeld   int
 	synced    bool
 	next      uint64 // next expected event id (when synced)
@@ -120,7 +120,7 @@ func (s *Stream) follow(current uint64) {
 
 // New returns the stream of worker rank w, not yet synced, holding at
 // most maxHeld live events during a query (DefaultMaxHeld when <= 0).
-func New(w kvevent.Worker, maxHeld int) *Stream {
+func New(w kvevent.WorkerRank, maxHeld int) *Stream {
 	if maxHeld <= 0 {
 		maxHeld = DefaultMaxHeld
 	}
@@ -139,7 +139,7 @@ func (s *Stream) Resume(last, publisher uint64) {
 }
 
 // Worker returns the stream's worker rank.
-func (s *Stream) Worker() kvevent.Worker { return s.w }
+func (s *Stream) Worker() kvevent.WorkerRank { return s.w }
 
 // Last returns the last applied event id and whether there is one.
 func (s *Stream) Last() (uint64, bool) {
@@ -459,7 +459,7 @@ func (k Kind) String() string {
 // start means "send a full dump", no end means "up to the newest".
 type Request struct {
 	// Worker is the worker rank asked.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// HasStart says Start is set; without it the worker sends a dump.
 	HasStart bool
 	// Start is the first event id wanted.
@@ -471,10 +471,10 @@ type Request struct {
 }
 
 // DumpRequest asks w for a full dump.
-func DumpRequest(w kvevent.Worker) Request { return Request{Worker: w} }
+func DumpRequest(w kvevent.WorkerRank) Request { return Request{Worker: w} }
 
 // RangeRequest asks w for events from..to.
-func RangeRequest(w kvevent.Worker, from, to uint64) Request {
+func RangeRequest(w kvevent.WorkerRank, from, to uint64) Request {
 	return Request{Worker: w, HasStart: true, Start: from, HasEnd: true, End: to}
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-var w = kvevent.Worker{ID: 7, Rank: 1}
+var w = kvevent.WorkerRank{ID: 7, Rank: 1}
 
 func stored(id uint64, hash uint64) kvevent.Event {
 	return kvevent.Event{Worker: w, ID: id, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: hash, LocalHash: hash}}}

@@ -15,19 +15,19 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // chain returns sequence hashes for the given local hashes.
 func chain(locals ...uint64) []uint64 { return kvhash.SequenceHashes(locals, nil) }
 
-func newTracker(t *testing.T, cfg Config, workers ...kvevent.Worker) *Tracker {
+func newLedger(t *testing.T, cfg Config, workers ...kvevent.WorkerRank) *Ledger {
 	t.Helper()
 	tr, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range workers {
-		tr.AddWorker(w)
+		tr.AddRank(w)
 	}
 	return tr
 }
 
-func mustLoad(t *testing.T, tr *Tracker, w kvevent.Worker) Load {
+func mustLoad(t *testing.T, tr *Ledger, w kvevent.WorkerRank) Load {
 	t.Helper()
 	l, ok := tr.Load(w)
 	if !ok {
@@ -37,12 +37,12 @@ func mustLoad(t *testing.T, tr *Tracker, w kvevent.Worker) Load {
 }
 
 var (
-	wA = kvevent.Worker{ID: 1}
-	wB = kvevent.Worker{ID: 2}
+	wA = kvevent.WorkerRank{ID: 1}
+	wB = kvevent.WorkerRank{ID: 2}
 )
 
 func TestSharedBlocksCountOncePerWorker(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA, wB)
+	tr := newLedger(t, DefaultConfig(), wA, wB)
 	p := chain(1, 2, 3, 4)
 	q := chain(1, 2, 9) // shares two blocks with p
 	must(t, tr.AddRequest(Request{ID: "p", Worker: wA, BlockHashes: p, PrefillTokens: 64}, t0))
@@ -69,7 +69,7 @@ func TestSharedBlocksCountOncePerWorker(t *testing.T) {
 	tr.Free("p")
 	tr.Free("r")
 	tr.MarkPrefillCompleted("nope")
-	for _, w := range []kvevent.Worker{wA, wB} {
+	for _, w := range []kvevent.WorkerRank{wA, wB} {
 		if l := mustLoad(t, tr, w); l != (Load{Worker: w}) {
 			t.Fatalf("worker %v not idle: %+v", w, l)
 		}
@@ -80,7 +80,7 @@ func TestSharedBlocksCountOncePerWorker(t *testing.T) {
 }
 
 func TestFreeCompletesPrefill(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA)
+	tr := newLedger(t, DefaultConfig(), wA)
 	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, PrefillTokens: 100}, t0))
 	tr.Free("a")
 	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 0 {
@@ -89,7 +89,7 @@ func TestFreeCompletesPrefill(t *testing.T) {
 }
 
 func TestAddRequestErrors(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA)
+	tr := newLedger(t, DefaultConfig(), wA)
 	if err := tr.AddRequest(Request{ID: "x", Worker: wB}, t0); !errors.Is(err, ErrUnknownWorker) {
 		t.Fatalf("unknown worker: err = %v", err)
 	}
@@ -103,7 +103,7 @@ func TestAddRequestErrors(t *testing.T) {
 }
 
 func TestPotentialPrefixSemantics(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA, wB, kvevent.Worker{ID: 3})
+	tr := newLedger(t, DefaultConfig(), wA, wB, kvevent.WorkerRank{ID: 3})
 	// A holds blocks 0..3 of the prompt; B holds 0,1 and a different block 2.
 	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3, 4)}, t0))
 	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, BlockHashes: chain(1, 2, 7, 8, 9)}, t0))
@@ -134,7 +134,7 @@ func TestAssumeKVReuseOff(t *testing.T) {
 	for _, reuse := range []bool{true, false} {
 		cfg := DefaultConfig()
 		cfg.AssumeKVReuse = reuse
-		tr := newTracker(t, cfg, wA)
+		tr := newLedger(t, cfg, wA)
 		must(t, tr.AddRequest(Request{ID: "1", Worker: wA, BlockHashes: chain(1, 2, 3)}, t0))
 		must(t, tr.AddRequest(Request{ID: "2", Worker: wA, BlockHashes: chain(1, 2, 3)}, t0))
 		want := 3.0
@@ -155,7 +155,7 @@ func TestAssumeKVReuseOff(t *testing.T) {
 func TestStride(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ActiveSequenceStride = 4
-	tr := newTracker(t, cfg, wA)
+	tr := newLedger(t, cfg, wA)
 	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)}, t0))
 	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 8 {
 		t.Fatalf("stride 4, 10 blocks: active %v, want 8 (last incomplete group left out)", l.ActiveBlocks)
@@ -170,7 +170,7 @@ func TestTrackingOff(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.TrackActiveBlocks = false
 	cfg.TrackPrefillTokens = false
-	tr := newTracker(t, cfg, wA)
+	tr := newLedger(t, cfg, wA)
 	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2), PrefillTokens: 32}, t0))
 	l := tr.Potential(chain(1, 2, 3), ReuseDefault, nil)[0]
 	if l.ActiveBlocks != 0 || l.ActivePrefillTokens != 0 || l.NewBlocks != 0 || l.ActiveRequests != 1 {
@@ -179,7 +179,7 @@ func TestTrackingOff(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA)
+	tr := newLedger(t, DefaultConfig(), wA)
 	must(t, tr.AddRequest(Request{ID: "old", Worker: wA, BlockHashes: chain(1), PrefillTokens: 16}, t0))
 	must(t, tr.AddRequest(Request{ID: "new", Worker: wA, BlockHashes: chain(2)}, t0.Add(200*time.Second)))
 	if ids := tr.Expire(t0.Add(299 * time.Second)); len(ids) != 0 {
@@ -208,7 +208,7 @@ func TestOutputBlocks(t *testing.T) {
 	for _, track := range []bool{false, true} {
 		cfg := DefaultConfig()
 		cfg.TrackOutputBlocks = track
-		tr := newTracker(t, cfg, wA)
+		tr := newLedger(t, cfg, wA)
 		must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2)}, t0))
 		tr.SetGenerated("a", 15)
 		want := 2.0
@@ -233,7 +233,7 @@ func TestExpectedOutputDecay(t *testing.T) {
 	for _, track := range []bool{false, true} {
 		cfg := DefaultConfig()
 		cfg.TrackOutputBlocks = track
-		tr := newTracker(t, cfg, wA)
+		tr := newLedger(t, cfg, wA)
 		// a and b share block 0; a has blocks 1,2 alone and expects 64 tokens.
 		must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1, 2, 3), ExpectedOutputTokens: 64}, t0))
 		must(t, tr.AddRequest(Request{ID: "b", Worker: wA, BlockHashes: chain(1)}, t0))
@@ -257,16 +257,16 @@ func TestExpectedOutputDecay(t *testing.T) {
 }
 
 func TestRemoveWorker(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA, wB)
+	tr := newLedger(t, DefaultConfig(), wA, wB)
 	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, BlockHashes: chain(1)}, t0))
 	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, BlockHashes: chain(1)}, t0))
-	if ids := tr.RemoveWorker(wA); len(ids) != 1 || ids[0] != "a" {
+	if ids := tr.RemoveRank(wA); len(ids) != 1 || ids[0] != "a" {
 		t.Fatalf("removed ids = %v", ids)
 	}
 	if tr.Has("a") || len(tr.Workers()) != 1 {
 		t.Fatal("worker A's request or slot survived")
 	}
-	tr.AddWorker(wA) // reuses the slot: must start empty
+	tr.AddRank(wA) // reuses the slot: must start empty
 	if p := tr.Potential(chain(1), ReuseDefault, nil); p[0].NewBlocks != 1 || p[1].NewBlocks != 0 {
 		t.Fatalf("after re-add: %+v", p)
 	}
@@ -282,7 +282,7 @@ func must(t *testing.T, err error) {
 // TestManySiblings books more diverging requests than a trie node lists
 // before it indexes its children, frees some, and checks every figure.
 func TestManySiblings(t *testing.T) {
-	tr := newTracker(t, DefaultConfig(), wA)
+	tr := newLedger(t, DefaultConfig(), wA)
 	for i := range 12 {
 		must(t, tr.AddRequest(Request{ID: fmt.Sprint(i), Worker: wA, BlockHashes: chain(1, 2, uint64(100+i), 7)}, t0))
 	}

@@ -36,10 +36,10 @@ type Request struct {
 	// ID identifies the request; unique among running requests.
 	ID string
 	// Worker is the worker rank the request runs on.
-	Worker kvevent.Worker
+	Worker kvevent.WorkerRank
 	// BlockHashes are the sequence hashes of the prompt's full blocks
 	// (kvhash): equal hashes at a position mean equal prefixes, which
-	// Potential relies on. The tracker copies what it keeps.
+	// Potential relies on. The ledger copies what it keeps.
 	BlockHashes []uint64
 	// PrefillTokens is the number of prompt tokens the worker still has to
 	// compute: input tokens minus cached overlap blocks × block size.
@@ -50,7 +50,7 @@ type Request struct {
 	Reuse Reuse
 }
 
-// Stats counts the tracker's unusual events since it was created.
+// Stats counts the ledger's unusual events since it was created.
 type Stats struct {
 	// UnknownIDs counts MarkPrefillCompleted, Free and SetGenerated calls for
 	// request ids that are not running.
@@ -72,8 +72,10 @@ type request struct {
 	started     time.Time
 }
 
-type worker struct {
-	id       kvevent.Worker
+// rank is one worker rank's running requests: the trie of their tracked
+// hashes and their counts.
+type rank struct {
+	id       kvevent.WorkerRank
 	active   trie // tracked hashes of running requests
 	requests int
 	prefill  int
@@ -81,12 +83,12 @@ type worker struct {
 	fracReqs map[*request]struct{}
 }
 
-// Tracker holds the running requests of every worker rank. The zero value
-// is not usable; call New.
-type Tracker struct {
+// Ledger is the active sequences: the running requests (bookings) of every
+// worker rank. The zero value is not usable; call New.
+type Ledger struct {
 	cfg    Config
-	slots  []*worker // index = slot; nil = free
-	bySlot map[kvevent.Worker]int
+	slots  []*rank // index = slot; nil = free
+	bySlot map[kvevent.WorkerRank]int
 	order  []int // live slots, sorted by worker
 	pos    []int // slot -> its index in order (-1 for a free slot)
 	// roots maps the first tracking hash of each worker trie's top edges
@@ -110,7 +112,7 @@ type Tracker struct {
 // tracking returns the n tracking hashes of a prompt's block hashes: the
 // hashes themselves with stride 1 (no copy), else every stride-th one in a
 // scratch slice that is valid until the next call.
-func (t *Tracker) tracking(hashes []uint64, n int) []uint64 {
+func (t *Ledger) tracking(hashes []uint64, n int) []uint64 {
 	stride := t.cfg.ActiveSequenceStride
 	if stride == 1 {
 		return hashes[:n]
@@ -123,27 +125,27 @@ func (t *Tracker) tracking(hashes []uint64, n int) []uint64 {
 	return cand
 }
 
-// New returns an empty tracker.
-func New(cfg Config) (*Tracker, error) {
+// New returns an empty ledger.
+func New(cfg Config) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Tracker{
+	return &Ledger{
 		cfg:    cfg,
-		bySlot: make(map[kvevent.Worker]int),
+		bySlot: make(map[kvevent.WorkerRank]int),
 		roots:  make(map[uint64][]int),
 		reqs:   make(map[string]*request),
 	}, nil
 }
 
-// Config returns the tracker's configuration.
-func (t *Tracker) Config() Config { return t.cfg }
+// Config returns the ledger's configuration.
+func (t *Ledger) Config() Config { return t.cfg }
 
 // Stats returns the counters.
-func (t *Tracker) Stats() Stats { return t.stats }
+func (t *Ledger) Stats() Stats { return t.stats }
 
-// AddWorker makes a worker rank known; adding a known one does nothing.
-func (t *Tracker) AddWorker(w kvevent.Worker) {
+// AddRank makes a worker rank known; adding a known one does nothing.
+func (t *Ledger) AddRank(w kvevent.WorkerRank) {
 	if _, ok := t.bySlot[w]; ok {
 		return
 	}
@@ -155,15 +157,15 @@ func (t *Tracker) AddWorker(w kvevent.Worker) {
 		t.fresh = append(t.fresh, false)
 	}
 	t.fresh[slot] = false
-	t.slots[slot] = &worker{id: w, active: trie{chunks: &t.chunks}}
+	t.slots[slot] = &rank{id: w, active: trie{chunks: &t.chunks}}
 	t.bySlot[w] = slot
-	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.Worker) int { return compareWorker(t.slots[s].id, w) })
+	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.WorkerRank) int { return compareRanks(t.slots[s].id, w) })
 	t.order = slices.Insert(t.order, i, slot)
 	t.reindex()
 }
 
 // reindex rebuilds pos from order.
-func (t *Tracker) reindex() {
+func (t *Ledger) reindex() {
 	t.pos = slices.Grow(t.pos[:0], len(t.slots))[:len(t.slots)]
 	for s := range t.pos {
 		t.pos[s] = -1
@@ -173,9 +175,9 @@ func (t *Tracker) reindex() {
 	}
 }
 
-// RemoveWorker frees every request of the worker rank and forgets it. It
+// RemoveRank frees every request of the worker rank and forgets it. It
 // returns the ids of the requests it freed, sorted.
-func (t *Tracker) RemoveWorker(w kvevent.Worker) []string {
+func (t *Ledger) RemoveRank(w kvevent.WorkerRank) []string {
 	slot, ok := t.bySlot[w]
 	if !ok {
 		return nil
@@ -199,8 +201,8 @@ func (t *Tracker) RemoveWorker(w kvevent.Worker) []string {
 
 // Workers returns the known worker ranks, sorted; Potential reports them in
 // this order.
-func (t *Tracker) Workers() []kvevent.Worker {
-	out := make([]kvevent.Worker, len(t.order))
+func (t *Ledger) Workers() []kvevent.WorkerRank {
+	out := make([]kvevent.WorkerRank, len(t.order))
 	for i, s := range t.order {
 		out[i] = t.slots[s].id
 	}
@@ -208,21 +210,21 @@ func (t *Tracker) Workers() []kvevent.Worker {
 }
 
 // Has reports whether the request is running.
-func (t *Tracker) Has(id string) bool { _, ok := t.reqs[id]; return ok }
+func (t *Ledger) Has(id string) bool { _, ok := t.reqs[id]; return ok }
 
 // WorkerOf returns the worker rank a running request is booked on.
-func (t *Tracker) WorkerOf(id string) (kvevent.Worker, bool) {
+func (t *Ledger) WorkerOf(id string) (kvevent.WorkerRank, bool) {
 	r, ok := t.reqs[id]
 	if !ok {
-		return kvevent.Worker{}, false
+		return kvevent.WorkerRank{}, false
 	}
 	return t.slots[r.slot].id, true
 }
 
 // Len returns the number of running requests.
-func (t *Tracker) Len() int { return len(t.reqs) }
+func (t *Ledger) Len() int { return len(t.reqs) }
 
-func (t *Tracker) reuse(o Reuse) bool {
+func (t *Ledger) reuse(o Reuse) bool {
 	switch o {
 	case ReuseOn:
 		return true
@@ -234,7 +236,7 @@ func (t *Tracker) reuse(o Reuse) bool {
 
 // AddRequest books a request on its worker rank at time now. It first runs
 // the lazy expiry sweep. Errors: ErrUnknownWorker, ErrDuplicateRequest.
-func (t *Tracker) AddRequest(req Request, now time.Time) error {
+func (t *Ledger) AddRequest(req Request, now time.Time) error {
 	t.Expire(now)
 	slot, ok := t.bySlot[req.Worker]
 	if !ok {
@@ -272,7 +274,7 @@ func (t *Tracker) AddRequest(req Request, now time.Time) error {
 // MarkPrefillCompleted removes the request's prefill tokens from its
 // worker's load (its blocks stay). It returns false, and counts, when the id
 // is not running; marking twice is harmless.
-func (t *Tracker) MarkPrefillCompleted(id string) bool {
+func (t *Ledger) MarkPrefillCompleted(id string) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
@@ -282,7 +284,7 @@ func (t *Tracker) MarkPrefillCompleted(id string) bool {
 	return true
 }
 
-func (t *Tracker) completePrefill(r *request) {
+func (t *Ledger) completePrefill(r *request) {
 	if r.prefillDone {
 		return
 	}
@@ -294,7 +296,7 @@ func (t *Tracker) completePrefill(r *request) {
 // Free ends a request: its prefill (if still pending) and its blocks leave
 // the load. It returns false, and counts, when the id is not running, so a
 // second Free is harmless.
-func (t *Tracker) Free(id string) bool {
+func (t *Ledger) Free(id string) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
@@ -304,7 +306,7 @@ func (t *Tracker) Free(id string) bool {
 	return true
 }
 
-func (t *Tracker) free(r *request) {
+func (t *Ledger) free(r *request) {
 	t.completePrefill(r)
 	w := t.slots[r.slot]
 	if r.end != nil {
@@ -325,7 +327,7 @@ func (t *Tracker) free(r *request) {
 }
 
 // unroot removes slot from the workers listed under first hash h.
-func (t *Tracker) unroot(h uint64, slot int) {
+func (t *Ledger) unroot(h uint64, slot int) {
 	slots := t.roots[h]
 	if i := slices.Index(slots, slot); i >= 0 {
 		slots[i] = slots[len(slots)-1]
@@ -344,7 +346,7 @@ func (t *Tracker) unroot(h uint64, slot int) {
 // single-reference blocks count at 1 − generated/expected (at least 0).
 // Without TrackOutputBlocks it only checks the id. It returns false, and
 // counts, when the id is not running.
-func (t *Tracker) SetGenerated(id string, tokens int) bool {
+func (t *Ledger) SetGenerated(id string, tokens int) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
@@ -376,7 +378,7 @@ func (t *Tracker) SetGenerated(id string, tokens int) bool {
 // Expire frees every request started at least Expiry before now, if the
 // lazy sweep is due (at most every Expiry/10), and returns their ids,
 // sorted. With Expiry 0 it does nothing.
-func (t *Tracker) Expire(now time.Time) []string {
+func (t *Ledger) Expire(now time.Time) []string {
 	if t.cfg.Expiry <= 0 || now.Before(t.nextSweep) {
 		return nil
 	}
@@ -395,7 +397,7 @@ func (t *Tracker) Expire(now time.Time) []string {
 	return ids
 }
 
-func compareWorker(a, b kvevent.Worker) int {
+func compareRanks(a, b kvevent.WorkerRank) int {
 	if a.ID != b.ID {
 		if a.ID < b.ID {
 			return -1
