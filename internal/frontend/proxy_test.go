@@ -47,6 +47,11 @@ func TestCompletionNonStreaming(t *testing.T) {
 	if got := fl.metric("kvrouter_frontend_lifecycle_calls_total", "op", "free", "result", "ok"); got != 1 {
 		t.Fatalf("free calls %v, want 1", got)
 	}
+	// The request counter moves when the handler returns, which may trail
+	// the booking's Free: wait for it, then check it counted exactly one.
+	poll.Until(t, 5*time.Second, func() bool {
+		return fl.metric("kvrouter_frontend_requests_total", "route", "completions", "status", "200") >= 1
+	}, "the completion counted")
 	if got := fl.metric("kvrouter_frontend_requests_total", "route", "completions", "status", "200"); got != 1 {
 		t.Fatalf("requests_total %v", got)
 	}
