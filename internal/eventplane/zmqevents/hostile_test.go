@@ -121,7 +121,7 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
 	}
 	h := uint64(0)
-	poll.Until(t, 5*time.Second, func() bool {
+	poll.Until(t, 15*time.Second, func() bool { // the first dial and handshake, on a loaded machine
 		h++
 		_ = p.Publish(stored(h))
 		return maps.Equal(v.Get(w), truth(x))
