@@ -257,3 +257,35 @@ func TestHashID(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeEmptyMMIdentifier: a multimodal item whose identifier is empty
+// names no content, so it is skipped as a bare empty string is: the block
+// hashes as its plain tokens (the worked example's local0), not with
+// XXH3-64("") appended. A non-empty item beside it still counts.
+func TestDecodeEmptyMMIdentifier(t *testing.T) {
+	w := kvevent.WorkerRank{ID: 3, Rank: 1}
+	bare := stored([]uint64{1}, Hash{}, seq(0, 4), 4)
+	bare.ExtraKeys = []ExtraKey{{""}}
+	item := stored([]uint64{2}, Hash{}, seq(0, 4), 4)
+	item.ExtraKeys = []ExtraKey{{MMItem{Identifier: "", Offset: 0}}}
+	mixed := stored([]uint64{3}, Hash{}, seq(0, 4), 4)
+	mixed.ExtraKeys = []ExtraKey{{MMItem{Identifier: ""}, MMItem{Identifier: mm42Ident}}}
+	want := []kvevent.Event{
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: local0}}},
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: local0}}},
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 3, LocalHash: mm42Local0}}},
+	}
+	for _, f := range []Format{{Encoding: EncodingMap}, {Encoding: EncodingArray}} {
+		payload, err := Encode(RawBatch{Events: []RawEvent{bare, item, mixed}}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := newDec(t, 4).Decode(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, res.Events); diff != "" {
+			t.Errorf("%v: (-want +got)\n%s", f.Encoding, diff)
+		}
+	}
+}

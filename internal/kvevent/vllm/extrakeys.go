@@ -54,12 +54,16 @@ func saltOf(key ExtraKey, lora string) string {
 
 // mmHashes returns the values a block's extra key appends to its bytes.
 // On the first block of a sequence a plain string is the salt (handled by
-// saltOf), elsewhere a bare multimodal identifier.
+// saltOf), elsewhere a bare multimodal identifier. An empty identifier,
+// bare or in an MMItem, names no content and is skipped.
 func mmHashes(key ExtraKey, lora string, first bool) []uint64 {
 	var out []uint64
 	for _, it := range key {
 		switch v := it.(type) {
 		case MMItem:
+			if v.Identifier == "" {
+				continue // names no content, as a bare empty string
+			}
 			out = append(out, mmHash(v.Identifier))
 		case string:
 			if v == "" || (lora != "" && v == lora) {
