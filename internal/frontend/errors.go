@@ -37,6 +37,7 @@ const (
 	codeInvalidAPIKey = "invalid_api_key"
 	codeOverloaded    = "all_workers_overloaded"
 	codeNoWorker      = "no_worker_available"
+	codePinnedBusy    = "pinned_worker_overloaded"
 	codeWorkerFailed  = "worker_failed"
 	codeWorkerTimeout = "worker_timeout"
 	codeBodyTimeout   = "request_timeout"

@@ -167,6 +167,8 @@ type fleetOpt struct {
 	// exact feeds the workers' KV events to the router (exact mode)
 	// instead of approximate mode.
 	exact bool
+	// wrap, when set, wraps the router the front door is given.
+	wrap func(Router) Router
 }
 
 // routerSink applies a mock worker's KV events to the router as they are
@@ -227,7 +229,11 @@ func newFleet(t testing.TB, o fleetOpt) *testFleet {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	fl.f, err = New(cfg, Deps{Router: fl.r, Directory: fl.dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
+	var rt Router = fl.r
+	if o.wrap != nil {
+		rt = o.wrap(rt)
+	}
+	fl.f, err = New(cfg, Deps{Router: rt, Directory: fl.dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
 		Index: fl.idx, Registry: fl.reg, Logger: slog.New(slog.DiscardHandler),
 		Ready: func() error { fl.readyMu.Lock(); defer fl.readyMu.Unlock(); return fl.ready }})
 	if err != nil {

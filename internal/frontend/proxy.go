@@ -373,6 +373,8 @@ func (f *Frontend) answerFailed(rw http.ResponseWriter, ex *exchange, last *fail
 func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[string]any) int {
 	status, typ, code := http.StatusInternalServerError, typeServer, ""
 	switch {
+	case errors.Is(err, router.ErrPinnedBusy):
+		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codePinnedBusy
 	case errors.Is(err, router.ErrAllBusy):
 		status, typ, code = http.StatusServiceUnavailable, typeOverloaded, codeOverloaded
 	case errors.Is(err, router.ErrNoCandidates):
@@ -388,6 +390,9 @@ func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[
 	msg := err.Error()
 	if errors.Is(err, router.ErrAllBusy) {
 		msg = router.ErrAllBusy.Error() + " (over their busy thresholds); retry later"
+	}
+	if pe := (*router.PinnedBusyError)(nil); errors.As(err, &pe) {
+		msg = f.pinnedBusyMessage(pe)
 	}
 	if errors.Is(err, router.ErrNoCandidates) {
 		msg = "no eligible worker: " + f.noWorkerReason() + "; see /v1/workers"

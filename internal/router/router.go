@@ -212,7 +212,8 @@ func (r *Router) ApplyEvent(ev kvevent.Event) error {
 // caller must later call Free (and MarkPrefillCompleted at the first
 // token). With replica sync attached (SetShadows), the shadows whose time
 // has passed end first and the booking's shadows are booked after it.
-// Errors wrap ErrNoCandidates, ErrAllBusy, ErrDuplicateRequest, ErrRequest
+// Errors wrap ErrNoCandidates, ErrAllBusy, ErrPinnedBusy (a
+// *PinnedBusyError), ErrDuplicateRequest, ErrRequest
 // or a hashing error.
 func (r *Router) Route(req Request) (Decision, error) {
 	sh := r.shadows.Load()
@@ -304,7 +305,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
 	if err != nil {
 		r.stats.Rejected++
-		return d, fmt.Errorf("routing %q: %w", req.ID, err)
+		return d, fmt.Errorf("routing %q: %w", req.ID, pinnedBusy(&req, &sd, err))
 	}
 	d.OverlapBlocks = sd.ChosenRow().Overlap.Device
 	d.PrefillTokens = max(len(req.Tokens)-d.OverlapBlocks*r.cfg.BlockSize, 0)
