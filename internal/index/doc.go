@@ -8,7 +8,8 @@
 // from token ids), so engines never need to share a hash seed. Engine block
 // hashes are opaque ids kept per (worker, dp rank, tier) in a table from
 // engine hash to node with a reference count: the same block stored twice
-// needs two removals. A stored event finds its parent through that table
+// needs two removals (Stats.DuplicateStores counts the repeats; Dynamo's
+// index ignores a repeated store instead, see docs/design.md). A stored event finds its parent through that table
 // (its own tier first, then the worker's other tiers, so a host-tier store
 // may hang below a device block); an unknown parent refuses that event
 // only. A removal of an unknown hash is counted and the rest of the batch

@@ -300,6 +300,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 			}
 			m.incr(b.EngineHash)
 			x.stats.blockOps++
+			x.stats.duplicateStores++
 			parent = nid
 			continue
 		}

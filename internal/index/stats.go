@@ -2,7 +2,7 @@ package index
 
 // counters are the index's running tallies.
 type counters struct {
-	events, blockOps                                  uint64
+	events, blockOps, duplicateStores                 uint64
 	invalid, unknownParent, unknownRemoval, conflicts uint64
 	evicted, expired, pruned                          uint64
 }
@@ -21,6 +21,11 @@ type Stats struct {
 	UnknownRemoval uint64
 	// Conflicts counts stored events cut short by an engine-hash conflict.
 	Conflicts uint64
+	// DuplicateStores counts blocks stored again for a worker rank and
+	// tier that already held them (same engine hash, same parent and local
+	// hash): each adds a reference, so the block stays until removed as
+	// many times as it was stored.
+	DuplicateStores uint64
 	// Evicted counts (worker, block) entries evicted by the byte budget.
 	Evicted uint64
 	// Expired counts approximate/predicted entries dropped by their TTL.
@@ -42,7 +47,7 @@ func (x *Index) Stats() Stats {
 	s := Stats{
 		Events: x.stats.events, BlockOps: x.stats.blockOps, Invalid: x.stats.invalid,
 		UnknownParent: x.stats.unknownParent, UnknownRemoval: x.stats.unknownRemoval,
-		Conflicts: x.stats.conflicts, Evicted: x.stats.evicted, Expired: x.stats.expired,
+		Conflicts: x.stats.conflicts, DuplicateStores: x.stats.duplicateStores, Evicted: x.stats.evicted, Expired: x.stats.expired,
 		Pruned: x.stats.pruned, Nodes: x.ns.live, Bytes: x.liveBytes(),
 	}
 	for i := range x.holders {

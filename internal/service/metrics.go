@@ -35,6 +35,8 @@ var (
 		"KV events handed to the index through the router, by the transport that carried them (engine: an engine's vLLM ZMQ stream; nats, durable, zmq: RouterEvents on the event plane), recovery replays and restored snapshots included.", []string{"transport"}, nil)
 	indexBlockOpsDesc = prometheus.NewDesc("kvrouter_index_block_ops_total",
 		"Blocks stored or removed by applied events.", nil, nil)
+	indexDuplicatesDesc = prometheus.NewDesc("kvrouter_index_duplicate_stores_total",
+		"Blocks stored again for a worker rank and tier that already held them; each adds a reference, so the block stays until removed as often as it was stored.", nil, nil)
 	indexRefusedDesc = prometheus.NewDesc("kvrouter_index_events_refused_total",
 		"Events or removals the index refused, by reason (invalid, unknown_parent, unknown_removal, conflict).", []string{"reason"}, nil)
 	indexDroppedDesc = prometheus.NewDesc("kvrouter_index_entries_dropped_total",
@@ -64,7 +66,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
-		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
+		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexDuplicatesDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
 		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirURLChangesDesc, dirTakeoversDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
@@ -97,6 +99,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(ingestedDesc, c.s.workers.ingested[t].Load(), t.String())
 	}
 	counter(indexBlockOpsDesc, is.BlockOps)
+	counter(indexDuplicatesDesc, is.DuplicateStores)
 	counter(indexRefusedDesc, is.Invalid, "invalid")
 	counter(indexRefusedDesc, is.UnknownParent, "unknown_parent")
 	counter(indexRefusedDesc, is.UnknownRemoval, "unknown_removal")
