@@ -131,6 +131,16 @@ type Router struct {
 	// SweepInterval is how often expired bookings and approximate entries
 	// are swept (--router-sweep-interval). Default 1 s.
 	SweepInterval time.Duration
+	// RequestExpiry frees a booking this long after it was made if its
+	// Free was lost (--router-request-expiry), so a lost Free cannot hold
+	// load on a worker forever; it must outlast the longest generation.
+	// 0 never frees one. Default 1 h (3600 s, Dynamo's).
+	RequestExpiry time.Duration
+	// RequestSweepInterval is how often, at most, bookings are checked
+	// against RequestExpiry (--router-request-sweep-interval): an expired
+	// booking goes at the first check after it, at the next booking or
+	// --router-sweep-interval tick. Positive. Default 30 s.
+	RequestSweepInterval time.Duration
 }
 
 // Events configures KV event ingestion and worker health checks.
@@ -320,6 +330,9 @@ func Default() Config {
 			MaxTreeSize:        ic.ApproxMaxBlocks,
 			PruneTargetRatio:   ic.PruneRatio,
 			SweepInterval:      time.Second,
+
+			RequestExpiry:        rc.Sequences.Expiry,
+			RequestSweepInterval: rc.Sequences.ExpirySweep,
 		},
 		Events: Events{
 			SilentAfter:    60 * time.Second,
@@ -391,6 +404,10 @@ func (c Config) Validate() error {
 		return bad("--router-ttl-secs %v must be in (0, 1e6]", c.Router.TTLSecs)
 	case c.Router.SweepInterval <= 0:
 		return bad("--router-sweep-interval %v must be positive", c.Router.SweepInterval)
+	case c.Router.RequestExpiry < 0:
+		return bad("--router-request-expiry %v is negative (0 never expires a booking)", c.Router.RequestExpiry)
+	case c.Router.RequestSweepInterval <= 0:
+		return bad("--router-request-sweep-interval %v must be positive", c.Router.RequestSweepInterval)
 	case c.Events.SilentAfter <= 0:
 		return bad("--kv-events-silent-after %v must be positive", c.Events.SilentAfter)
 	case c.Events.ReplayTimeout <= 0:
@@ -470,6 +487,8 @@ func (c Config) RouterConfig() router.Config {
 	s.ActivePrefillTokensThreshold = c.Router.ActivePrefillTokensThreshold
 	rc.Sequences.BlockSize = c.BlockSize
 	rc.Sequences.TrackActiveBlocks = c.Router.TrackActiveBlocks
+	rc.Sequences.Expiry = c.Router.RequestExpiry
+	rc.Sequences.ExpirySweep = c.Router.RequestSweepInterval
 	return rc
 }
 

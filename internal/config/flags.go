@@ -48,6 +48,8 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.Uint64Var(&r.Seed, "router-seed", r.Seed, "seed of tie-breaks and sampling")
 	fs.Uint64Var(&r.ID, "router-id", r.ID, "id stamped on this router's lifecycle events")
 	fs.DurationVar(&r.SweepInterval, "router-sweep-interval", r.SweepInterval, "how often expired bookings and approximate entries are swept")
+	fs.DurationVar(&r.RequestExpiry, "router-request-expiry", r.RequestExpiry, "free a booking whose Free was lost this long after it was made (0: never)")
+	fs.DurationVar(&r.RequestSweepInterval, "router-request-sweep-interval", r.RequestSweepInterval, "how often, at most, bookings are checked against --router-request-expiry")
 
 	e := &c.Events
 	fs.DurationVar(&e.SilentAfter, "kv-events-silent-after", e.SilentAfter, "mark a worker DEGRADED after this long without events while it serves requests")

@@ -27,10 +27,15 @@ type Config struct {
 	// TrackOutputBlocks grows a request's blocks as it generates tokens and
 	// enables the expected-output-tokens fractional decay. Default false.
 	TrackOutputBlocks bool
-	// Expiry frees requests older than this (a lost Free must not leak load
-	// forever); 0 disables expiry. The sweep runs lazily at most every
-	// Expiry/10. Default 300 s.
+	// Expiry frees requests booked at least this long ago (a lost Free
+	// must not leak load forever, and a generation may run for long
+	// minutes); 0 disables expiry. Default 3600 s, as Dynamo's ledger.
 	Expiry time.Duration
+	// ExpirySweep is how often, at most, the lazy expiry sweep looks for
+	// such requests: a request is freed between Expiry and Expiry +
+	// ExpirySweep after it was booked (at the first AddRequest or Expire
+	// call after that). Positive when Expiry is. Default 30 s.
+	ExpirySweep time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -41,7 +46,8 @@ func DefaultConfig() Config {
 		TrackPrefillTokens:   true,
 		AssumeKVReuse:        true,
 		ActiveSequenceStride: 1,
-		Expiry:               300 * time.Second,
+		Expiry:               3600 * time.Second,
+		ExpirySweep:          30 * time.Second,
 	}
 }
 
@@ -57,6 +63,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: active sequence stride %d must be positive", ErrConfig, c.ActiveSequenceStride)
 	case c.Expiry < 0:
 		return fmt.Errorf("%w: expiry %v must not be negative", ErrConfig, c.Expiry)
+	case c.ExpirySweep < 0 || c.Expiry > 0 && c.ExpirySweep == 0:
+		return fmt.Errorf("%w: expiry sweep %v must be positive", ErrConfig, c.ExpirySweep)
 	}
 	return nil
 }

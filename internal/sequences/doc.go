@@ -40,9 +40,10 @@
 //     with expected output tokens has its single-reference blocks counted at
 //     the fraction 1 − generated/expected, so requests near their end weigh
 //     less. Active block counts are therefore float64, not rounded.
-//   - Requests older than Expiry are freed by a lazy sweep (driven by the
-//     `now` passed to AddRequest or Expire) and counted, so a lost Free cannot
-//     leak load forever. Unknown request ids are counted, never fatal.
+//   - Requests older than Expiry (3600 s, Dynamo's) are freed by a lazy
+//     sweep at most every ExpirySweep (30 s), driven by the `now` passed to
+//     AddRequest or Expire, and counted, so a lost Free cannot leak load
+//     forever. Unknown request ids are counted, never fatal.
 //
 // The package is pure: no I/O, no goroutines, no clock (time is passed in),
 // and it is not safe for concurrent use; the router serialises access.

@@ -376,13 +376,13 @@ func (t *Ledger) SetGenerated(id string, tokens int) bool {
 }
 
 // Expire frees every request started at least Expiry before now, if the
-// lazy sweep is due (at most every Expiry/10), and returns their ids,
+// lazy sweep is due (at most every ExpirySweep), and returns their ids,
 // sorted. With Expiry 0 it does nothing.
 func (t *Ledger) Expire(now time.Time) []string {
 	if t.cfg.Expiry <= 0 || now.Before(t.nextSweep) {
 		return nil
 	}
-	t.nextSweep = now.Add(t.cfg.Expiry / 10)
+	t.nextSweep = now.Add(t.cfg.ExpirySweep)
 	var ids []string
 	for id, r := range t.reqs {
 		if !now.Before(r.started.Add(t.cfg.Expiry)) {

@@ -179,7 +179,9 @@ func TestTrackingOff(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	tr := newLedger(t, DefaultConfig(), wA)
+	cfg := DefaultConfig()
+	cfg.Expiry, cfg.ExpirySweep = 300*time.Second, 30*time.Second
+	tr := newLedger(t, cfg, wA)
 	must(t, tr.AddRequest(Request{ID: "old", Worker: wA, BlockHashes: chain(1), PrefillTokens: 16}, t0))
 	must(t, tr.AddRequest(Request{ID: "new", Worker: wA, BlockHashes: chain(2)}, t0.Add(200*time.Second)))
 	if ids := tr.Expire(t0.Add(299 * time.Second)); len(ids) != 0 {
