@@ -36,6 +36,7 @@ var core = []string{
 	"internal/replica/core",
 	"internal/fleet",
 	"internal/timeline",
+	"internal/admission",
 }
 
 // forbidden are the imports that mean I/O or processes.

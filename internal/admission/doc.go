@@ -1,0 +1,43 @@
+// Package admission orders the requests that wait while every eligible
+// worker is saturated: a bounded queue with a choice of policy (first come
+// first served, shortest predicted prefill first with aging, strict
+// priority tiers), weighted fair queueing between tenants, per-tenant
+// in-flight caps and per-request deadlines.
+//
+// Why it exists: when the fleet is over its busy thresholds the front door
+// used to answer 503 at once, and a burst from one client was refused
+// together with everyone else's steady traffic. Waiting a little is better
+// for the client, and the order of release decides who waits: FCFS keeps
+// the tail short, shortest-first keeps the mean short, tiers let urgent
+// work overtake, and fair queueing keeps one tenant's burst from starving
+// another. This package is only the ordering: the waiting (goroutines,
+// timers, client disconnects) lives at the edge (the front door, the
+// simulator), which asks Pop for the next request whenever capacity frees.
+//
+// It is pure: no I/O, no goroutines, no clock; every call that needs the
+// time takes it. It is not safe for concurrent use: the caller serialises.
+//
+// Order of release, in three levels:
+//
+//  1. Tier (PolicyPriority only): the lowest Priority value first, as
+//     vLLM's priority scheduling has it.
+//  2. Tenant: among the tenants with a request waiting in that tier and
+//     below their in-flight cap, the one that has received the least
+//     service relative to its weight (start-time fair queueing: a request
+//     of cost c charges its tenant c / weight when released; a tenant that
+//     starts waiting again is brought up to the current virtual time, so
+//     an idle tenant banks no credit).
+//  3. Within the tenant and tier: arrival order (FCFS, PolicyPriority) or
+//     shortest predicted prefill first with aging (PolicyWSPT): the key is
+//     cost + AgingTokensPerSecond × arrival, so a request that has waited
+//     w seconds counts as AgingTokensPerSecond × w tokens shorter, and no
+//     request that arrives more than cost / AgingTokensPerSecond seconds
+//     after it can overtake it.
+//
+// Bounds: at most MaxLen requests wait. A request that arrives at a full
+// queue is refused with ErrOverShare when its tenant already holds its
+// weighted share of the queue, and otherwise pushes out the last request
+// of the tenant furthest over its share (returned to the caller, who
+// answers it as over share too): a tenant's burst fills the queue only
+// while nobody else needs it.
+package admission
