@@ -531,6 +531,7 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&cfg.Router.Scheduler.PrefillLoadScale, "router-prefill-load-scale", cfg.Router.Scheduler.PrefillLoadScale, "weight of prefill load")
 	fs.BoolVar(&cfg.Router.Scheduler.PrefillClamp, "router-prefill-clamp", cfg.Router.Scheduler.PrefillClamp, "floor the adjusted prefill blocks at 0 (docs/design.md, the cost formula); false lets a longer cached prefix keep lowering the cost at high credit")
 	fs.BoolVar(&cfg.Router.Sequences.TrackActiveBlocks, "router-track-active-blocks", cfg.Router.Sequences.TrackActiveBlocks, "count running requests' KV blocks in the kv cost (the decode load term)")
+	bindSimKnobs(fs, &cfg.Router)
 	fs.BoolVar(&cfg.Approximate, "no-router-kv-events", cfg.Approximate, "workers publish no KV events (approximate index)")
 	fs.Uint64Var(&cfg.Router.Seed, "seed", cfg.Router.Seed, "router seed (tie-breaks, random policy)")
 	fs.BoolVar(&s.JSON, "json", s.JSON, "print results as JSON (one object per policy)")

@@ -141,6 +141,12 @@ type Router struct {
 	// booking goes at the first check after it, at the next booking or
 	// --router-sweep-interval tick. Positive. Default 30 s.
 	RequestSweepInterval time.Duration
+	// Knobs are the scheduler's and the ledger's further options
+	// (--kv-overlap-score-credit-decay, --router-shared-cache-multiplier,
+	// --router-decode-active-request-weight, --router-track-prefill-tokens,
+	// --router-assume-kv-reuse, --router-active-sequence-stride,
+	// --router-track-output-blocks), documented on Knobs.
+	Knobs
 }
 
 // Events configures KV event ingestion and worker health checks.
@@ -333,6 +339,7 @@ func Default() Config {
 
 			RequestExpiry:        rc.Sequences.Expiry,
 			RequestSweepInterval: rc.Sequences.ExpirySweep,
+			Knobs:                defaultKnobs(rc),
 		},
 		Events: Events{
 			SilentAfter:    60 * time.Second,
@@ -425,6 +432,9 @@ func (c Config) Validate() error {
 	case (c.Frontend.TLSCertFile == "") != (c.Frontend.TLSKeyFile == ""):
 		return bad("--tls-cert-file and --tls-key-file go together")
 	}
+	if err := c.Router.Knobs.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err := c.EventPlane.validate(c.DataDir, c.Router.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -487,6 +497,7 @@ func (c Config) RouterConfig() router.Config {
 	s.ActivePrefillTokensThreshold = c.Router.ActivePrefillTokensThreshold
 	rc.Sequences.BlockSize = c.BlockSize
 	rc.Sequences.TrackActiveBlocks = c.Router.TrackActiveBlocks
+	c.Router.Knobs.apply(&rc)
 	rc.Sequences.Expiry = c.Router.RequestExpiry
 	rc.Sequences.ExpirySweep = c.Router.RequestSweepInterval
 	return rc

@@ -50,6 +50,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.DurationVar(&r.SweepInterval, "router-sweep-interval", r.SweepInterval, "how often expired bookings and approximate entries are swept")
 	fs.DurationVar(&r.RequestExpiry, "router-request-expiry", r.RequestExpiry, "free a booking whose Free was lost this long after it was made (0: never)")
 	fs.DurationVar(&r.RequestSweepInterval, "router-request-sweep-interval", r.RequestSweepInterval, "how often, at most, bookings are checked against --router-request-expiry")
+	r.Knobs.bind(fs)
 
 	e := &c.Events
 	fs.DurationVar(&e.SilentAfter, "kv-events-silent-after", e.SilentAfter, "mark a worker DEGRADED after this long without events while it serves requests")
