@@ -61,7 +61,7 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if s.JSON {
 		err = report.WriteJSON(stdout, results)
 	} else {
-		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize)
+		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens%s\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, fleetLine(cfg))
 		err = report.WriteTable(stdout, results)
 	}
 	if err != nil {

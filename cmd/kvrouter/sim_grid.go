@@ -332,3 +332,29 @@ func writeGridPlot(dir string, sums []sim.GridSummary) (string, error) {
 	}
 	return path, err
 }
+
+// fleetLine describes the per-worker lists of a heterogeneous fleet for
+// the table's header ("" when there are none).
+func fleetLine(cfg sim.Config) string {
+	var parts []string
+	for _, l := range []struct {
+		name string
+		n    int
+		text func() string
+	}{
+		{"speeds", len(cfg.Fleet.Speeds), func() string { return fmt.Sprint(cfg.Fleet.Speeds) }},
+		{"batch tokens", len(cfg.Fleet.BatchTokens), func() string { return fmt.Sprint(cfg.Fleet.BatchTokens) }},
+		{"KV blocks", len(cfg.Fleet.KVBlocks), func() string { return fmt.Sprint(cfg.Fleet.KVBlocks) }},
+	} {
+		if l.n > 0 {
+			parts = append(parts, l.name+" "+l.text())
+		}
+	}
+	if len(cfg.SpeedChanges) > 0 {
+		parts = append(parts, fmt.Sprintf("%d speed changes", len(cfg.SpeedChanges)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
+}
