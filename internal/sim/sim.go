@@ -69,11 +69,11 @@ type Outcome struct {
 	TTFTs []float64
 	// Load is the per-worker requests in flight over time.
 	Load report.WorkerLoad
+	// WorkerRequests is how many requests each worker served.
+	WorkerRequests []int
 	// Duration is the virtual time from the first arrival to the last
 	// completion.
 	Duration time.Duration
-	// WorkerRequests is how many requests each worker served.
-	WorkerRequests []int
 }
 
 type eventKind uint8
