@@ -84,6 +84,7 @@ func runMocker(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 func (f *mockFleet) start(ctx context.Context, k int, base server.Config) error {
 	cfg := base
 	cfg.WorkerID = base.WorkerID + uint64(k)
+	cfg.Engine = f.m.Fleet.Engine(base.Engine, k)
 	cfg.Engine.HashSeed = base.Engine.HashSeed + uint64(k)
 	cfg.Logger = f.log.With("worker", k)
 	sink, err := f.sink(k, cfg)

@@ -20,12 +20,19 @@ func init() {
 var simUsage = helpText(simSummary, "kvrouter sim [flags]",
 	`Replays the workload (--workload and its options, the same as 'kvrouter bench') once per --policy
 on simulated engines with the router's own core in the loop, and prints one result row per policy:
-cache hit ratio, TTFT, ITL and end-to-end latency in modelled time.`)
+cache hit ratio, TTFT, ITL and end-to-end latency in modelled time. --worker-speeds,
+--worker-batch-tokens and --worker-kv-blocks make the fleet heterogeneous, --worker-speed-change
+changes speeds mid-run. --grid runs kv over its cost knobs (36 settings) beside round-robin and the
+other --policy names, per scenario (--grid-fleets × --grid-replay), and prints each policy against
+the best kv setting (--json for scripts, --plot for the TTFT CDFs).`)
 
 func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	s, _, code, ok := load[config.Sim]("sim", simUsage, args, config.DefaultSim, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if s.Grid.On {
+		return runSimGrid(ctx, &s, stdout, stderr)
 	}
 	cfg, wl, ps := s.Sim, &s.Workload, s.PolicyList()
 	open := func() (workload.Source, error) {
@@ -54,7 +61,7 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if s.JSON {
 		err = report.WriteJSON(stdout, results)
 	} else {
-		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize)
+		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens%s\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, fleetLine(cfg))
 		err = report.WriteTable(stdout, results)
 	}
 	if err != nil {

@@ -64,6 +64,7 @@ func upFleetConfig(u config.Up, cfg config.Config, model service.Model, log *slo
 	fc.Workers = u.MockWorkers
 	fc.Model = cfg.Model
 	fc.Engine = u.FleetEngine()
+	fc.PerWorker = u.Fleet
 	fc.Tokenizer = model.Tokenizer
 	fc.ChatTemplate = model.Template
 	fc.Logger = log.With("component", "mocker")

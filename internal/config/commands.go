@@ -100,6 +100,10 @@ type Up struct {
 	// --max-num-batched-tokens (tokens); the block size is --block-size.
 	// Defaults those of the mock engine.
 	Engine mocker.Config
+	// Fleet varies the engines per worker: --worker-speeds (×),
+	// --worker-batch-tokens (tokens), --worker-kv-blocks (blocks), each
+	// one value per worker or one for all. Default empty.
+	Fleet mocker.Fleet
 }
 
 // DefaultUp returns up's documented defaults.
@@ -115,6 +119,7 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.NumGPUBlocks, "num-gpu-blocks-override", u.Engine.NumGPUBlocks, "device KV blocks per mock worker")
 	fs.IntVar(&u.Engine.MaxNumSeqs, "max-num-seqs", u.Engine.MaxNumSeqs, "max running requests per mock worker")
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
+	bindFleet(fs, &u.Fleet)
 }
 
 // Validate checks the fleet and the router it runs.
@@ -130,6 +135,12 @@ func (u *Up) Validate() error {
 	}
 	e := u.FleetEngine()
 	if err := e.Validate(); err != nil {
+		return fmt.Errorf("mock engine: %w", err)
+	}
+	if err := checkFleet(u.Fleet, u.MockWorkers, "--mock-workers"); err != nil {
+		return err
+	}
+	if err := u.Fleet.Validate(e, u.MockWorkers); err != nil {
 		return fmt.Errorf("mock engine: %w", err)
 	}
 	return u.Router().Validate()
@@ -355,6 +366,10 @@ type Mocker struct {
 	// Durable makes sure the JetStream stream of durable routers exists
 	// (--durable-kv-events). Default false.
 	Durable bool
+	// Fleet varies the workers' engines: --worker-speeds (×),
+	// --worker-batch-tokens (tokens), --worker-kv-blocks (blocks), each
+	// one value per worker or one for all. Default empty.
+	Fleet mocker.Fleet
 }
 
 // DefaultMocker returns mocker's documented defaults.
@@ -413,6 +428,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&m.Namespace, "namespace", m.Namespace, "event-plane namespace (--event-plane nats)")
 	fs.StringVar(&m.Component, "component", m.Component, "event-plane component (--event-plane nats)")
 	fs.BoolVar(&m.Durable, "durable-kv-events", m.Durable, "make sure the JetStream stream keeping the events exists (--event-plane nats, routers in durable mode)")
+	bindFleet(fs, &m.Fleet)
 	m.NATS.BindFlags(fs)
 	m.Registry.BindFlags(fs)
 }
@@ -458,6 +474,12 @@ func (m *Mocker) Validate() error {
 		return errors.New("--event-plane dynamo-zmq needs endpoint and replay_endpoint in --kv-events-config")
 	}
 	if _, err := m.ZMQOptions(); err != nil {
+		return err
+	}
+	if err := checkFleet(m.Fleet, m.NumWorkers, "--num-workers"); err != nil {
+		return err
+	}
+	if err := m.Fleet.Validate(m.ServerConfig().Engine, m.NumWorkers); err != nil {
 		return err
 	}
 	return m.ServerConfig().Validate()
@@ -508,11 +530,14 @@ type Sim struct {
 	JSON bool
 	// PlotDir is where PNG plots are written (--plot); empty writes none.
 	PlotDir string
+	// Grid is --grid and its options (simgrid.go).
+	Grid SimGrid
 }
 
 // DefaultSim returns sim's documented defaults.
 func DefaultSim() Sim {
-	return Sim{Sim: sim.DefaultConfig(), Workload: workload.DefaultOptions(), Policies: "kv,round-robin,random,least-loaded"}
+	return Sim{Sim: sim.DefaultConfig(), Workload: workload.DefaultOptions(), Policies: "kv,round-robin,random,least-loaded",
+		Grid: SimGrid{Parallel: 1}}
 }
 
 // Bind registers sim's flags.
@@ -536,6 +561,9 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	fs.Uint64Var(&cfg.Router.Seed, "seed", cfg.Router.Seed, "router seed (tie-breaks, random policy)")
 	fs.BoolVar(&s.JSON, "json", s.JSON, "print results as JSON (one object per policy)")
 	fs.StringVar(&s.PlotDir, "plot", s.PlotDir, "write PNG plots into this directory")
+	bindFleet(fs, &cfg.Fleet)
+	fs.Var((*speedSchedule)(&cfg.SpeedChanges), "worker-speed-change", "change the workers' speeds mid-run: TIME=SPEEDS separated by ';' (virtual time from the workload's start; SPEEDS as --worker-speeds), e.g. '120s=0.5,0.5,1,1,1,1,1,1'")
+	s.Grid.bind(fs)
 }
 
 // PolicyList is --policy split and trimmed.
@@ -551,6 +579,15 @@ func (s *Sim) PolicyList() []string {
 
 // Validate checks the fleet, the workload kind and the policies.
 func (s *Sim) Validate() error {
+	if err := checkFleet(s.Sim.Fleet, s.Sim.Workers, "--workers"); err != nil {
+		return err
+	}
+	if err := checkSchedule(s.Sim.SpeedChanges, s.Sim.Workers); err != nil {
+		return err
+	}
+	if err := s.Grid.validate(s.Sim.Workers); err != nil {
+		return err
+	}
 	if err := s.Sim.Validate(); err != nil {
 		return err
 	}

@@ -37,14 +37,7 @@ func WriteTable(w io.Writer, results []Result) error {
 func WriteJSON(w io.Writer, results []Result) error {
 	clean := make([]Result, len(results))
 	for i, r := range results {
-		for _, f := range []*float64{&r.TTFTP50Ms, &r.TTFTP90Ms, &r.TTFTP99Ms, &r.TTFTMeanMs, &r.ITLP50Ms, &r.ITLP99Ms,
-			&r.E2EP50Ms, &r.E2EP99Ms, &r.ThroughputTokS, &r.HitRatio, &r.BoundHitRatio, &r.HitRatioOverBound,
-			&r.MaxWorkerShare, &r.MinWorkerShare} {
-			if math.IsNaN(*f) || math.IsInf(*f, 0) {
-				*f = 0
-			}
-		}
-		clean[i] = r
+		clean[i] = Finite(r)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -52,4 +45,17 @@ func WriteJSON(w io.Writer, results []Result) error {
 		return fmt.Errorf("writing json: %w", err)
 	}
 	return nil
+}
+
+// Finite returns r with its non-finite numbers (which JSON cannot carry)
+// set to 0.
+func Finite(r Result) Result {
+	for _, f := range []*float64{&r.TTFTP50Ms, &r.TTFTP90Ms, &r.TTFTP99Ms, &r.TTFTMeanMs, &r.ITLP50Ms, &r.ITLP99Ms,
+		&r.E2EP50Ms, &r.E2EP99Ms, &r.ThroughputTokS, &r.HitRatio, &r.BoundHitRatio, &r.HitRatioOverBound,
+		&r.MaxWorkerShare, &r.MinWorkerShare} {
+		if math.IsNaN(*f) || math.IsInf(*f, 0) {
+			*f = 0
+		}
+	}
+	return r
 }

@@ -31,6 +31,9 @@ type FleetConfig struct {
 	// Engine configures every worker's engine core (block size, KV blocks,
 	// speedup...). Default mocker.DefaultConfig().
 	Engine mocker.Config
+	// PerWorker varies Engine per worker (speed, token budget, KV
+	// blocks); its lists must fit Workers. Default the zero Fleet.
+	PerWorker mocker.Fleet
 	// Tokenizer is the workers' tokenizer; give them the router's so that
 	// both count the same tokens. Required.
 	Tokenizer server.Tokenizer
@@ -100,6 +103,8 @@ type FleetWorker struct {
 	BlockSize int
 	// KVBlocks is its device KV capacity in blocks.
 	KVBlocks int
+	// BatchTokens is its engine's max tokens per step.
+	BatchTokens int
 	// Worker is the mock server itself (its local index is the engine's
 	// true cache state).
 	Worker *server.Worker
@@ -121,6 +126,9 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 	}
 	if cfg.Tokenizer == nil {
 		return nil, errors.New("fleet: tokenizer is required")
+	}
+	if err := cfg.PerWorker.Validate(cfg.Engine, cfg.Workers); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -184,7 +192,7 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 		return nil, fmt.Errorf("fleet %s: %w", name, err)
 	}
 	fw.URL = "http://" + ln.Addr().String()
-	fw.BlockSize, fw.KVBlocks, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, mw
+	fw.BlockSize, fw.KVBlocks, fw.BatchTokens, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, sc.Engine.MaxNumBatchedTokens, mw
 	if f.registry != nil {
 		if err := f.register(cfg, fw, id, sc); err != nil {
 			ln.Close()
@@ -242,7 +250,7 @@ func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *
 	if cfg.Model != "" {
 		sc.Model = cfg.Model
 	}
-	sc.Engine = cfg.Engine
+	sc.Engine = cfg.PerWorker.Engine(cfg.Engine, k)
 	sc.Engine.HashSeed = cfg.Engine.HashSeed + uint64(k) // engines need not share a seed
 	sc.WorkerID = id
 	sc.Tokenizer = cfg.Tokenizer
@@ -308,7 +316,7 @@ func (w *FleetWorker) RestartEngine(ctx context.Context) error {
 // (workers on the NATS plane register themselves instead).
 func (w *FleetWorker) Static() fleet.StaticWorker {
 	return fleet.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
-		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks)}
+		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks), MaxBatchedTokens: uint64(w.BatchTokens)}
 }
 
 // Static returns every worker as static worker entries.

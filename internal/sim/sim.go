@@ -31,6 +31,12 @@ type Config struct {
 	// LoadSampleEvery is the virtual interval between per-worker load
 	// samples for the load plot. Default 1 s.
 	LoadSampleEvery time.Duration
+	// Fleet gives workers their own speed, token budget and KV capacity
+	// on top of Engine. Default the zero Fleet (every worker as Engine).
+	Fleet mocker.Fleet
+	// SpeedChanges change the workers' speeds mid-run, in time order.
+	// Default none.
+	SpeedChanges []SpeedChange
 }
 
 // DefaultConfig returns 8 default mock engines behind a default router.
@@ -52,7 +58,7 @@ func (c Config) Validate() error {
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: engine: %w", ErrConfig, err)
 	}
-	return nil
+	return c.validateFleet()
 }
 
 // Outcome is one policy's run.
@@ -63,6 +69,8 @@ type Outcome struct {
 	TTFTs []float64
 	// Load is the per-worker requests in flight over time.
 	Load report.WorkerLoad
+	// WorkerRequests is how many requests each worker served.
+	WorkerRequests []int
 	// Duration is the virtual time from the first arrival to the last
 	// completion.
 	Duration time.Duration
@@ -73,6 +81,7 @@ type eventKind uint8
 const (
 	evArrival eventKind = iota
 	evStepEnd
+	evSpeedChange // worker is the index in Config.SpeedChanges
 )
 
 type event struct {
@@ -173,15 +182,19 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 		mode = router.Approximate
 	}
 	for i := range cfg.Workers {
-		eng, err := mocker.NewEngine(cfg.Engine)
+		ec := cfg.EngineConfig(i)
+		eng, err := mocker.NewEngine(ec)
 		if err != nil {
 			return Outcome{}, fmt.Errorf("building engine: %w", err)
 		}
 		r.workers = append(r.workers, worker{eng: eng})
-		if err := r.rt.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(i), BlockSize: cfg.Engine.BlockSize,
-			KVCapacityBlocks: cfg.Engine.NumGPUBlocks, MaxBatchedTokens: cfg.Engine.MaxNumBatchedTokens, Mode: mode}); err != nil {
+		if err := r.rt.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(i), BlockSize: ec.BlockSize,
+			KVCapacityBlocks: ec.NumGPUBlocks, MaxBatchedTokens: ec.MaxNumBatchedTokens, Mode: mode}); err != nil {
 			return Outcome{}, fmt.Errorf("adding worker: %w", err)
 		}
+	}
+	for i, ch := range cfg.SpeedChanges {
+		r.push(ch.At, evSpeedChange, i)
 	}
 	if err := r.loop(); err != nil {
 		return Outcome{}, err
@@ -195,7 +208,8 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	}
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
-	return Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first}, nil
+	return Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
+		WorkerRequests: r.rec.WorkerRequests()}, nil
 }
 
 func (r *run) push(at time.Duration, kind eventKind, w int) {
@@ -208,6 +222,9 @@ func (r *run) loop() error {
 	r.tryIssue()
 	for r.q.Len() > 0 {
 		ev := heap.Pop(&r.q).(event)
+		if ev.kind == evSpeedChange && r.pending == nil && len(r.flights) == 0 {
+			continue // the run is over: a later change must not stretch it
+		}
 		r.sampleUntil(ev.at)
 		r.now = ev.at
 		switch ev.kind {
@@ -215,6 +232,10 @@ func (r *run) loop() error {
 			r.arrival = false
 		case evStepEnd:
 			if err := r.stepEnd(ev.worker); err != nil {
+				return err
+			}
+		case evSpeedChange:
+			if err := r.applySpeedChange(r.cfg.SpeedChanges[ev.worker]); err != nil {
 				return err
 			}
 		}
@@ -379,7 +400,7 @@ func (r *run) sampleUntil(t time.Duration) {
 
 // Compare runs every policy on the workload open builds (called once per
 // policy and once for the bound), computing the bound as one shared LRU
-// pool of Workers × NumGPUBlocks blocks. newProgress may be nil.
+// pool of the fleet's total blocks (Config.TotalBlocks). newProgress may be nil.
 func Compare(cfg Config, policies []string, open func() (workload.Source, error),
 	newProgress func(policy string, total int) report.Progress) ([]Outcome, error) {
 	if err := cfg.Validate(); err != nil {
@@ -389,7 +410,7 @@ func Compare(cfg Config, policies []string, open func() (workload.Source, error)
 	if err != nil {
 		return nil, err
 	}
-	b, err := workload.ComputeBound(src, cfg.Engine.BlockSize, cfg.Workers*cfg.Engine.NumGPUBlocks)
+	b, err := workload.ComputeBound(src, cfg.Engine.BlockSize, cfg.TotalBlocks())
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -69,5 +70,28 @@ func TestOptionsFlags(t *testing.T) {
 	o.Trace = "/nonexistent/trace.jsonl"
 	if _, err := o.Open(); err == nil {
 		t.Fatal("missing trace accepted")
+	}
+}
+
+func TestFaster(t *testing.T) {
+	reqs := []Request{{Arrival: 0, Prompt: []uint32{1}, OutputLen: 1}, {Arrival: 4 * time.Second, Prompt: []uint32{2}, OutputLen: 1}}
+	src, err := Faster(NewSlice(reqs, 0), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Collect(src, 0)
+	if len(got) != 2 || got[0].Arrival != 0 || got[1].Arrival != time.Second || src.Len() != 2 || src.Concurrency() != 0 {
+		t.Fatalf("%+v", got)
+	}
+	if src, _ := Faster(NewSlice(reqs, 5), 2.5); src.Concurrency() != 13 {
+		t.Fatalf("closed loop ×2.5 of 5: concurrency %d, want 13 (12.5 rounded)", src.Concurrency())
+	}
+	if src, _ := Faster(NewSlice(reqs, 1), 0.1); src.Concurrency() != 1 {
+		t.Fatalf("closed loop ×0.1 of 1: concurrency %d, want at least 1", src.Concurrency())
+	}
+	for _, k := range []float64{0, -1, math.NaN(), 1e7} {
+		if _, err := Faster(NewSlice(reqs, 0), k); !errors.Is(err, ErrConfig) {
+			t.Fatalf("k %v: %v", k, err)
+		}
 	}
 }
