@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	qwen3files "github.com/kvrouter/kvrouter/internal/modelfiles/qwen3"
 )
 
 // Tokenizer encodes text to token ids and back for one byte-level BPE model.
@@ -337,7 +337,7 @@ var (
 // loaded on first use and shared afterwards.
 func Default() (*Tokenizer, error) {
 	defaultOnce.Do(func() {
-		b, err := modelfiles.Qwen3TokenizerJSON()
+		b, err := qwen3files.TokenizerJSON()
 		if err != nil {
 			defaultErr = err
 			return
@@ -361,4 +361,16 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// WithSpecialTokens returns a tokenizer that shares everything with t (its
+// tables and caches) except the ids Encode adds around the text when asked
+// for special tokens: prefix before, suffix after, in place of what
+// tokenizer.json's post-processor says. Model loaders use it for
+// transformers' add_bos_token / add_eos_token.
+func (t *Tokenizer) WithSpecialTokens(prefix, suffix []uint32) *Tokenizer {
+	c := *t
+	c.prefix, c.suffix = slices.Clone(prefix), slices.Clone(suffix)
+	c.hasTemplate = true
+	return &c
 }

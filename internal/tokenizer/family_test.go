@@ -1,0 +1,119 @@
+package tokenizer
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// familyGolden is one line of testdata/<family>_golden.jsonl, written by
+// tools/tokgold/families.mjs with @huggingface/tokenizers 0.2.0 (and
+// checked against HuggingFace's Rust tokenizers 0.23.2).
+type familyGolden struct {
+	Text    string   `json:"text"`
+	Special bool     `json:"special"`
+	IDs     []uint32 `json:"ids"`
+}
+
+// families are the model families whose tokenizer files are kept in
+// internal/modelfiles/testdata.
+var families = []string{"llama3.1", "deepseek-v3"}
+
+// familyJSON returns a family's tokenizer.json, decompressed.
+func familyJSON(t testing.TB, family string) []byte {
+	t.Helper()
+	gz, err := os.ReadFile("../modelfiles/testdata/" + family + "/tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var familyToks sync.Map // family + cached? -> *Tokenizer
+
+// familyTokenizer loads a family's tokenizer once per test binary, with the
+// default caches or with none.
+func familyTokenizer(t testing.TB, family string, cached bool) *Tokenizer {
+	t.Helper()
+	key := family
+	cfg := DefaultConfig()
+	if !cached {
+		key, cfg = family+"/uncached", Config{}
+	}
+	if tok, ok := familyToks.Load(key); ok {
+		return tok.(*Tokenizer)
+	}
+	tok, err := LoadJSONConfig(familyJSON(t, family), cfg)
+	if err != nil {
+		t.Fatalf("%s: %v", family, err)
+	}
+	familyToks.Store(key, tok)
+	return tok
+}
+
+func readFamilyGoldens(t testing.TB, family string) []familyGolden {
+	t.Helper()
+	f, err := os.Open("testdata/" + family + "_golden.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []familyGolden
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var g familyGolden
+		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, g)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 280 {
+		t.Fatalf("%s: only %d goldens", family, len(out))
+	}
+	return out
+}
+
+// TestFamilyGoldens compares every golden of every family exactly: twice
+// with the default caches (the second pass runs from them), then with
+// every cache disabled.
+func TestFamilyGoldens(t *testing.T) {
+	for _, fam := range families {
+		t.Run(fam, func(t *testing.T) {
+			gs := readFamilyGoldens(t, fam)
+			cached := familyTokenizer(t, fam, true)
+			for pass, tok := range []*Tokenizer{cached, cached, familyTokenizer(t, fam, false)} {
+				bad := 0
+				for _, g := range gs {
+					got := tok.Encode(g.Text, g.Special)
+					if !slices.Equal(got, g.IDs) {
+						bad++
+						if bad <= 8 {
+							t.Errorf("pass %d: Encode(%q, %v)\n got %v\nwant %v", pass, trunc(g.Text), g.Special, truncIDs(got), truncIDs(g.IDs))
+						}
+					}
+				}
+				if bad > 0 {
+					t.Fatalf("pass %d: %d of %d goldens differ", pass, bad, len(gs))
+				}
+			}
+		})
+	}
+}
