@@ -19,11 +19,13 @@ type familyGolden struct {
 	Text    string   `json:"text"`
 	Special bool     `json:"special"`
 	IDs     []uint32 `json:"ids"`
+	// Decoded is the Rust tokenizers' decode of IDs, special tokens kept.
+	Decoded string `json:"decoded"`
 }
 
 // families are the model families whose tokenizer files are kept in
 // internal/modelfiles/testdata.
-var families = []string{"llama3.1", "deepseek-v3"}
+var families = []string{"llama3.1", "deepseek-v3", "gemma3", "llama2"}
 
 // familyJSON returns a family's tokenizer.json, decompressed.
 func familyJSON(t testing.TB, family string) []byte {
@@ -113,6 +115,18 @@ func TestFamilyGoldens(t *testing.T) {
 				if bad > 0 {
 					t.Fatalf("pass %d: %d of %d goldens differ", pass, bad, len(gs))
 				}
+			}
+			bad := 0
+			for _, g := range gs {
+				if got := cached.Decode(g.IDs); got != g.Decoded {
+					bad++
+					if bad <= 8 {
+						t.Errorf("Decode(%v)\n got %q\nwant %q", truncIDs(g.IDs), trunc(got), trunc(g.Decoded))
+					}
+				}
+			}
+			if bad > 0 {
+				t.Fatalf("%d of %d decodes differ", bad, len(gs))
 			}
 		})
 	}

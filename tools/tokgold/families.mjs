@@ -4,12 +4,16 @@
 // @huggingface/tokenizers. The corpus is corpus.jsonl (274 strings: mixed
 // scripts, code, emoji, whitespace runs, numbers) plus each family's own
 // lines below (its special tokens in context, byte-fallback characters).
-// Each line is {"text", "ids"} with add_special_tokens false; lines with
-// "special": true were encoded with add_special_tokens true.
+// Each line is {"text", "ids", "decoded"} with add_special_tokens false;
+// lines with "special": true were encoded with add_special_tokens true.
+// Every line is also encoded by HuggingFace's Rust tokenizers (the npm
+// package "tokenizers", a native binding, not pinned in package.json), which
+// must agree; "decoded" is its decode(ids, skip_special_tokens=false), the
+// tokenizers library's own (transformers' clean-up of spaces is not part
+// of it).
 //
-// Usage: node families.mjs [family...]   (default: all)
-// Optional second opinion with HuggingFace's Rust tokenizers (native):
-//   npm install --no-save tokenizers@0.23.2 && node families.mjs --check
+//   npm install && npm install --no-save tokenizers@0.23.2
+//   node families.mjs [family...]   (default: all)
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { gunzipSync } from "node:zlib";
 import { createRequire } from "node:module";
@@ -54,7 +58,6 @@ const extras = {
 };
 
 const args = process.argv.slice(2);
-const check = args.includes("--check");
 const families = args.filter((a) => !a.startsWith("--"));
 const corpus = readFileSync(new URL("./corpus.jsonl", import.meta.url), "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l));
 
@@ -66,20 +69,20 @@ for (const fam of families.length ? families : Object.keys(extras)) {
   const lines = [];
   for (const text of [...corpus, ...extras[fam]]) lines.push({ text, ids: tok.encode(text, { add_special_tokens: false }).ids });
   for (const text of [...shared, ...extras[fam]]) lines.push({ text, special: true, ids: tok.encode(text, { add_special_tokens: true }).ids });
-  if (check) {
-    const require = createRequire(import.meta.url);
-    const rust = require("tokenizers").Tokenizer.fromString(JSON.stringify(tokJSON));
-    let bad = 0;
-    for (const l of lines) {
-      const ids = (await rust.encode(l.text, null, { addSpecialTokens: !!l.special })).getIds();
-      if (JSON.stringify(Array.from(ids)) !== JSON.stringify(l.ids)) {
-        bad++;
-        console.log(`${fam}: rust differs on ${JSON.stringify(l.text).slice(0, 80)}`);
-      }
+  const require = createRequire(import.meta.url);
+  const rust = require("tokenizers").Tokenizer.fromString(JSON.stringify(tokJSON));
+  let bad = 0;
+  for (const l of lines) {
+    const ids = (await rust.encode(l.text, null, { addSpecialTokens: !!l.special })).getIds();
+    if (JSON.stringify(Array.from(ids)) !== JSON.stringify(l.ids)) {
+      bad++;
+      console.log(`${fam}: rust differs on ${JSON.stringify(l.text).slice(0, 80)}`);
     }
-    console.log(`${fam}: rust tokenizers agree on ${lines.length - bad}/${lines.length}`);
+    l.decoded = await rust.decode(l.ids, false);
   }
-  const out = lines.map((l) => JSON.stringify(l.special ? { text: l.text, special: true, ids: l.ids } : { text: l.text, ids: l.ids }));
+  console.log(`${fam}: rust tokenizers agree on ${lines.length - bad}/${lines.length}`);
+  if (bad) process.exit(1);
+  const out = lines.map((l) => JSON.stringify(l.special ? { text: l.text, special: true, ids: l.ids, decoded: l.decoded } : { text: l.text, ids: l.ids, decoded: l.decoded }));
   writeFileSync(new URL(`internal/tokenizer/testdata/${fam}_golden.jsonl`, root), out.join("\n") + "\n");
   console.log(`${fam}: wrote ${out.length} goldens`);
 }
