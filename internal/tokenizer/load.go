@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -195,12 +196,32 @@ func (t *Tokenizer) readMerges(s *scanner, vocab map[string]uint32) error {
 			return errors.New("too many merges")
 		}
 		t.model.merges.set(uint64(a)<<32|uint64(bb), uint64(rank)<<32|uint64(id))
+		t.noteGlue(joined)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("merges: %w", err)
 	}
 	return nil
+}
+
+// noteGlue records in t.glue each character that merged token tok joins to
+// a following "▁" (a run of "▁" counts as one).
+func (t *Tokenizer) noteGlue(tok []byte) {
+	for i := 1; i < len(tok); {
+		j := bytes.Index(tok[i:], []byte(metaspace))
+		if j < 0 {
+			return
+		}
+		p := i + j
+		if prev, _ := utf8.DecodeLastRune(tok[:p]); prev != metaspaceRune {
+			if t.glue == nil {
+				t.glue = make(map[rune]bool)
+			}
+			t.glue[prev] = true
+		}
+		i = p + len(metaspace)
+	}
 }
 
 // component is the common shape of normalizers, pre-tokenizers,
@@ -380,6 +401,8 @@ func (t *Tokenizer) loadCharModel(f *fileJSON) error {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
+	_, spaceToken := m.runeID[metaspaceRune]
+	t.chunkWords = !m.ignoreMerges && spaceToken
 	return nil
 }
 

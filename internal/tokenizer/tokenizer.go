@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"slices"
+	"strings"
 
 	"sync"
 	"unicode/utf8"
@@ -39,6 +40,13 @@ type Tokenizer struct {
 	// prepend_scheme "first"), which the segment cache must then respect.
 	stages         []stage
 	startSensitive bool
+	// glue holds the characters some merge joins to a following "▁" (for
+	// Gemma 3 only '>', from ">▁</"); chunkWords is set for a charLevel
+	// model without ignore_merges whose "▁" is a token, where cutting a
+	// word before any other "▁" cannot change its ids: no merge can
+	// produce a token across the cut.
+	glue       map[rune]bool
+	chunkWords bool
 	// dec is the decoder pipeline (nil: ByteLevel alone, the decoded table).
 	dec []decStep
 	// prefix and suffix are the ids a TemplateProcessing post-processor adds
@@ -281,8 +289,40 @@ func (e *encoder) pretokenizeSpans(s string, k int, atStart bool) {
 	}
 }
 
-// word appends the ids of one pre-tokenized word, through the cache.
+// word appends the ids of one pre-tokenized word. A charLevel model's
+// word (often a whole stretch of text: Llama 2 has no pre-tokenizer) is
+// first cut before each "▁" that no merge can join to the character before
+// it (see Tokenizer.glue), which changes no id and lets the word cache work.
 func (e *encoder) word(w string) {
+	t := e.t
+	if !t.chunkWords || len(w) <= len(metaspace) {
+		e.word1(w)
+		return
+	}
+	start := 0
+	for i := 1; i < len(w) && !e.over; {
+		j := strings.Index(w[i:], metaspace)
+		if j < 0 {
+			break
+		}
+		p := i + j
+		if prev, _ := utf8.DecodeLastRuneInString(w[:p]); prev != metaspaceRune && !t.glue[prev] {
+			e.word1(w[start:p])
+			start = p
+		}
+		i = p + len(metaspace)
+	}
+	e.word1(w[start:])
+}
+
+// metaspace is SentencePiece's space marker.
+const (
+	metaspace     = "\u2581"
+	metaspaceRune = '\u2581'
+)
+
+// word1 appends the ids of one word, through the cache.
+func (e *encoder) word1(w string) {
 	t := e.t
 	if e.over {
 		return
