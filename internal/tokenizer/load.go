@@ -623,6 +623,12 @@ func splitterFor(pattern string) (splitter, error) {
 		return &fastSplitter{maxDigits: 1}, nil
 	case llama3Pattern:
 		return &fastSplitter{maxDigits: 3}, nil
+	case deepseekDigits:
+		return digitGroupSplitter{}, nil
+	case deepseekCJK:
+		return cjkSplitter{}, nil
+	case deepseekWords:
+		return deepseekWordSplitter{}, nil
 	}
 	return newRegexpSplitter(pattern)
 }
