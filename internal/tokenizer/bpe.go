@@ -165,6 +165,20 @@ func (m *model) symbolize(dst []uint32, word string) []uint32 {
 	return dst
 }
 
+// fullFallback reports whether every byte has a byte_fallback token, so
+// that no character becomes unk_token.
+func (m *model) fullFallback() bool {
+	if !m.byteFallback {
+		return false
+	}
+	for _, id := range m.fallback {
+		if id == noID {
+			return false
+		}
+	}
+	return true
+}
+
 func (m *model) hasFallback(b string) bool {
 	for i := 0; i < len(b); i++ {
 		if m.fallback[b[i]] == noID {

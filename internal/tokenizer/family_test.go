@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // familyGolden is one line of testdata/<family>_golden.jsonl, written by
@@ -118,6 +120,12 @@ func TestFamilyGoldens(t *testing.T) {
 			}
 			bad := 0
 			for _, g := range gs {
+				// EncodeLimit accepts at exactly the golden's count.
+				ids, ok := cached.EncodeLimit(g.Text, g.Special, len(g.IDs))
+				_, over := cached.EncodeLimit(g.Text, g.Special, len(g.IDs)-1)
+				if len(g.IDs) > 1 && (!ok || !slices.Equal(ids, g.IDs) || over) {
+					t.Errorf("EncodeLimit(%q, %d): ok %v, equal %v; at %d: ok %v", trunc(g.Text), len(g.IDs), ok, slices.Equal(ids, g.IDs), len(g.IDs)-1, over)
+				}
 				if got := cached.Decode(g.IDs); got != g.Decoded {
 					bad++
 					if bad <= 8 {
@@ -127,6 +135,62 @@ func TestFamilyGoldens(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Fatalf("%d of %d decodes differ", bad, len(gs))
+			}
+		})
+	}
+}
+
+// FuzzFamilyEncode: Llama 2 (SentencePiece-style, the quickest to load)
+// never panics, gives ids in range, and cutting words before "▁"
+// (chunkWords) gives the ids of merging each word whole.
+func FuzzFamilyEncode(f *testing.F) {
+	for _, s := range []string{"Hello  world", "<s>[INST] hi [/INST]", "a>  </b> x", "e\u0301 \u00a0 \t\n", "\xff\xe4 🫠", "<bos><start_of_turn>user\nhi"} {
+		f.Add(s, false)
+	}
+	var toks, whole []*Tokenizer
+	for _, fam := range []string{"llama2"} {
+		tok := familyTokenizer(f, fam, true)
+		w := *familyTokenizer(f, fam, false)
+		w.chunkWords = false
+		toks, whole = append(toks, tok), append(whole, &w)
+	}
+	f.Fuzz(func(t *testing.T, s string, special bool) {
+		for i, tok := range toks {
+			ids := tok.Encode(s, special)
+			for _, id := range ids {
+				if int(id) >= tok.VocabSize() {
+					t.Fatalf("id %d out of range", id)
+				}
+			}
+			if want := whole[i].Encode(s, special); !slices.Equal(ids, want) {
+				t.Fatalf("Encode(%q): chunked %v, whole %v", s, ids, want)
+			}
+			_ = tok.Decode(ids)
+		}
+	})
+}
+
+// TestChunkWordsExact checks on random text that cutting words before "▁"
+// changes no id, for Llama 2 and Gemma 3 (whose merges join '>' to a
+// following "▁": ">▁</").
+func TestChunkWordsExact(t *testing.T) {
+	alphabet := []rune("ab> </\n\t▁▁x.,é你😀")
+	for _, fam := range []string{"llama2", "gemma3"} {
+		tok := familyTokenizer(t, fam, false)
+		if !tok.chunkWords {
+			t.Fatalf("%s: chunkWords off", fam)
+		}
+		whole := *tok
+		whole.chunkWords = false
+		for _, s := range []string{"a> </b", "x> </y>", "> </", "  a  b  "} {
+			if got, want := tok.Encode(s, false), whole.Encode(s, false); !slices.Equal(got, want) {
+				t.Fatalf("%s: Encode(%q): chunked %v, whole %v", fam, s, got, want)
+			}
+		}
+		rapid.Check(t, func(t *rapid.T) {
+			s := string(rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 60).Draw(t, "runes"))
+			if got, want := tok.Encode(s, false), whole.Encode(s, false); !slices.Equal(got, want) {
+				t.Fatalf("%s: Encode(%q): chunked %v, whole %v", fam, s, got, want)
 			}
 		})
 	}

@@ -355,6 +355,9 @@ func (e *encoder) word1(w string) {
 // the vocabulary (a millisecond or two for 150,000 tokens): EncodeLimit
 // calls it only for a word that could alone pass its limit.
 func (t *Tokenizer) minTokens(w string) int {
+	if t.model.charLevel && t.model.hasUnk && !t.model.fullFallback() {
+		return 1 // fuse_unk may make one token of any number of bytes
+	}
 	var in [256]bool
 	for i := 0; i < len(w); i++ {
 		in[w[i]] = true
