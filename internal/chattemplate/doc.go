@@ -13,7 +13,11 @@
 // transformers.js (tools/tmplgold/gen.mjs), with inputs covering plain,
 // multi-turn, system, tools, tool calls and responses, enable_thinking,
 // <think> reasoning, content parts, continue_final_message and Unicode; the
-// tests compare byte for byte. Where Python and JavaScript differ (floats
+// tests compare byte for byte. The chat templates of Llama 3.1, DeepSeek V3
+// and Gemma 3 (their tokenizer_config.json files are in
+// internal/modelfiles/testdata) have goldens of their own from the same
+// engine, checked with Python's Jinja2 (tools/tmplgold/families.mjs,
+// testdata/<family>_golden.json). Where Python and JavaScript differ (floats
 // such as 2.0, integer-like object keys), Python — what vLLM and
 // transformers run — is followed.
 //

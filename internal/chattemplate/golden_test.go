@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	qwen3files "github.com/kvrouter/kvrouter/internal/modelfiles/qwen3"
 )
 
 // goldenCase is one rendering produced by the reference engine
@@ -49,7 +49,7 @@ func loadGolden(t testing.TB) []goldenCase {
 
 func qwen3(t testing.TB) *Template {
 	t.Helper()
-	tmpl, err := Load(modelfiles.Qwen3TokenizerConfig(), DefaultConfig())
+	tmpl, err := Load(qwen3files.TokenizerConfig(), DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestGoldenQwen3(t *testing.T) {
 	}
 }
 
-func qwen3Config() []byte { return modelfiles.Qwen3TokenizerConfig() }
+func qwen3Config() []byte { return qwen3files.TokenizerConfig() }
 
 // TestRandomGoldenQwen3 compares against 200 random conversations rendered
 // by Python's Jinja2 configured as transformers does

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -22,8 +21,9 @@ type addedToken struct {
 // HuggingFace's AddedVocabulary does with its Aho-Corasick automaton.
 type addedMatcher struct {
 	tokens []addedToken
-	// byFirst lists, for each first byte, indexes into tokens, longest first.
-	byFirst [256][]int
+	// trie finds the longest token at a position: Gemma 3 has 6,415 added
+	// tokens, 6,000 of them starting with '<', too many to try in turn.
+	trie byteTrie
 	// isFirst marks the bytes some token starts with. When they are all
 	// the same byte (Qwen's and Llama 3's added tokens all start with
 	// '<'), only is that byte and split jumps between its occurrences with
@@ -45,7 +45,7 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 	firsts := 0
 	for i, t := range m.tokens {
 		c := t.Content[0]
-		m.byFirst[c] = append(m.byFirst[c], i)
+		m.trie.insert(t.Content, int32(i))
 		if !m.isFirst[c] {
 			m.isFirst[c] = true
 			firsts++
@@ -54,10 +54,6 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 	}
 	if firsts != 1 {
 		m.only = -1
-	}
-	for c := range m.byFirst {
-		l := m.byFirst[c]
-		sort.SliceStable(l, func(a, b int) bool { return len(m.tokens[l[a]].Content) > len(m.tokens[l[b]].Content) })
 	}
 	return m
 }
@@ -94,15 +90,7 @@ func (m *addedMatcher) split(s string, text func(seg string), token func(id uint
 				}
 			}
 		}
-		cands := m.byFirst[s[i]]
-		hit := -1
-		for _, k := range cands {
-			c := m.tokens[k].Content
-			if len(c) <= len(s)-i && s[i:i+len(c)] == c {
-				hit = k
-				break
-			}
-		}
+		hit := m.trie.longest(s[i:])
 		if hit < 0 {
 			i++
 			continue
@@ -172,4 +160,72 @@ func leadingSpaceLen(s string) int {
 		n += sz
 	}
 	return n
+}
+
+// byteTrie is a trie over the bytes of the added tokens. Tokens with the
+// same content keep the first one's index (the file's first), as the
+// longest-first list did.
+type byteTrie struct {
+	nodes []trieNode
+}
+
+type trieNode struct {
+	// keys and kids are the children, by byte, in insertion order.
+	keys []byte
+	kids []int32
+	tok  int32 // index of the token ending here, or -1
+}
+
+func (t *byteTrie) insert(s string, tok int32) {
+	if len(t.nodes) == 0 {
+		t.nodes = append(t.nodes, trieNode{tok: -1})
+	}
+	n := int32(0)
+	for i := 0; i < len(s); i++ {
+		next := int32(-1)
+		nd := &t.nodes[n]
+		for k, c := range nd.keys {
+			if c == s[i] {
+				next = nd.kids[k]
+				break
+			}
+		}
+		if next < 0 {
+			next = int32(len(t.nodes))
+			nd.keys = append(nd.keys, s[i])
+			nd.kids = append(nd.kids, next)
+			t.nodes = append(t.nodes, trieNode{tok: -1})
+		}
+		n = next
+	}
+	if t.nodes[n].tok < 0 {
+		t.nodes[n].tok = tok
+	}
+}
+
+// longest returns the index of the longest token that s starts with, or -1.
+func (t *byteTrie) longest(s string) int {
+	best := -1
+	if len(t.nodes) == 0 {
+		return best
+	}
+	n := int32(0)
+	for i := 0; i < len(s); i++ {
+		nd := &t.nodes[n]
+		next := int32(-1)
+		for k, c := range nd.keys {
+			if c == s[i] {
+				next = nd.kids[k]
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		n = next
+		if tk := t.nodes[n].tok; tk >= 0 {
+			best = int(tk)
+		}
+	}
+	return best
 }

@@ -9,17 +9,17 @@ import (
 )
 
 // naiveSplit is addedMatcher.split as first written: every byte is tried
-// as a token start. It is the reference for the skipping version.
+// as a token start, against every token. It is the reference for the
+// skipping, trie-based version.
 func naiveSplit(m *addedMatcher, s string) []string {
 	var out []string
 	emitted := 0
 	for i := 0; i < len(s); {
 		hit := -1
-		for _, k := range m.byFirst[s[i]] {
-			c := m.tokens[k].Content
-			if len(c) <= len(s)-i && s[i:i+len(c)] == c {
+		for k, tok := range m.tokens { // the longest, the file's first on ties
+			c := tok.Content
+			if len(c) <= len(s)-i && s[i:i+len(c)] == c && (hit < 0 || len(c) > len(m.tokens[hit].Content)) {
 				hit = k
-				break
 			}
 		}
 		if hit < 0 {

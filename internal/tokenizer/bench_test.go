@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	qwen3files "github.com/kvrouter/kvrouter/internal/modelfiles/qwen3"
 )
 
 // benchTexts are the inputs of the encoding benchmarks: "corpus" is every
@@ -34,7 +34,7 @@ func benchTexts(b testing.TB) map[string]string {
 
 // loadBench loads Qwen3 with cfg.
 func loadBench(b *testing.B, cfg Config) *Tokenizer {
-	raw, err := modelfiles.Qwen3TokenizerJSON()
+	raw, err := qwen3files.TokenizerJSON()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func BenchmarkDecode(b *testing.B) {
 // tokenizer.json already in memory (what kvrouter up pays at start, plus
 // about 40 ms to gunzip the embedded copy, measured separately).
 func BenchmarkLoad(b *testing.B) {
-	raw, err := modelfiles.Qwen3TokenizerJSON()
+	raw, err := qwen3files.TokenizerJSON()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func cpuTime() time.Duration {
 // BenchmarkGunzipEmbedded measures decompressing the embedded tokenizer.json.
 func BenchmarkGunzipEmbedded(b *testing.B) {
 	for b.Loop() {
-		if _, err := modelfiles.Qwen3TokenizerJSON(); err != nil {
+		if _, err := qwen3files.TokenizerJSON(); err != nil {
 			b.Fatal(err)
 		}
 	}

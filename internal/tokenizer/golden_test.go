@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	qwen3files "github.com/kvrouter/kvrouter/internal/modelfiles/qwen3"
 )
 
 type golden struct {
@@ -99,7 +99,7 @@ var (
 func qwen3Uncached(t testing.TB) *Tokenizer {
 	t.Helper()
 	uncachedOnce.Do(func() {
-		raw, err := modelfiles.Qwen3TokenizerJSON()
+		raw, err := qwen3files.TokenizerJSON()
 		if err != nil {
 			uncachedErr = err
 			return

@@ -1,12 +1,14 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 
@@ -94,6 +96,8 @@ type modelJSON struct {
 	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
 	IgnoreMerges            bool     `json:"ignore_merges"`
+	ByteFallback            bool     `json:"byte_fallback"`
+	FuseUnk                 bool     `json:"fuse_unk"`
 }
 
 // parseFile reads tokenizer.json. The vocabulary and merges (nearly all of
@@ -192,12 +196,32 @@ func (t *Tokenizer) readMerges(s *scanner, vocab map[string]uint32) error {
 			return errors.New("too many merges")
 		}
 		t.model.merges.set(uint64(a)<<32|uint64(bb), uint64(rank)<<32|uint64(id))
+		t.noteGlue(joined)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("merges: %w", err)
 	}
 	return nil
+}
+
+// noteGlue records in t.glue each character that merged token tok joins to
+// a following "▁" (a run of "▁" counts as one).
+func (t *Tokenizer) noteGlue(tok []byte) {
+	for i := 1; i < len(tok); {
+		j := bytes.Index(tok[i:], []byte(metaspace))
+		if j < 0 {
+			return
+		}
+		p := i + j
+		if prev, _ := utf8.DecodeLastRune(tok[:p]); prev != metaspaceRune {
+			if t.glue == nil {
+				t.glue = make(map[rune]bool)
+			}
+			t.glue[prev] = true
+		}
+		i = p + len(metaspace)
+	}
 }
 
 // component is the common shape of normalizers, pre-tokenizers,
@@ -216,9 +240,21 @@ type component struct {
 	} `json:"pattern"`
 	Behavior string `json:"behavior"`
 	Invert   bool   `json:"invert"`
-	// ByteLevel (absent booleans default to true, as in HuggingFace).
+	// ByteLevel (absent booleans default to true, as in HuggingFace);
+	// Metaspace's legacy add_prefix_space.
 	AddPrefixSpace *bool `json:"add_prefix_space"`
 	UseRegex       *bool `json:"use_regex"`
+	// Replace (normalizer and decoder), Prepend, Strip (decoder).
+	Content json.RawMessage `json:"content"`
+	Prepend *string         `json:"prepend"`
+	Start   int             `json:"start"`
+	Stop    int             `json:"stop"`
+	// Metaspace.
+	Replacement   *string `json:"replacement"`
+	PrependScheme *string `json:"prepend_scheme"`
+	Split         *bool   `json:"split"`
+	// Digits.
+	IndividualDigits bool `json:"individual_digits"`
 	// TemplateProcessing.
 	Single        []map[string]json.RawMessage `json:"single"`
 	SpecialTokens map[string]struct {
@@ -252,19 +288,20 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := t.loadModel(f); err != nil {
+	byteLevel, err := t.loadPreTokenizer(f.PreTokenizer)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.loadModel(f, byteLevel); err != nil {
 		return nil, err
 	}
 	if err := t.loadNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
-	if err := t.loadPreTokenizer(f.PreTokenizer); err != nil {
-		return nil, err
-	}
 	if err := t.loadPostProcessor(f.PostProcessor); err != nil {
 		return nil, err
 	}
-	if err := t.loadDecoder(f.Decoder); err != nil {
+	if err := t.loadDecoder(f.Decoder, byteLevel); err != nil {
 		return nil, err
 	}
 	if err := t.loadAdded(f.vocab, f.AddedTokens); err != nil {
@@ -273,14 +310,14 @@ func LoadJSONConfig(b []byte, cfg Config) (*Tokenizer, error) {
 	return t, nil
 }
 
-func (t *Tokenizer) loadModel(f *fileJSON) error {
+func (t *Tokenizer) loadModel(f *fileJSON, byteLevel bool) error {
 	m := &f.Model
 	typ := m.Type
 	if typ == "" && t.model.merges != nil && t.model.merges.len() > 0 {
 		typ = "BPE" // untagged files: only BPE has merges
 	}
 	if typ != "BPE" {
-		return fmt.Errorf("%w: model type %q (only byte-level BPE is implemented)", ErrUnsupported, m.Type)
+		return fmt.Errorf("%w: model type %q (only BPE is implemented)", ErrUnsupported, m.Type)
 	}
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return fmt.Errorf("%w: BPE dropout %v (non-deterministic)", ErrUnsupported, *m.Dropout)
@@ -291,6 +328,16 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
 		return fmt.Errorf("%w: end_of_word_suffix %q", ErrUnsupported, *m.EndOfWordSuffix)
 	}
+	t.model.ignoreMerges = m.IgnoreMerges
+	if t.model.merges == nil {
+		t.model.merges = newPairTable(0)
+	}
+	if !byteLevel {
+		return t.loadCharModel(f)
+	}
+	if m.ByteFallback {
+		return fmt.Errorf("%w: byte_fallback in a byte-level BPE", ErrUnsupported)
+	}
 	for c := 0; c < 256; c++ {
 		tok := string(byteToRune[c])
 		id, ok := f.vocab[tok]
@@ -298,10 +345,6 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 			return fmt.Errorf("%w: byte 0x%02x (%q) is missing from the vocab: not a byte-level BPE", ErrUnsupported, c, tok)
 		}
 		t.model.byteID[c] = id
-	}
-	t.model.ignoreMerges = m.IgnoreMerges
-	if t.model.merges == nil {
-		t.model.merges = newPairTable(0)
 	}
 	if t.model.ignoreMerges {
 		raws := make(map[string]uint32, len(f.vocab))
@@ -318,49 +361,133 @@ func (t *Tokenizer) loadModel(f *fileJSON) error {
 	return nil
 }
 
+// loadCharModel sets up a SentencePiece-style BPE (no ByteLevel step):
+// symbols are characters, with byte_fallback and unk_token for the others.
+func (t *Tokenizer) loadCharModel(f *fileJSON) error {
+	m := &t.model
+	m.charLevel = true
+	m.byteFallback = f.Model.ByteFallback
+	m.fuseUnk = f.Model.FuseUnk
+	for i := range m.asciiID {
+		m.asciiID[i] = noID
+	}
+	for i := range m.fallback {
+		m.fallback[i] = noID
+	}
+	m.runeID = make(map[rune]uint32)
+	for tok, id := range f.vocab {
+		r, n := utf8.DecodeRuneInString(tok)
+		if n == len(tok) && r != utf8.RuneError {
+			if r < utf8.RuneSelf {
+				m.asciiID[r] = id
+			} else {
+				m.runeID[r] = id
+			}
+		}
+		if b, ok := byteToken(tok); ok && tok == fmt.Sprintf("<0x%02X>", b) {
+			m.fallback[b] = id
+		}
+	}
+	if u := f.Model.UnkToken; u != nil {
+		id, ok := f.vocab[*u]
+		if !ok {
+			return fmt.Errorf("%w: unk_token %q is not in the vocab", ErrInvalid, *u)
+		}
+		m.unk, m.hasUnk = id, true
+	}
+	if m.ignoreMerges {
+		var err error
+		if m.vocab, err = newFrozenMap(f.vocab); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	_, spaceToken := m.runeID[metaspaceRune]
+	t.chunkWords = !m.ignoreMerges && spaceToken
+	return nil
+}
+
 func (t *Tokenizer) loadNormalizer(b json.RawMessage) error {
 	if isNull(b) {
 		return nil
 	}
-	forms, err := normalizerForms(b)
+	steps, err := normalizerSteps(b)
 	if err != nil {
 		return err
 	}
-	t.normForms = forms
+	t.norm = steps
+	t.normASCII = onlyForms(steps)
 	return nil
 }
 
-func normalizerForms(b json.RawMessage) ([]norm.Form, error) {
+var normForms = map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+
+func normalizerSteps(b json.RawMessage) ([]normStep, error) {
 	c, err := parseComponent(b, "normalizer")
 	if err != nil {
 		return nil, err
 	}
+	if f, ok := normForms[c.Type]; ok {
+		return []normStep{{form: &f}}, nil
+	}
 	switch c.Type {
-	case "NFC":
-		return []norm.Form{norm.NFC}, nil
-	case "NFD":
-		return []norm.Form{norm.NFD}, nil
-	case "NFKC":
-		return []norm.Form{norm.NFKC}, nil
-	case "NFKD":
-		return []norm.Form{norm.NFKD}, nil
 	case "Sequence":
-		var out []norm.Form
+		var out []normStep
 		for _, sub := range c.Normalizers {
-			f, err := normalizerForms(sub)
+			f, err := normalizerSteps(sub)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, f...)
 		}
 		return out, nil
+	case "Replace":
+		st, err := replaceStep(c, "normalizer")
+		if err != nil {
+			return nil, err
+		}
+		return []normStep{st}, nil
+	case "Prepend":
+		if c.Prepend == nil {
+			return nil, fmt.Errorf("%w: Prepend normalizer without prepend", ErrInvalid)
+		}
+		if *c.Prepend == "" {
+			return nil, nil
+		}
+		return []normStep{{prepend: *c.Prepend}}, nil
 	}
 	return nil, fmt.Errorf("%w: normalizer %q", ErrUnsupported, c.Type)
 }
 
-func (t *Tokenizer) loadPreTokenizer(b json.RawMessage) error {
+// replaceStep reads a Replace normalizer's pattern and content.
+func replaceStep(c *component, what string) (normStep, error) {
+	var st normStep
+	if err := json.Unmarshal(c.Content, &st.to); err != nil {
+		return st, fmt.Errorf("%w: %s Replace content: %v", ErrInvalid, what, err)
+	}
+	switch {
+	case c.Pattern != nil && c.Pattern.String != nil && c.Pattern.Regex == nil:
+		st.from = *c.Pattern.String
+		if st.from == "" {
+			return st, fmt.Errorf("%w: %s Replace with an empty pattern", ErrUnsupported, what)
+		}
+	case c.Pattern != nil && c.Pattern.Regex != nil && c.Pattern.String == nil:
+		re, err := regexp2.Compile(*c.Pattern.Regex, regexp2.Unicode)
+		if err != nil {
+			return st, fmt.Errorf("%w: %s Replace pattern %q: %v", ErrUnsupported, what, *c.Pattern.Regex, err)
+		}
+		st.re = re
+	default:
+		return st, fmt.Errorf("%w: %s Replace needs exactly one of pattern.Regex or pattern.String", ErrInvalid, what)
+	}
+	return st, nil
+}
+
+// loadPreTokenizer builds the pre-tokenizer stages and reports whether
+// the pipeline ends in ByteLevel (a byte-level BPE); without ByteLevel the
+// model is SentencePiece-style, on characters.
+func (t *Tokenizer) loadPreTokenizer(b json.RawMessage) (bool, error) {
 	if isNull(b) {
-		return fmt.Errorf("%w: no pre_tokenizer (a byte-level BPE needs ByteLevel)", ErrUnsupported)
+		return false, nil
 	}
 	var stages []stage
 	byteLevel := false
@@ -382,22 +509,24 @@ func (t *Tokenizer) loadPreTokenizer(b json.RawMessage) error {
 			}
 			return nil
 		case "Split":
-			if c.Behavior != "Isolated" || c.Invert {
-				return fmt.Errorf("%w: Split behavior %q invert=%v (only Isolated)", ErrUnsupported, c.Behavior, c.Invert)
-			}
-			if c.Pattern == nil || (c.Pattern.Regex == nil) == (c.Pattern.String == nil) {
-				return fmt.Errorf("%w: Split needs exactly one of pattern.Regex or pattern.String", ErrInvalid)
-			}
-			var sp splitter
-			if c.Pattern.Regex != nil {
-				sp, err = splitterFor(*c.Pattern.Regex)
-			} else {
-				sp, err = newRegexpSplitter(regexp2.Escape(*c.Pattern.String))
-			}
+			st, err := splitStage(c)
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrUnsupported, err)
+				return err
 			}
-			stages = append(stages, stage{split: sp})
+			stages = append(stages, st)
+			return nil
+		case "Metaspace":
+			st, err := metaspaceStage(c)
+			if err != nil {
+				return err
+			}
+			if st.prepend == prependFirst {
+				t.startSensitive = true
+			}
+			stages = append(stages, st)
+			return nil
+		case "Digits":
+			stages = append(stages, stage{kind: stageDigits, individual: c.IndividualDigits})
 			return nil
 		case "ByteLevel":
 			byteLevel = true
@@ -415,13 +544,75 @@ func (t *Tokenizer) loadPreTokenizer(b json.RawMessage) error {
 		return fmt.Errorf("%w: pre-tokenizer %q", ErrUnsupported, c.Type)
 	}
 	if err := walk(b); err != nil {
-		return err
-	}
-	if !byteLevel {
-		return fmt.Errorf("%w: pre_tokenizer has no ByteLevel step: not a byte-level BPE", ErrUnsupported)
+		return false, err
 	}
 	t.stages = stages
-	return nil
+	return byteLevel, nil
+}
+
+// splitStage builds a Split pre-tokenizer.
+func splitStage(c *component) (stage, error) {
+	behavior, ok := behaviors[c.Behavior]
+	if !ok {
+		return stage{}, fmt.Errorf("%w: Split behavior %q", ErrUnsupported, c.Behavior)
+	}
+	if c.Pattern == nil || (c.Pattern.Regex == nil) == (c.Pattern.String == nil) {
+		return stage{}, fmt.Errorf("%w: Split needs exactly one of pattern.Regex or pattern.String", ErrInvalid)
+	}
+	if behavior == behaviorIsolated && !c.Invert {
+		var sp splitter
+		var err error
+		if c.Pattern.Regex != nil {
+			sp, err = splitterFor(*c.Pattern.Regex)
+		} else {
+			sp, err = newRegexpSplitter(regexp2.Escape(*c.Pattern.String))
+		}
+		if err != nil {
+			return stage{}, fmt.Errorf("%w: %v", ErrUnsupported, err)
+		}
+		return stage{split: sp}, nil
+	}
+	st := stage{kind: stageSpans, behavior: behavior, invert: c.Invert}
+	if c.Pattern.String != nil {
+		st.match = stringMatcher(*c.Pattern.String)
+		return st, nil
+	}
+	re, err := newRegexpSplitter(*c.Pattern.Regex)
+	if err != nil {
+		return stage{}, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	st.match = re
+	return st, nil
+}
+
+// metaspaceStage builds a Metaspace pre-tokenizer (prepend_scheme, or the
+// legacy add_prefix_space: true is "always").
+func metaspaceStage(c *component) (stage, error) {
+	st := stage{kind: stageMetaspace, replacement: "\u2581", prepend: prependAlways, splitMeta: true}
+	if c.Replacement != nil {
+		if utf8.RuneCountInString(*c.Replacement) != 1 {
+			return stage{}, fmt.Errorf("%w: Metaspace replacement %q is not one character", ErrInvalid, *c.Replacement)
+		}
+		st.replacement = *c.Replacement
+	}
+	if c.Split != nil {
+		st.splitMeta = *c.Split
+	}
+	switch {
+	case c.PrependScheme != nil:
+		switch *c.PrependScheme {
+		case "always":
+		case "first":
+			st.prepend = prependFirst
+		case "never":
+			st.prepend = prependNever
+		default:
+			return stage{}, fmt.Errorf("%w: Metaspace prepend_scheme %q", ErrUnsupported, *c.PrependScheme)
+		}
+	case c.AddPrefixSpace != nil && !*c.AddPrefixSpace:
+		st.prepend = prependNever
+	}
+	return st, nil
 }
 
 // splitterFor returns the fast splitter for the patterns it implements and
@@ -432,6 +623,12 @@ func splitterFor(pattern string) (splitter, error) {
 		return &fastSplitter{maxDigits: 1}, nil
 	case llama3Pattern:
 		return &fastSplitter{maxDigits: 3}, nil
+	case deepseekDigits:
+		return digitGroupSplitter{}, nil
+	case deepseekCJK:
+		return cjkSplitter{}, nil
+	case deepseekWords:
+		return deepseekWordSplitter{}, nil
 	}
 	return newRegexpSplitter(pattern)
 }
@@ -499,20 +696,75 @@ func (t *Tokenizer) loadPostProcessor(b json.RawMessage) error {
 	return fmt.Errorf("%w: post-processor %q", ErrUnsupported, c.Type)
 }
 
-func (t *Tokenizer) loadDecoder(b json.RawMessage) error {
+// loadDecoder reads the decoder. A ByteLevel decoder alone (or in a
+// one-step Sequence) is served by the precomputed decoded table; any other
+// supported chain by decodeChain.
+func (t *Tokenizer) loadDecoder(b json.RawMessage, byteLevel bool) error {
 	if isNull(b) {
-		return fmt.Errorf("%w: no decoder (a byte-level BPE needs the ByteLevel decoder)", ErrUnsupported)
+		if byteLevel {
+			return fmt.Errorf("%w: no decoder (a byte-level BPE needs the ByteLevel decoder)", ErrUnsupported)
+		}
+		t.dec = []decStep{}
+		return nil
 	}
-	c, err := parseComponent(b, "decoder")
-	if err != nil {
+	var steps []decStep
+	var walk func(b json.RawMessage) error
+	walk = func(b json.RawMessage) error {
+		c, err := parseComponent(b, "decoder")
+		if err != nil {
+			return err
+		}
+		switch c.Type {
+		case "Sequence":
+			for _, sub := range c.Decoders {
+				if err := walk(sub); err != nil {
+					return err
+				}
+			}
+		case "ByteLevel":
+			steps = append(steps, decStep{kind: decByteLevel})
+		case "Replace":
+			st, err := replaceStep(c, "decoder")
+			if err != nil {
+				return err
+			}
+			if st.re != nil {
+				return fmt.Errorf("%w: decoder Replace with a Regex pattern", ErrUnsupported)
+			}
+			steps = append(steps, decStep{kind: decReplace, from: st.from, to: st.to})
+		case "ByteFallback":
+			steps = append(steps, decStep{kind: decByteFallback})
+		case "Fuse":
+			steps = append(steps, decStep{kind: decFuse})
+		case "Strip":
+			var content string
+			if err := json.Unmarshal(c.Content, &content); err != nil || utf8.RuneCountInString(content) != 1 {
+				return fmt.Errorf("%w: Strip decoder content must be one character", ErrInvalid)
+			}
+			r, _ := utf8.DecodeRuneInString(content)
+			steps = append(steps, decStep{kind: decStrip, content: r, start: max(c.Start, 0), stop: max(c.Stop, 0)})
+		case "Metaspace":
+			ms, err := metaspaceStage(c)
+			if err != nil {
+				return err
+			}
+			r, _ := utf8.DecodeRuneInString(ms.replacement)
+			steps = append(steps, decStep{kind: decMetaspace, replacement: r, prepend: ms.prepend != prependNever})
+		default:
+			return fmt.Errorf("%w: decoder %q", ErrUnsupported, c.Type)
+		}
+		return nil
+	}
+	if err := walk(b); err != nil {
 		return err
 	}
-	if c.Type == "Sequence" && len(c.Decoders) == 1 {
-		return t.loadDecoder(c.Decoders[0])
+	if byteLevel {
+		if len(steps) != 1 || steps[0].kind != decByteLevel {
+			return fmt.Errorf("%w: a byte-level BPE's decoder must be ByteLevel alone", ErrUnsupported)
+		}
+		return nil
 	}
-	if c.Type != "ByteLevel" {
-		return fmt.Errorf("%w: decoder %q", ErrUnsupported, c.Type)
-	}
+	t.dec = steps
 	return nil
 }
 
@@ -567,7 +819,16 @@ func (t *Tokenizer) loadAdded(vocab map[string]uint32, added []addedToken) error
 	t.addedNorm = newAddedMatcher(normed)
 	decoded := make([]string, len(idToken))
 	for id, tok := range idToken {
-		decoded[id], _ = byteLevelDecode(tok)
+		switch {
+		case !t.model.charLevel:
+			decoded[id], _ = byteLevelDecode(tok)
+		default:
+			// pieces: the token as the model sees it (minTokens).
+			if b, ok := byteToken(tok); ok && t.model.fallback[b] == uint32(id) {
+				tok = string([]byte{b})
+			}
+			decoded[id] = tok
+		}
 	}
 	if t.idToken, err = newStringTable(idToken); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -104,4 +105,63 @@ func FuzzFastSplitMatchesRegexp(f *testing.F) {
 			t.Fatalf("llama3 %q:\n fast  %q\n regex %q", s, pieces(s, got), pieces(s, want))
 		}
 	})
+}
+
+// FuzzDeepSeekSplitMatchesRegexp checks the hand-written splitters of
+// DeepSeek V3's three Split patterns against regexp2.
+func FuzzDeepSeekSplitMatchesRegexp(f *testing.F) {
+	for _, s := range []string{"Hello  world", "x.Method(a) ,b ;c", "中文English混合123456日本語ひらがなカタカナ", "e\u0301 a\u0300 \u0915\u094d", "  \r\n\t x\n\n", "1234567 x²³", "\x01a \u200dz 🫠!", "' s \"q\" ...\n"} {
+		f.Add(s)
+	}
+	var res []*regexpSplitter
+	for _, p := range []string{deepseekDigits, deepseekCJK, deepseekWords} {
+		re, err := newRegexpSplitter(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		res = append(res, re)
+	}
+	fast := []splitter{digitGroupSplitter{}, cjkSplitter{}, deepseekWordSplitter{}}
+	f.Fuzz(func(t *testing.T, s string) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+		for k := range fast {
+			if got, want := fast[k].appendEnds(nil, s), res[k].appendEnds(nil, s); !slices.Equal(got, want) {
+				t.Fatalf("pattern %d %q:\n fast  %q\n regex %q", k, s, pieces(s, got), pieces(s, want))
+			}
+		}
+	})
+}
+
+// TestDeepSeekUsesFastSplitters checks that DeepSeek V3's file gets the
+// hand-written splitters (its patterns are the constants).
+func TestDeepSeekUsesFastSplitters(t *testing.T) {
+	tok := familyTokenizer(t, "deepseek-v3", true)
+	var kinds []string
+	for _, st := range tok.stages {
+		kinds = append(kinds, fmt.Sprintf("%T", st.split))
+	}
+	want := []string{"tokenizer.digitGroupSplitter", "tokenizer.cjkSplitter", "tokenizer.deepseekWordSplitter"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("stages %v, want %v", kinds, want)
+	}
+}
+
+// TestDeepSeekSplitMatchesRegexp checks DeepSeek V3's hand-written
+// splitters against regexp2 on random text over splitAlphabet plus the
+// edges of the CJK ranges, control and format characters.
+func TestDeepSeekSplitMatchesRegexp(t *testing.T) {
+	alphabet := append([]rune("\u4e00\u9fa5\u9fa6\u3040\u309f\u30a0\u30ff\u3100\u3001\x01\x7f\u00ad\ue000"), splitAlphabet...)
+	for k, p := range []string{deepseekDigits, deepseekCJK, deepseekWords} {
+		re, err := newRegexpSplitter(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := []splitter{digitGroupSplitter{}, cjkSplitter{}, deepseekWordSplitter{}}[k]
+		rapid.Check(t, func(t *rapid.T) {
+			s := string(rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 40).Draw(t, "runes"))
+			if got, want := fast.appendEnds(nil, s), re.appendEnds(nil, s); !slices.Equal(got, want) {
+				t.Fatalf("pattern %d %q:\n fast  %q\n regex %q", k, s, pieces(s, got), pieces(s, want))
+			}
+		})
+	}
 }

@@ -2,13 +2,12 @@ package tokenizer
 
 import (
 	"slices"
+	"strings"
 
 	"sync"
 	"unicode/utf8"
 
-	"golang.org/x/text/unicode/norm"
-
-	"github.com/kvrouter/kvrouter/internal/modelfiles"
+	qwen3files "github.com/kvrouter/kvrouter/internal/modelfiles/qwen3"
 )
 
 // Tokenizer encodes text to token ids and back for one byte-level BPE model.
@@ -25,14 +24,31 @@ type Tokenizer struct {
 	idToken stringTable
 	// known marks the ids that exist.
 	known []bool
-	// decoded is each id's bytes as the ByteLevel decoder produces them.
+	// decoded is each id's bytes as the ByteLevel decoder produces them;
+	// for a charLevel model, its text as the model sees it (the token, or
+	// a <0xXX> token's byte), which is what minTokens needs.
 	decoded stringTable
 	// addedRaw matches added tokens with normalized=false (on raw text);
 	// addedNorm those with normalized=true (on normalised text).
 	addedRaw, addedNorm *addedMatcher
-	normForms           []norm.Form
-	// stages is the pre-tokenizer pipeline.
-	stages []stage
+	// norm is the normalizer pipeline; normASCII is set when it leaves
+	// ASCII text as it is (only normalization forms).
+	norm      []normStep
+	normASCII bool
+	// stages is the pre-tokenizer pipeline; startSensitive is set when a
+	// stage treats the text's first piece differently (Metaspace with
+	// prepend_scheme "first"), which the segment cache must then respect.
+	stages         []stage
+	startSensitive bool
+	// glue holds the characters some merge joins to a following "▁" (for
+	// Gemma 3 only '>', from ">▁</"); chunkWords is set for a charLevel
+	// model without ignore_merges whose "▁" is a token, where cutting a
+	// word before any other "▁" cannot change its ids: no merge can
+	// produce a token across the cut.
+	glue       map[rune]bool
+	chunkWords bool
+	// dec is the decoder pipeline (nil: ByteLevel alone, the decoded table).
+	dec []decStep
 	// prefix and suffix are the ids a TemplateProcessing post-processor adds
 	// around the text when special tokens are requested.
 	prefix, suffix []uint32
@@ -41,11 +57,24 @@ type Tokenizer struct {
 	segments       *segmentCache
 }
 
-// stage is one pre-tokenizer step: an optional prefix space (ByteLevel's
-// add_prefix_space) added to each piece, then an optional split.
+// stage is one pre-tokenizer step. A plain stage has an optional prefix
+// space (ByteLevel's add_prefix_space) added to each piece, then an
+// optional Isolated split; the other kinds are a Split with another
+// behaviour (spans), Metaspace and Digits.
 type stage struct {
+	kind        int
 	prefixSpace bool
 	split       splitter
+	// stageSpans.
+	match    matcher
+	behavior int
+	invert   bool
+	// stageMetaspace.
+	replacement string
+	prepend     int
+	splitMeta   bool
+	// stageDigits.
+	individual bool
 }
 
 // Encode returns the token ids of text. Added and special tokens written in
@@ -69,7 +98,7 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 func (t *Tokenizer) EncodeLimit(text string, addSpecialTokens bool, limit int) ([]uint32, bool) {
 	text = validUTF8(text)
 	e := encoders.Get().(*encoder)
-	e.t, e.ids, e.limit, e.over = t, e.ids[:0], max(limit, 0), false
+	e.t, e.ids, e.limit, e.over, e.atStart = t, e.ids[:0], max(limit, 0), false, true
 	if addSpecialTokens {
 		e.ids = append(e.ids, t.prefix...)
 	}
@@ -107,6 +136,12 @@ type encoder struct {
 	t    *Tokenizer
 	ids  []uint32
 	ends [][]int
+	// spans and matches are per-stage buffers of the non-plain stages.
+	spans   [][]piece
+	matches []int
+	// atStart is set while nothing of the text has been emitted yet: the
+	// next segment starts at the text's first byte.
+	atStart bool
 	// limit is EncodeLimit's (0: none); over is set once the ids
 	// certainly exceed it, and then every step returns at once.
 	limit int
@@ -121,6 +156,7 @@ func (e *encoder) check() {
 }
 
 func (e *encoder) token(id uint32) {
+	e.atStart = false
 	e.ids = append(e.ids, id)
 	e.check()
 }
@@ -129,7 +165,7 @@ func (e *encoder) rawSegment(seg string) {
 	if e.over {
 		return
 	}
-	if sc := e.t.segments; sc != nil && len(seg) >= minSegment {
+	if sc := e.t.segments; sc != nil && len(seg) >= minSegment && !(e.atStart && e.t.startSensitive) {
 		if ids, ok := sc.get(seg); ok {
 			if e.limit > 0 && len(e.ids)+len(ids) > e.limit {
 				e.over = true
@@ -150,38 +186,53 @@ func (e *encoder) rawSegment(seg string) {
 
 // encodeSegment encodes a stretch of text between added tokens.
 func (e *encoder) encodeSegment(seg string) {
-	if len(e.t.normForms) > 0 {
+	if len(e.t.norm) > 0 {
 		seg = e.t.normalize(seg)
 	}
 	e.t.addedNorm.split(seg, e.normSegment, e.token, &e.over)
+	e.atStart = false
 }
 
 func (e *encoder) normSegment(seg string) {
 	if !e.over {
-		e.pretokenize(seg, 0)
+		e.pretokenize(seg, 0, e.atStart)
 	}
+	e.atStart = false
 }
 
 // pretokenize runs stage k and the following ones over s, encoding each
-// resulting word.
-func (e *encoder) pretokenize(s string, k int) {
+// resulting word. atStart is set when s begins at the text's first byte.
+func (e *encoder) pretokenize(s string, k int, atStart bool) {
 	if k == len(e.t.stages) {
 		e.word(s)
 		return
 	}
-	st := e.t.stages[k]
+	st := &e.t.stages[k]
+	switch st.kind {
+	case stageSpans, stageDigits:
+		e.pretokenizeSpans(s, k, atStart)
+		return
+	case stageMetaspace:
+		s = st.metaspace(s, atStart)
+		if !st.splitMeta {
+			e.pretokenize(s, k+1, atStart)
+			return
+		}
+		e.pretokenizeSpans(s, k, atStart)
+		return
+	}
 	if st.prefixSpace && s != "" && s[0] != ' ' {
 		s = " " + s
 	}
 	if st.split == nil {
-		e.pretokenize(s, k+1)
+		e.pretokenize(s, k+1, atStart)
 		return
 	}
 	if f, ok := st.split.(*fastSplitter); ok { // streams, no buffer
 		// Stages that neither split nor add a space (Qwen's ByteLevel
 		// after its Split) are skipped: each piece goes straight on.
 		next := k + 1
-		for next < len(e.t.stages) && !e.t.stages[next].prefixSpace && e.t.stages[next].split == nil {
+		for next < len(e.t.stages) && e.t.stages[next].kind == stagePlain && !e.t.stages[next].prefixSpace && e.t.stages[next].split == nil {
 			next++
 		}
 		for i := 0; i < len(s) && !e.over; {
@@ -189,7 +240,7 @@ func (e *encoder) pretokenize(s string, k int) {
 			if next == len(e.t.stages) {
 				e.word(s[i : i+n])
 			} else {
-				e.pretokenize(s[i:i+n], next)
+				e.pretokenize(s[i:i+n], next, atStart && i == 0)
 			}
 			i += n
 		}
@@ -206,13 +257,72 @@ func (e *encoder) pretokenize(s string, k int) {
 		if e.over {
 			return
 		}
-		e.pretokenize(s[start:end], k+1)
+		e.pretokenize(s[start:end], k+1, atStart && start == 0)
 		start = end
 	}
 }
 
-// word appends the ids of one pre-tokenized word, through the cache.
+// pretokenizeSpans runs a stage that cuts s into pieces (a Split with a
+// behaviour other than Isolated, Digits, a splitting Metaspace).
+func (e *encoder) pretokenizeSpans(s string, k int, atStart bool) {
+	st := &e.t.stages[k]
+	for len(e.spans) <= k {
+		e.spans = append(e.spans, nil)
+	}
+	spans := e.spans[k][:0]
+	switch st.kind {
+	case stageDigits:
+		spans = appendDigitSpans(spans, s, st.individual)
+	case stageMetaspace:
+		e.matches = stringMatcher(st.replacement).appendMatches(e.matches[:0], s)
+		spans = appendSpans(spans, e.matches, len(s), behaviorMergedWithNext, false)
+	default:
+		e.matches = st.match.appendMatches(e.matches[:0], s)
+		spans = appendSpans(spans, e.matches, len(s), st.behavior, st.invert)
+	}
+	e.spans[k] = spans
+	for _, p := range spans {
+		if e.over {
+			return
+		}
+		e.pretokenize(s[p.start:p.end], k+1, atStart && p.start == 0)
+	}
+}
+
+// word appends the ids of one pre-tokenized word. A charLevel model's
+// word (often a whole stretch of text: Llama 2 has no pre-tokenizer) is
+// first cut before each "▁" that no merge can join to the character before
+// it (see Tokenizer.glue), which changes no id and lets the word cache work.
 func (e *encoder) word(w string) {
+	t := e.t
+	if !t.chunkWords || len(w) <= len(metaspace) {
+		e.word1(w)
+		return
+	}
+	start := 0
+	for i := 1; i < len(w) && !e.over; {
+		j := strings.Index(w[i:], metaspace)
+		if j < 0 {
+			break
+		}
+		p := i + j
+		if prev, _ := utf8.DecodeLastRuneInString(w[:p]); prev != metaspaceRune && !t.glue[prev] {
+			e.word1(w[start:p])
+			start = p
+		}
+		i = p + len(metaspace)
+	}
+	e.word1(w[start:])
+}
+
+// metaspace is SentencePiece's space marker.
+const (
+	metaspace     = "\u2581"
+	metaspaceRune = '\u2581'
+)
+
+// word1 appends the ids of one word, through the cache.
+func (e *encoder) word1(w string) {
 	t := e.t
 	if e.over {
 		return
@@ -245,6 +355,9 @@ func (e *encoder) word(w string) {
 // the vocabulary (a millisecond or two for 150,000 tokens): EncodeLimit
 // calls it only for a word that could alone pass its limit.
 func (t *Tokenizer) minTokens(w string) int {
+	if t.model.charLevel && t.model.hasUnk && !t.model.fullFallback() {
+		return 1 // fuse_unk may make one token of any number of bytes
+	}
 	var in [256]bool
 	for i := 0; i < len(w); i++ {
 		in[w[i]] = true
@@ -270,11 +383,11 @@ func (t *Tokenizer) minTokens(w string) int {
 }
 
 func (t *Tokenizer) normalize(s string) string {
-	if isASCII(s) { // every normalization form leaves ASCII as it is
+	if t.normASCII && isASCII(s) { // every normalization form leaves ASCII as it is
 		return s
 	}
-	for _, f := range t.normForms {
-		s = f.String(s)
+	for i := range t.norm {
+		s = t.norm[i].apply(s)
 	}
 	return s
 }
@@ -283,6 +396,9 @@ func (t *Tokenizer) normalize(s string) string {
 // exist are skipped. Bytes that do not form valid UTF-8 (a sequence cut in
 // the middle of a character) become U+FFFD, as in HuggingFace's decoder.
 func (t *Tokenizer) Decode(ids []uint32) string {
+	if t.dec != nil {
+		return t.decodeChain(ids)
+	}
 	n := 0
 	nd := t.decoded.len()
 	for _, id := range ids {
@@ -337,7 +453,7 @@ var (
 // loaded on first use and shared afterwards.
 func Default() (*Tokenizer, error) {
 	defaultOnce.Do(func() {
-		b, err := modelfiles.Qwen3TokenizerJSON()
+		b, err := qwen3files.TokenizerJSON()
 		if err != nil {
 			defaultErr = err
 			return
@@ -361,4 +477,16 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// WithSpecialTokens returns a tokenizer that shares everything with t (its
+// tables and caches) except the ids Encode adds around the text when asked
+// for special tokens: prefix before, suffix after, in place of what
+// tokenizer.json's post-processor says. Model loaders use it for
+// transformers' add_bos_token / add_eos_token.
+func (t *Tokenizer) WithSpecialTokens(prefix, suffix []uint32) *Tokenizer {
+	c := *t
+	c.prefix, c.suffix = slices.Clone(prefix), slices.Clone(suffix)
+	c.hasTemplate = true
+	return &c
 }

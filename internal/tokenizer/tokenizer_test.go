@@ -229,8 +229,11 @@ func TestRefusesUnsupported(t *testing.T) {
 		"dropout":         {dropout: 0.1},
 		"Lowercase":       {normalizer: map[string]any{"type": "Lowercase"}},
 		"Whitespace":      {pre: map[string]any{"type": "Whitespace"}},
-		"no ByteLevel":    {pre: map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Isolated", "invert": false}},
-		"Split Removed":   {pre: map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Removed", "invert": false}, map[string]any{"type": "ByteLevel"}}}},
+		"Punctuation":     {pre: map[string]any{"type": "Punctuation"}},
+		"Split behavior":  {pre: map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways", "invert": false}, map[string]any{"type": "ByteLevel"}}}},
+		"after ByteLevel": {pre: map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "ByteLevel"}, map[string]any{"type": "Digits"}}}},
+		"byte-level dec":  {decoder: map[string]any{"type": "Sequence", "decoders": []any{map[string]any{"type": "ByteLevel"}, map[string]any{"type": "Fuse"}}}},
+		"Metaspace":       {pre: map[string]any{"type": "Metaspace", "prepend_scheme": "sometimes"}},
 		"WordPiece dec":   {decoder: map[string]any{"type": "WordPiece"}},
 		"Bert processing": {post: map[string]any{"type": "BertProcessing"}},
 	} {

@@ -7,10 +7,13 @@ tojson and raise_exception), and reports where Python differs from the
     python3 tools/tmplgold/pycheck.py           report only
     python3 tools/tmplgold/pycheck.py --write   also record the result in
                                                 each case's "python" field
+    ... --family NAME|all                       the other families' goldens
+                                                (families.mjs) instead of Qwen3's
 
 Needs jinja2 >= 3.1 (Debian: python3-jinja2). The Go test requires a render
 error wherever Python fails, even if the JavaScript reference renders.
 """
+import gzip
 import json
 import os
 import sys
@@ -53,8 +56,30 @@ def continue_final(rendered, messages):
     return rendered[: loc + len(final.strip())]
 
 
+FAMILIES = ["llama3.1", "deepseek-v3", "gemma3"]
+
+
+def load_config(path):
+    if os.path.exists(path):
+        return json.load(open(path, encoding="utf-8"))
+    with gzip.open(path + ".gz", "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
 def main():
-    config = json.load(open(CONFIG))
+    if "--family" in sys.argv:
+        name = sys.argv[sys.argv.index("--family") + 1]
+        rc = 0
+        for fam in FAMILIES if name == "all" else [name]:
+            print(f"== {fam}")
+            rc |= check(os.path.join(ROOT, "internal/modelfiles/testdata", fam, "tokenizer_config.json"),
+                        os.path.join(ROOT, "internal/chattemplate/testdata", f"{fam}_golden.json"))
+        return rc
+    return check(CONFIG, GOLDEN)
+
+
+def check(CONFIG, GOLDEN):
+    config = load_config(CONFIG)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
