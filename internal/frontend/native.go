@@ -348,6 +348,8 @@ func (f *Frontend) workerViews() []workerJSON {
 	return out
 }
 
-func (f *Frontend) handleWorkers(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"block_size": f.blockSize, "workers": f.workerViews()})
+func (f *Frontend) handleWorkers(rw http.ResponseWriter, r *http.Request) {
+	views := f.workerViews()
+	writeJSON(rw, http.StatusOK, map[string]any{"block_size": f.blockSize, "total": len(views),
+		"workers": pageWorkers(views, r.URL.Query())})
 }

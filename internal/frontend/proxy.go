@@ -285,7 +285,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 			if last != nil {
 				break // report the worker failure rather than "no candidate left"
 			}
-			ex.rec.Decision = f.decisionView(d, false)
+			ex.rec.Decision = f.recordDecision(d, false)
 			ex.rec.Outcome, ex.rec.Status = "refused: "+err.Error(), f.writeRouteError(rw, err, nil)
 			return
 		}
@@ -319,7 +319,7 @@ func (f *Frontend) route(ex *exchange, req router.Request, attempt int) (router.
 		return d, err
 	}
 	f.m.overlap.Observe(float64(d.OverlapBlocks))
-	ex.rec.Decision = f.decisionView(d, true)
+	ex.rec.Decision = f.recordDecision(d, true)
 	ex.rec.Worker = f.workerName(d.Worker.ID)
 	ex.rec.OverlapBlocks = d.OverlapBlocks
 	ex.rec.Predicted = d.OverlapBlocks * f.blockSize

@@ -50,6 +50,11 @@ type statusJSON struct {
 	Workers           []workerJSON `json:"workers"`
 	Recent            []recentJSON `json:"recent"`
 	Charts            chartsJSON   `json:"charts"`
+
+	// WorkersTotal and WorkersByState count every worker; Workers (and
+	// the charts) show at most ?workers= of them (see pickWorkers).
+	WorkersTotal   int            `json:"workers_total"`
+	WorkersByState map[string]int `json:"workers_by_state"`
 }
 
 // recentJSON is one finished request of the status JSON, newest first.
@@ -187,7 +192,7 @@ func (f *Frontend) startSampler() (stop func()) {
 }
 
 func (f *Frontend) handleStatus(rw http.ResponseWriter, r *http.Request) {
-	d := f.statusView(f.clock())
+	d := f.statusViewOf(f.clock(), workersLimit(r.URL.Query()))
 	rw.Header().Set("Cache-Control", "no-store")
 	if r.URL.Query().Get("format") == "json" {
 		writeJSON(rw, http.StatusOK, d)
@@ -201,14 +206,19 @@ func (f *Frontend) handleStatus(rw http.ResponseWriter, r *http.Request) {
 
 // statusView gathers the status JSON at now (reading the workers' load
 // into the timeline first, so its last sample is current).
-func (f *Frontend) statusView(now time.Time) statusJSON {
+func (f *Frontend) statusView(now time.Time) statusJSON { return f.statusViewOf(now, statusWorkers) }
+
+// statusViewOf is statusView showing at most limit workers (all when
+// negative).
+func (f *Frontend) statusViewOf(now time.Time, limit int) statusJSON {
 	views := f.workerViews()
 	if views == nil {
 		views = []workerJSON{} // the page iterates it
 	}
 	f.sample(now, views)
+	shown := pickWorkers(views, limit)
 	d := statusJSON{Model: f.cfg.Model, BlockSize: f.blockSize, RefreshSeconds: f.cfg.StatusRefresh.Seconds(),
-		Now: now.UTC(), Workers: views}
+		Now: now.UTC(), Workers: shown, WorkersTotal: len(views), WorkersByState: statesOf(views)}
 	f.mu.Lock()
 	t := f.totals
 	d.Requests, d.Failed, d.RatePerSecond = t.Requests, t.Failed, f.reqs.perSecond(now)
@@ -236,7 +246,7 @@ func (f *Frontend) statusView(now time.Time) statusJSON {
 		}
 		d.Recent = append(d.Recent, j)
 	}
-	d.Charts = chartsOf(hist, views)
+	d.Charts = chartsOf(onlyWorkers(hist, shown, len(views)), shown)
 	return d
 }
 

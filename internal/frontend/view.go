@@ -49,6 +49,9 @@ type decisionJSON struct {
 	OverlapBlocks int             `json:"overlap_blocks"`
 	PrefillTokens int             `json:"prefill_tokens"`
 	Candidates    []candidateJSON `json:"candidates"`
+	// CandidatesTotal is set when Candidates holds only some of the
+	// decision's rows (the status page's summary, see recordDecision).
+	CandidatesTotal int `json:"candidates_total,omitempty"`
 }
 
 func tiersOf(o router.Overlap) tiersJSON {

@@ -107,6 +107,12 @@ func (x *Index) queryAppend(local []uint64, dst *Scores) {
 			lazy = cn.n > 0
 		case cn.n == curN && cn.lowerCount() == 0 && curLower == 0:
 			// Same holders, all device-only: nothing changes.
+		case lazy && cn.n > 0 && cn.lowerCount() == 0 && curLower == 0:
+			// Some holders left, all device-only on both nodes. A holder
+			// of a node holds its parent, so the child's holders are a
+			// subset of the parent's: find the leavers by bisection, at a
+			// cost that grows with their number, not with the fleet's.
+			x.bisectLeavers(dst, x.ns.holders(curNode, &single0), x.ns.holders(cn, &single), i)
 		default:
 			hs := x.ns.holders(cn, &single)
 			if lazy && len(hs) > 0 {
@@ -251,6 +257,32 @@ func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
 		}
 	}
 	dst.List = list
+}
+
+// bisectRun is the list length below which bisectLeavers merges instead
+// of splitting further: a short merge costs less than binary searches.
+const bisectRun = 16
+
+// bisectLeavers is scoreLeavers for entries that are all device-only (an
+// entry is then equal in both lists exactly when its id is): it splits ps
+// in halves and finds each half's share of hs by binary search; a part of
+// ps as long as its share of hs has no leavers. Its cost grows with
+// L log(len(ps)/L) for L leavers instead of len(ps).
+func (x *Index) bisectLeavers(dst *Scores, ps, hs []uint32, i int) {
+	for len(ps) > bisectRun && len(hs) < len(ps) {
+		if len(hs) == 0 {
+			break
+		}
+		m := len(ps) / 2
+		id := entryID(ps[m])
+		k, _ := slices.BinarySearchFunc(hs, id, func(e, id uint32) int { return cmpInt(entryID(e), id) })
+		// Left half first (recursion), right half by the loop.
+		x.bisectLeavers(dst, ps[:m], hs[:k], i)
+		ps, hs = ps[m:], hs[k:]
+	}
+	if len(hs) < len(ps) {
+		x.scoreLeavers(dst, ps, hs, i)
+	}
 }
 
 // finishLazy scores every holder in ps (implicit, see splitLazy) at depth.

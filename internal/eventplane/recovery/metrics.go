@@ -40,7 +40,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_malformed_total",
 			Help: "Event-plane messages that could not be decoded."}),
 		frames: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_eventplane_frames_refused_total",
-			Help: "ZMQ connections to workers dropped because a frame announced more than the frame size cap."}),
+			Help: "ZMQ connections to workers dropped because a frame announced more than the frame size cap, or the handshake did not finish in time."}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_eventplane_events_dropped_total",
 			Help: "KV events dropped before recovery because their worker rank is not followed, by reason: unknown_worker (not registered or listed, or removed), removed_worker, unknown_limit."},
 			[]string{"reason"}),

@@ -39,7 +39,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		clears:     counter("clears_total", "Times the worker rank was cleared by the subscriber, by cause (gap, restart, malformed).", "cause"),
 		duplicates: counter("duplicates_total", "Batches dropped as already applied (same sequence and payload)."),
 		recvErrors: counter("receive_errors_total", "Receive errors on the SUB socket (publisher went away, or a handshake failed; the subscriber redials)."),
-		frames:     counter("frames_refused_total", "Connections to the publisher (SUB or replay) dropped because a frame announced more than the frame size cap."),
+		frames:     counter("frames_refused_total", "Connections to the publisher (SUB or replay) dropped because a frame announced more than the frame size cap, or the handshake did not finish in time."),
 		lastSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvrouter", Subsystem: "vllm_events",
 			Name: "last_sequence", Help: "Last applied batch sequence number."}, wr),
 	}

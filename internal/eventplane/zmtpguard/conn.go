@@ -7,6 +7,8 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
@@ -23,13 +25,25 @@ type Options struct {
 	// peers only ever send a few subscriptions that zmq4 keeps (one map
 	// entry per topic) for as long as the connection lives.
 	MaxConnBytes uint64
-	// Refused, when not nil, is called once per connection closed for a
-	// frame over the cap, with the peer's address and the error. It is
-	// called from zmq4's goroutines and must return quickly.
+	// Refused, when not nil, is called once per connection the guard
+	// closed (a frame over the cap, too much input, no handshake in time,
+	// too many connections waiting for theirs), with the peer's address
+	// and the error. It is called from zmq4's goroutines and the guard's
+	// and must return quickly.
 	Refused func(remote net.Addr, err error)
 	// Conns, when not nil, holds the socket's live connections (dialled
 	// and accepted), for Drain.
 	Conns *Conns
+	// HandshakeTimeout bounds the time a peer has to send its greeting
+	// (accepted connections) and to finish its handshake (every
+	// connection); past it the connection is closed (ErrHandshakeTimeout,
+	// reported to Refused). 0 means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxPendingHandshakes bounds the accepted connections of a bound
+	// socket still waiting for their greeting; one more is closed on
+	// arrival (ErrTooManyPending, reported to Refused). 0 means
+	// DefaultMaxPendingHandshakes.
+	MaxPendingHandshakes int
 }
 
 type optionsKey struct{}
@@ -42,8 +56,18 @@ func WithOptions(ctx context.Context, o Options) context.Context {
 
 func optionsOf(ctx context.Context) Options {
 	o, _ := ctx.Value(optionsKey{}).(Options)
+	return o.withDefaults()
+}
+
+func (o Options) withDefaults() Options {
 	if o.MaxFrameBytes == 0 {
 		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.MaxPendingHandshakes <= 0 {
+		o.MaxPendingHandshakes = DefaultMaxPendingHandshakes
 	}
 	return o
 }
@@ -96,26 +120,11 @@ func (g guarded) Listen(ctx context.Context, addr string) (net.Listener, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &listener{Listener: l, o: optionsOf(ctx)}, nil
+	return newScreener(l, optionsOf(ctx)), nil
 }
 
 // Addr implements transport.Transport.
 func (g guarded) Addr(ep string) (string, error) { return g.inner.Addr(ep) }
-
-// listener wraps every accepted connection.
-type listener struct {
-	net.Listener
-	o Options
-}
-
-// Accept implements net.Listener.
-func (l *listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return track(NewConn(c, l.o)), nil
-}
 
 // Conn is a net.Conn whose reads are checked frame by frame: once a frame
 // header announces more than the cap, the connection is closed and Read
@@ -128,19 +137,45 @@ type Conn struct {
 	total uint64 // bytes read so far
 	err   error  // the refusal, once refused
 	once  sync.Once
+
+	shook    atomic.Bool // the peer's handshake has passed
+	timedOut atomic.Bool // closed by the handshake timer
+	timer    *time.Timer
 }
 
 // NewConn guards c, which must be at the start of a ZMTP stream (before
-// the peer's greeting).
+// the peer's greeting). Unless the peer's handshake has passed within
+// o.HandshakeTimeout, c is closed then.
 func NewConn(c net.Conn, o Options) *Conn {
-	if o.MaxFrameBytes == 0 {
-		o.MaxFrameBytes = DefaultMaxFrameBytes
+	o = o.withDefaults()
+	g := &Conn{Conn: c, o: o, p: NewParser(o.MaxFrameBytes)}
+	g.timer = time.AfterFunc(o.HandshakeTimeout, g.handshakeExpired)
+	return g
+}
+
+// handshakeExpired closes the connection if the peer's handshake has not
+// passed: zmq4 waits for it with no deadline (and leaves a connection
+// whose handshake failed open).
+func (c *Conn) handshakeExpired() {
+	if c.shook.Load() {
+		return
 	}
-	return &Conn{Conn: c, o: o, p: NewParser(o.MaxFrameBytes)}
+	c.timedOut.Store(true)
+	c.once.Do(func() {
+		_ = c.Conn.Close()
+		if c.o.Refused != nil {
+			c.o.Refused(c.Conn.RemoteAddr(), c.timeoutErr())
+		}
+	})
+}
+
+func (c *Conn) timeoutErr() error {
+	return fmt.Errorf("%w: handshake not done within %v", ErrHandshakeTimeout, c.o.HandshakeTimeout)
 }
 
 // Close implements net.Conn.
 func (c *Conn) Close() error {
+	c.timer.Stop()
 	if c.o.Conns != nil {
 		c.o.Conns.remove(c)
 	}
@@ -155,8 +190,16 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return 0, refusedError{c.err}
 	}
 	n, err := c.Conn.Read(b)
+	if c.timedOut.Load() {
+		c.err = c.timeoutErr()
+		return 0, refusedError{c.err}
+	}
 	c.total += uint64(n)
 	perr := c.p.Feed(b[:n])
+	if perr == nil && !c.shook.Load() && c.p.Handshaken() {
+		c.shook.Store(true)
+		c.timer.Stop()
+	}
 	if perr == nil && c.o.MaxConnBytes > 0 && c.total > c.o.MaxConnBytes {
 		perr = fmt.Errorf("%w: %d bytes, cap %d", ErrTooMuchInput, c.total, c.o.MaxConnBytes)
 	}

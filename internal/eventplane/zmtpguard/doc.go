@@ -17,4 +17,12 @@
 // with zmq4; Endpoint rewrites "tcp://…" and "ipc://…" to them, and the
 // cap rides on the socket's context (WithOptions), so every socket can
 // have its own. Sockets opened on a plain endpoint are not guarded.
+//
+// zmq4 also runs each accepted connection's handshake on its accepting
+// goroutine with no deadline, so one silent TCP connection kept a bound
+// socket from accepting anyone else. A guarded listener accepts on a
+// goroutine of its own and hands zmq4 only connections that sent their
+// greeting's signature within the handshake timeout (HandshakeTimeout,
+// default 10 s; at most MaxPendingHandshakes wait at once), and every
+// guarded connection whose handshake has not passed by then is closed.
 package zmtpguard

@@ -55,6 +55,7 @@ type Parser struct {
 	msg    uint64 // sizes of the current message's earlier frames (MORE set)
 	flags  byte
 	frames uint64
+	shook  bool // the greeting and a whole command frame have passed
 	err    error
 }
 
@@ -79,6 +80,9 @@ func (p *Parser) Feed(b []byte) error {
 			b = b[n:]
 			p.left -= n
 			if p.left == 0 {
+				if p.state == stBody && p.flags&flagCommand != 0 {
+					p.shook = true
+				}
 				p.state = stFlags
 			}
 		case stFlags:
@@ -123,9 +127,17 @@ func (p *Parser) begin() error {
 	p.state, p.left = stBody, p.size
 	if p.size == 0 {
 		p.state = stFlags
+		if p.flags&flagCommand != 0 {
+			p.shook = true
+		}
 	}
 	return nil
 }
+
+// Handshaken reports whether the greeting and one whole command frame
+// (the NULL mechanism's READY, the end of the peer's handshake) have
+// passed.
+func (p *Parser) Handshaken() bool { return p.shook }
 
 // Frames returns how many frame headers were accepted so far.
 func (p *Parser) Frames() uint64 { return p.frames }

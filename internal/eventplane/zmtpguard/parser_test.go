@@ -184,3 +184,26 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// Handshaken turns true with the last byte of the first command frame
+// after the greeting, and not before, whatever the pieces.
+func TestParserHandshakenAtTheEndOfTheFirstCommand(t *testing.T) {
+	hs := append(zmtptest.Greeting(), zmtptest.Ready("SUB")...)
+	for piece := 1; piece <= len(hs); piece++ {
+		p := NewParser(DefaultMaxFrameBytes)
+		for i := 0; i < len(hs); i += piece {
+			end := min(i+piece, len(hs))
+			if err := p.Feed(hs[i:end]); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := p.Handshaken(), end == len(hs); got != want {
+				t.Fatalf("pieces of %d: Handshaken %v after %d of %d bytes", piece, got, end, len(hs))
+			}
+		}
+	}
+	// A message frame before any command is no handshake.
+	p := NewParser(DefaultMaxFrameBytes)
+	if err := p.Feed(append(zmtptest.Greeting(), frame(0, []byte("x"))...)); err != nil || p.Handshaken() {
+		t.Fatalf("after a message frame: Handshaken %v, err %v", p.Handshaken(), err)
+	}
+}

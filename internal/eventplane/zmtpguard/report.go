@@ -40,7 +40,7 @@ func LogRefusals(log *slog.Logger, socket string, count func()) func(net.Addr, e
 		if remote != nil {
 			peer = remote.String()
 		}
-		log.Warn("ZMQ peer sent an oversized frame or too much; connection dropped", "socket", socket, "peer", peer,
+		log.Warn("ZMQ peer sent an oversized frame or too much, or no handshake in time; connection dropped", "socket", socket, "peer", peer,
 			"err", err, "not_logged_since_last", n)
 	}
 }
