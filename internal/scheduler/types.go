@@ -128,6 +128,9 @@ type Explanation struct {
 	// Probability is the chance the row had of being chosen when sampling
 	// (temperature > 0, random policy); 0 otherwise.
 	Probability float64
+	// Prediction is the kv-time policy's estimate in seconds (zero under
+	// other policies).
+	Prediction Prediction
 }
 
 // Decision is the scheduler's answer.
