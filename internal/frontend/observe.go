@@ -32,6 +32,7 @@ func (a *try) observe() {
 			s.PromptTokens = tr.promptTokens
 		}
 	}
+	s.Duration = tr.lastToken.Sub(a.sentAt)
 	if tr.generated >= 2 {
 		s.ITL = tr.lastToken.Sub(tr.firstAt) / time.Duration(tr.generated-1)
 	}

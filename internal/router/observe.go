@@ -29,6 +29,9 @@ type Sample struct {
 	// ITL is the mean time between output tokens; 0 means none (fewer
 	// than two tokens).
 	ITL time.Duration
+	// Duration is how long the request held its blocks there (sent to
+	// last token); 0 means unknown.
+	Duration time.Duration
 }
 
 // Observe folds one sample into worker rank w's time model at now. It
@@ -59,6 +62,7 @@ func (r *Router) Observe(w kvevent.WorkerRank, s Sample, now time.Time) bool {
 		}
 		m.ObserveDecode(use, s.ITL, now)
 	}
+	m.ObserveResidence(s.Duration, now)
 	r.stats.Observations++
 	return true
 }

@@ -301,6 +301,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		HasPinned:      req.HasPinned,
 		DPRankStart:    req.DPRankStart,
 		DPRankSize:     req.DPRankSize,
+		Now:            now,
 	}, cands, r.rng)
 	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
 	if err != nil {

@@ -41,7 +41,11 @@ type Prediction struct {
 	Prefill float64
 	// Load is the time to bring its host- and disk-tier blocks back.
 	Load float64
-	// TTFT is Queue + Prefill + Load, the predicted time to first token.
+	// KVWait is the time until the worker rank's running requests free
+	// the KV blocks this one needs beyond its capacity (0 when it fits).
+	KVWait float64
+	// TTFT is Queue + Prefill + Load + KVWait, the predicted time to first
+	// token.
 	TTFT float64
 	// Decode is the decode term: the weighted delay its prefill adds to
 	// the worker rank's running decodes.
@@ -69,12 +73,15 @@ type KVTimeConfig struct {
 	// second. Default timemodel.DefaultTransferBandwidth (the mocker's
 	// only transfer figure).
 	DiskBandwidth float64
+	// KVHeadroom is the fraction of a worker's KV blocks its engine keeps
+	// free when admitting (vLLM's watermark). Default 0.01.
+	KVHeadroom float64
 }
 
 // DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
 func DefaultKVTimeConfig() KVTimeConfig {
 	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
-		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth}
+		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
 }
 
 // Validate reports the first invalid field.
@@ -82,7 +89,7 @@ func (c KVTimeConfig) Validate() error {
 	switch {
 	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight):
 		return fmt.Errorf("%w: kv-time tolerance %v and decode weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight)
-	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth):
+	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
 		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
 	}
 	return nil
@@ -127,6 +134,9 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 		if p.models != nil {
 			if wm := p.models.Model(c.Worker); wm != nil {
 				m = wm
+				if !req.Now.IsZero() {
+					m.Relax(req.Now)
+				}
 			}
 		}
 		row.Prediction = p.predict(m, c, isl, bs)
@@ -148,18 +158,43 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
 	pr.Load = timemodel.TransferSeconds(tier, p.cfg.KVBytesPerToken, p.cfg.HostBandwidth) +
 		timemodel.TransferSeconds(disk, p.cfg.KVBytesPerToken, p.cfg.DiskBandwidth)
-	pr.TTFT = pr.Queue + pr.Prefill + pr.Load
+	pr.KVWait = p.kvWait(m, c)
+	pr.TTFT = pr.Queue + pr.Prefill + pr.Load + pr.KVWait
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
-		use := 0.0
-		if c.KVCapacityBlocks > 0 {
-			use = c.ActiveBlocks / float64(c.KVCapacityBlocks)
-		}
-		passes, _, _ := own.Passes(m.Config().DefaultChunkTokens)
-		stall := max(pr.Prefill+pr.Load-passes*m.DecodeStepSeconds(use), 0)
-		pr.Decode = p.cfg.DecodeWeight * float64(dec) * stall
+		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
 	pr.Total = pr.TTFT + pr.Decode
 	return pr
+}
+
+// decodeDelay is the delay this request's prefill adds to each running
+// decode on the worker rank: its passes (with any tier load) stall them,
+// beyond the decode steps those passes replace.
+func (p *KVTime) decodeDelay(m *timemodel.Model, c *Candidate, own timemodel.Job, prefill float64) float64 {
+	use := 0.0
+	if c.KVCapacityBlocks > 0 {
+		use = c.ActiveBlocks / float64(c.KVCapacityBlocks)
+	}
+	passes, _, _ := own.Passes(m.Config().DefaultChunkTokens)
+	return max(prefill-passes*m.DecodeStepSeconds(use), 0)
+}
+
+// kvWait predicts how long the request waits for KV room: when the blocks
+// held plus those it adds exceed the usable capacity, running requests
+// must free the excess, and they free their blocks at the rate of one
+// residence time (the model's mean time a request holds its blocks) for
+// all of them: wait = residence × excess / held, at most one residence.
+// Unknown capacity or residence predicts no wait.
+func (p *KVTime) kvWait(m *timemodel.Model, c *Candidate) float64 {
+	if c.KVCapacityBlocks <= 0 {
+		return 0
+	}
+	excess := c.DecodeBlocks - float64(c.KVCapacityBlocks)*(1-p.cfg.KVHeadroom)
+	res, ok := m.ResidenceSeconds()
+	if excess <= 0 || !ok {
+		return 0
+	}
+	return res * min(excess/max(c.ActiveBlocks, 1), 1)
 }
 
 // Choose implements Policy: among rows within the tolerance of the lowest

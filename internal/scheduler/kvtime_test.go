@@ -192,3 +192,31 @@ func TestKVTimeConfigValidate(t *testing.T) {
 		t.Fatalf("NewPolicy(kv-time) = %v, %v", p, err)
 	}
 }
+
+// TestKVTimeKVWait: a worker whose running requests hold their blocks for
+// 10 s on average, holding 900 of 1,000 blocks; this request would bring
+// it to 1,040 against 990 usable (1 % headroom), so it waits for 50 of
+// the 900 held blocks to free: 10 × 50 / 900 s. Within capacity, or with
+// no residence known, it waits nothing; the wait is at most one residence.
+func TestKVTimeKVWait(t *testing.T) {
+	m := timemodel.New(timemodel.DefaultConfig())
+	m.ObserveResidence(10*time.Second, time.Unix(0, 0))
+	s := newKVTime(t, DefaultKVTimeConfig(), models{w(1): m})
+	cands := []Candidate{
+		{Worker: w(1), ActiveBlocks: 900, DecodeBlocks: 1040, KVCapacityBlocks: 1000},
+		{Worker: w(2), ActiveBlocks: 900, DecodeBlocks: 1040, KVCapacityBlocks: 1000}, // no residence known
+		{Worker: w(1), ActiveBlocks: 900, DecodeBlocks: 990, KVCapacityBlocks: 1000},
+		{Worker: w(1), ActiveBlocks: 10, DecodeBlocks: 3000, KVCapacityBlocks: 1000},
+	}
+	want := []float64{10 * 50.0 / 900, 0, 0, 10}
+	for i, c := range cands {
+		d, err := s.Select(Request{InputTokens: 64, BlockSize: 64, Now: time.Unix(1, 0)}, []Candidate{c}, seeded(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Candidates[0].Prediction
+		if !near(p.KVWait, want[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) {
+			t.Errorf("case %d: prediction %+v, want KV wait %v", i, p, want[i])
+		}
+	}
+}

@@ -371,9 +371,12 @@ func (r *run) stepEnd(w int) error {
 			}
 		}
 		if o.Finished {
+			var itl time.Duration
 			if o.Generated > 1 {
-				r.observe(w, f, 0, (r.now-f.issued-f.ttft)/time.Duration(o.Generated-1))
+				itl = (r.now - f.issued - f.ttft) / time.Duration(o.Generated-1)
 			}
+			f.sent.Duration = r.now - f.issued
+			r.observe(w, f, 0, itl)
 			r.rt.Free(sid)
 			r.rec.Add(report.Record{Worker: w, Issued: f.issued, TTFT: f.ttft, E2E: r.now - f.issued,
 				PromptTokens: f.prompt, CachedTokens: f.cached, OutputTokens: o.Generated})

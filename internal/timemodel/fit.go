@@ -182,6 +182,46 @@ func (f *fit) decayTo(cfg *Config, now time.Time) {
 	f.last = now
 }
 
+// relax decays the statistics to now and solves again, when at least an
+// eighth of a half-life has passed since the last update: a fit with no
+// new samples drifts back toward the prior.
+func (f *fit) relax(cfg *Config, p *prior, now time.Time) {
+	if !f.seen || now.Sub(f.last) < cfg.HalfLife/8 {
+		return
+	}
+	f.decayTo(cfg, now)
+	f.solve(p)
+}
+
+// mean is an exponentially decayed mean of positive values.
+type mean struct {
+	sum, weight float64
+	last        time.Time
+	seen        bool
+}
+
+func (a *mean) add(cfg *Config, v float64, now time.Time) {
+	if a.seen {
+		if dt := now.Sub(a.last); dt > 0 {
+			d := math.Exp2(-dt.Seconds() / cfg.HalfLife.Seconds())
+			a.sum *= d
+			a.weight *= d
+			a.last = now
+		}
+	} else {
+		a.seen, a.last = true, now
+	}
+	a.sum += v
+	a.weight++
+}
+
+func (a *mean) value() (float64, bool) {
+	if a.weight <= 0 {
+		return 0, false
+	}
+	return a.sum / a.weight, true
+}
+
 func (f *fit) solve(p *prior) {
 	eq := f.data
 	for i := range dims {

@@ -114,6 +114,7 @@ type Model struct {
 	prefill        fit
 	decode         fit
 	pPrior, dPrior prior
+	residence      mean
 	prefillN       uint64
 	decodeN        uint64
 }
@@ -161,6 +162,29 @@ func (m *Model) ObserveDecode(u float64, itl time.Duration, now time.Time) float
 		m.decodeN++
 	}
 	return w
+}
+
+// ObserveResidence folds in how long one request held its KV blocks on
+// the worker (sent to last token), observed at now. Non-positive or
+// non-finite durations are ignored; it returns whether it was kept.
+func (m *Model) ObserveResidence(d time.Duration, now time.Time) bool {
+	if d <= 0 {
+		return false
+	}
+	m.residence.add(&m.cfg, d.Seconds(), now)
+	return true
+}
+
+// ResidenceSeconds is the decayed mean time a request holds its blocks,
+// false before any sample.
+func (m *Model) ResidenceSeconds() (float64, bool) { return m.residence.value() }
+
+// Relax decays the fits to now without a sample (at most once per eighth
+// of a half-life), so that a worker the router stopped sending to drifts
+// back toward the prior instead of keeping a stale fit forever.
+func (m *Model) Relax(now time.Time) {
+	m.prefill.relax(&m.cfg, &m.pPrior, now)
+	m.decode.relax(&m.cfg, &m.dPrior, now)
 }
 
 // PrefillSeconds predicts the job's time to first token in seconds (≥ 0).

@@ -189,7 +189,7 @@ func TestMatchesBatchLeastSquares(t *testing.T) {
 			j := drawJob(rt, "q")
 			phi := jobFeatures(j)
 			want := math.Max(coef[0]*phi[0]+coef[1]*phi[1]+coef[2]*phi[2], 0) / 1e3
-			if got := m.PrefillSeconds(j); math.Abs(got-want) > 1e-6*math.Max(want, 1e-3) {
+			if got := m.PrefillSeconds(j); math.Abs(got-want) > 1e-4*math.Max(want, 1e-3) {
 				rt.Fatalf("job %+v: online %v s, batch %v s", j, got, want)
 			}
 		}
@@ -295,5 +295,43 @@ func TestHostileSamples(t *testing.T) {
 	}
 	if New(Config{}).Config() != DefaultConfig() {
 		t.Fatal("invalid config not replaced by the default")
+	}
+}
+
+// TestRelaxDriftsBackToThePrior: a worker seen at half the prior's speed
+// for a minute and then not at all is predicted within 10 % of the prior
+// two minutes later (eight half-lives: the samples weigh 1/256), and
+// relaxing without time passing changes nothing.
+func TestRelaxDriftsBackToThePrior(t *testing.T) {
+	m := New(DefaultConfig())
+	steady(m, 0.5, 0, 60)
+	j := Job{Queued: 4000, Uncached: 1500, Decodes: 40}
+	before := m.PrefillSeconds(j)
+	m.Relax(t0.Add(59 * time.Second))
+	if m.PrefillSeconds(j) != before {
+		t.Fatal("relaxing at the last sample's time moved the fit")
+	}
+	if r := before * 1e3 / priorJobMs(j); r < 1.8 {
+		t.Fatalf("after a minute at half speed: %.3f × the prior", r)
+	}
+	m.Relax(t0.Add(179 * time.Second))
+	if r := m.PrefillSeconds(j) * 1e3 / priorJobMs(j); math.Abs(r-1) > 0.1 {
+		t.Fatalf("two idle minutes later: %.3f × the prior", r)
+	}
+}
+
+func TestResidenceMean(t *testing.T) {
+	m := New(DefaultConfig())
+	if _, ok := m.ResidenceSeconds(); ok {
+		t.Fatal("residence known before any sample")
+	}
+	// 2 s, then 15 s (one half-life) later 6 s: (2·½ + 6) / (½ + 1) = 4.667.
+	m.ObserveResidence(2*time.Second, t0)
+	m.ObserveResidence(6*time.Second, t0.Add(15*time.Second))
+	if m.ObserveResidence(-time.Second, t0) {
+		t.Fatal("negative residence kept")
+	}
+	if got, ok := m.ResidenceSeconds(); !ok || math.Abs(got-7.0/1.5) > 1e-9 {
+		t.Fatalf("residence %v, want %v", got, 7.0/1.5)
 	}
 }
