@@ -63,6 +63,11 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	} else {
 		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens%s\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, fleetLine(cfg))
 		err = report.WriteTable(stdout, results)
+		for _, o := range outs {
+			if o.PredictionRatio > 0 {
+				fmt.Fprintf(stdout, "%s: predicted ÷ actual TTFT of the chosen worker %.2f (geometric mean)\n", o.Result.Policy, o.PredictionRatio)
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kvrouter sim: %v\n", err)

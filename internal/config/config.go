@@ -67,9 +67,11 @@ type Config struct {
 
 // Router holds the router core's knobs.
 type Router struct {
-	// Mode is the selection policy (--router-mode): kv, round-robin, random
-	// or least-loaded. Default "kv".
+	// Mode is the selection policy (--router-mode): kv, kv-time,
+	// round-robin, random or least-loaded. Default "kv".
 	Mode string
+	// KVTime holds the kv-time policy's knobs (--kv-time-*).
+	KVTime KVTime
 	// Temperature is the softmax temperature over normalised costs
 	// (--router-temperature); 0 picks the cheapest worker. Default 0.
 	Temperature float64
@@ -340,6 +342,7 @@ func Default() Config {
 			RequestExpiry:        rc.Sequences.Expiry,
 			RequestSweepInterval: rc.Sequences.ExpirySweep,
 			Knobs:                defaultKnobs(rc),
+			KVTime:               defaultKVTime(),
 		},
 		Events: Events{
 			SilentAfter:    60 * time.Second,
@@ -500,6 +503,7 @@ func (c Config) RouterConfig() router.Config {
 	c.Router.Knobs.apply(&rc)
 	rc.Sequences.Expiry = c.Router.RequestExpiry
 	rc.Sequences.ExpirySweep = c.Router.RequestSweepInterval
+	c.Router.KVTime.apply(&rc)
 	return rc
 }
 

@@ -29,7 +29,8 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 
 	r := &c.Router
-	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, round-robin, random or least-loaded")
+	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, kv-time (predicted seconds from per-worker time models), round-robin, random or least-loaded")
+	r.KVTime.bind(fs)
 	fs.Float64Var(&r.Temperature, "router-temperature", r.Temperature, "softmax temperature over normalised costs (0: cheapest worker)")
 	fs.Float64Var(&r.OverlapScoreCredit, "kv-overlap-score-credit", r.OverlapScoreCredit, "cost credit in blocks per cached device block")
 	fs.Float64Var(&r.PrefillLoadScale, "router-prefill-load-scale", r.PrefillLoadScale, "weight of prefill blocks against decode blocks")

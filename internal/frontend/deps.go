@@ -24,7 +24,9 @@ import (
 // as tokens stream, and Free exactly once when the request ends for any
 // reason (completion, worker error, client disconnect, retry elsewhere).
 // Plan decides without booking; LocalHashes gives a prompt's block hashes
-// for /v1/query. Refusals are told apart with the router's sentinels
+// for /v1/query. Observe feeds the worker rank's time model what a
+// streamed response showed (TTFT, inter-token time, cached tokens);
+// TimeModels shows the fits on the status page. Refusals are told apart with the router's sentinels
 // (router.ErrNoCandidates, router.ErrAllBusy, router.ErrRequest). All
 // methods must be safe for concurrent use and return quickly (no I/O).
 type Router interface {
@@ -37,6 +39,8 @@ type Router interface {
 	Loads() []router.Load
 	Workers() (infos []router.WorkerInfo, down []bool)
 	Config() router.Config
+	Observe(w kvevent.WorkerRank, s router.Sample, now time.Time) bool
+	TimeModels() []router.TimeModel
 }
 
 var _ Router = (*router.Router)(nil)

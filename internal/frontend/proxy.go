@@ -539,7 +539,7 @@ func copyHeader(dst, src http.Header) {
 func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange, id string, d router.Decision, entry WorkerEntry) *failure {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	a := &try{f: f, rw: rw, r: r, ex: ex, id: id, d: d, idle: newIdleTimer(f.cfg.StreamIdleTimeout, cancel)}
+	a := &try{f: f, rw: rw, r: r, ex: ex, id: id, d: d, idle: newIdleTimer(f.cfg.StreamIdleTimeout, cancel), sentAt: f.clock()}
 	defer a.idle.disarm()
 	defer a.free()
 	resp, fl := a.send(ctx, entry)
@@ -569,6 +569,7 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 		a.tr.usage(a.captured)
 	}
 	f.accuracy(ex, a.tr)
+	a.observe()
 	return nil
 }
 
@@ -584,6 +585,8 @@ type try struct {
 	d     router.Decision
 	idle  *idleTimer
 	freed bool
+	// sentAt is when the attempt began, the origin of its TTFT.
+	sentAt time.Time
 
 	// Set by commit.
 	rc       *http.ResponseController
@@ -946,6 +949,7 @@ type progress struct {
 	trackOutput  bool
 	started      bool
 	lastToken    time.Time
+	firstAt      time.Time
 	generated    int
 	line         []byte
 	haveUsage    bool
@@ -955,7 +959,7 @@ type progress struct {
 
 func (t *progress) firstToken(ex *exchange) {
 	now := t.f.clock()
-	t.started, t.lastToken = true, now
+	t.started, t.lastToken, t.firstAt = true, now, now
 	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
 	t.f.m.lifecycleCall("mark_prefill_completed", t.f.router.MarkPrefillCompleted(t.id))
 }

@@ -32,6 +32,8 @@ type candidateJSON struct {
 	ActiveRequests      int       `json:"active_requests"`
 	Cost                float64   `json:"cost"`
 	Probability         float64   `json:"probability"`
+	// Predicted is the kv-time policy's estimate (absent under others).
+	Predicted *predictionJSON `json:"predicted,omitempty"`
 }
 
 // decisionJSON is a routing decision with its explanation (/v1/route and
@@ -91,6 +93,7 @@ func (f *Frontend) decisionView(d router.Decision, chosen bool) decisionJSON {
 			RawPrefillBlocks: c.RawPrefillBlocks, CreditBlocks: c.CreditBlocks, AdjustedPrefill: c.AdjustedPrefillBlocks,
 			DecodeBlocks: c.DecodeBlocks, ActiveBlocks: c.ActiveBlocks, ActivePrefillTokens: c.ActivePrefillTokens,
 			ActiveRequests: c.ActiveRequests, Cost: c.Cost, Probability: c.Probability,
+			Predicted: predictionOf(d.Policy, c),
 		})
 	}
 	return v

@@ -3,6 +3,8 @@ package mocker
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 // Config describes one engine rank. Every field has the default given by
@@ -63,8 +65,8 @@ func DefaultConfig() Config {
 		EnablePrefixCaching: true,
 		SpeedupRatio:        1,
 		DecodeSpeedupRatio:  1,
-		KVTransferBandwidth: 64e9,
-		KVBytesPerToken:     114688,
+		KVTransferBandwidth: timemodel.DefaultTransferBandwidth,
+		KVBytesPerToken:     timemodel.DefaultKVBytesPerToken,
 		HashSeed:            0x6d6f636b6572,
 	}
 }

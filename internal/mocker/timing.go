@@ -3,25 +3,19 @@ package mocker
 import (
 	"math"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 // PrefillMs is the modelled time in milliseconds of a forward pass over t
 // new tokens (Dynamo's polynomial fitted on vLLM), before any speedup. Zero
 // tokens cost nothing.
-func PrefillMs(t int) float64 {
-	if t <= 0 {
-		return 0
-	}
-	x := float64(t)
-	return 4.209989e-7*x*x + 1.518344e-2*x + 16.50142
-}
+// The polynomial is the router's time model prior, owned there.
+func PrefillMs(t int) float64 { return timemodel.PriorPrefillMs(t) }
 
 // DecodeMs is the modelled time in milliseconds of one decode step when a
 // fraction p of the KV cache is in use, before any speedup; at least 1 ms.
-func DecodeMs(p float64) float64 {
-	p = math.Min(math.Max(p, 0), 1)
-	return math.Max(-25.74*p*p+54.01*p+5.74, 1)
-}
+func DecodeMs(p float64) float64 { return timemodel.PriorDecodeMs(p) }
 
 // stepDuration models one step. A step that only decodes costs DecodeMs; a
 // step that only prefills costs PrefillMs of its new tokens. A mixed step is

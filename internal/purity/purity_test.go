@@ -37,6 +37,7 @@ var core = []string{
 	"internal/fleet",
 	"internal/timeline",
 	"internal/admission",
+	"internal/timemodel",
 }
 
 // forbidden are the imports that mean I/O or processes.

@@ -7,6 +7,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 // Config configures a Router.
@@ -17,8 +18,8 @@ type Config struct {
 	// BlockSize is the KV block size in tokens every worker must share;
 	// AddWorker refuses others. Default 16.
 	BlockSize int
-	// Policy names the selection policy: kv, round-robin, random or
-	// least-loaded. Default "kv".
+	// Policy names the selection policy: kv, kv-time, round-robin, random
+	// or least-loaded. Default "kv".
 	Policy string
 	// PredictOnRoute records a short-lived prediction that the chosen
 	// (event-fed) worker holds the request's blocks until its stored event
@@ -31,6 +32,11 @@ type Config struct {
 	// Sequences configures load tracking; its BlockSize is overwritten by
 	// BlockSize.
 	Sequences sequences.Config
+	// KVTime configures the kv-time policy.
+	KVTime scheduler.KVTimeConfig
+	// TimeModel configures every worker rank's time model (fed by Observe
+	// whatever the policy; read by kv-time).
+	TimeModel timemodel.Config
 	// IndexReserveMaxBlocks caps the engine-table reservation AddWorker
 	// asks the index for on each of a worker's ranks: the rank's KV
 	// capacity in blocks, at most this many. The table still grows by
@@ -50,6 +56,8 @@ func DefaultConfig() Config {
 		Policy:    scheduler.PolicyKV,
 		Scheduler: scheduler.DefaultConfig(),
 		Sequences: sequences.DefaultConfig(),
+		KVTime:    scheduler.DefaultKVTimeConfig(),
+		TimeModel: timemodel.DefaultConfig(),
 
 		IndexReserveMaxBlocks: 1 << 20,
 	}
@@ -70,6 +78,12 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Scheduler.Validate(); err != nil {
+		return err
+	}
+	if err := c.KVTime.Validate(); err != nil {
+		return err
+	}
+	if err := c.TimeModel.Validate(); err != nil {
 		return err
 	}
 	s := c.Sequences

@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvhash"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sequences"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 type workerState struct {
@@ -51,6 +52,7 @@ type Router struct {
 	loads   []sequences.Load
 	cands   []scheduler.Candidate
 	stats   Stats
+	models  map[kvevent.WorkerRank]*timemodel.Model
 }
 
 // New returns a router over idx. clock supplies the time for bookings,
@@ -63,7 +65,11 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 	if idx == nil || clock == nil {
 		return nil, fmt.Errorf("%w: index and clock are required", ErrConfig)
 	}
-	pol, _ := scheduler.NewPolicy(cfg.Policy)
+	r := &Router{models: make(map[kvevent.WorkerRank]*timemodel.Model)}
+	pol, err := r.policy(cfg)
+	if err != nil {
+		return nil, err
+	}
 	sched, err := scheduler.New(cfg.Scheduler, pol)
 	if err != nil {
 		return nil, err
@@ -75,18 +81,11 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{
-		cfg:      cfg,
-		idx:      idx,
-		clock:    clock,
-		observer: observer,
-		seq:      seq,
-		sched:    sched,
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		workers:  make(map[kvevent.WorkerID]*workerState),
-		pos:      make(map[kvevent.WorkerRank]int),
-		first:    make(map[kvevent.WorkerID]int),
-	}
+	r.cfg, r.idx, r.clock, r.observer, r.seq, r.sched = cfg, idx, clock, observer, seq, sched
+	r.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	r.workers = make(map[kvevent.WorkerID]*workerState)
+	r.pos = make(map[kvevent.WorkerRank]int)
+	r.first = make(map[kvevent.WorkerID]int)
 	r.pool.New = func() any { return new(scratch) }
 	return r, nil
 }
@@ -182,6 +181,7 @@ func (r *Router) rebuild() {
 			r.first[w.ID] = i
 		}
 	}
+	r.pruneModels()
 }
 
 // rankPos returns worker rank w's index in ranks. It is pos[w] through a
@@ -301,6 +301,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		HasPinned:      req.HasPinned,
 		DPRankStart:    req.DPRankStart,
 		DPRankSize:     req.DPRankSize,
+		Now:            now,
 	}, cands, r.rng)
 	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
 	if err != nil {

@@ -163,6 +163,8 @@ type Stats struct {
 	RemoteDropped uint64
 	// IndexErrors counts writes the index refused synchronously.
 	IndexErrors uint64
+	// Observations counts samples Observe folded into time models.
+	Observations uint64
 	// Sequences holds the ledger's counters (unknown ids, expired).
 	Sequences sequences.Stats
 }

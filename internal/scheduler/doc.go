@@ -36,7 +36,19 @@
 // Selection runs in three steps: eligibility (allow-list, pinned worker, dp
 // rank range, DOWN), opt-in busy thresholds (decode blocks as a fraction of KV
 // capacity, prefill tokens absolute and as a fraction of max batched tokens)
-// and the Policy (kv, round-robin, random, least-loaded). Every candidate gets
+// and the Policy (kv, kv-time, round-robin, random, least-loaded). Every candidate gets
 // an Explanation row, excluded ones with the reason, so /v1/route and the
 // status page can show why a worker was or was not chosen.
+//
+// The kv-time policy (KVTime) compares candidates in seconds instead: per
+// eligible row, from that worker rank's time model (package timemodel),
+//
+//	TTFT   = time of the passes over (booked prefill + own uncached tokens)
+//	       + host/disk blocks × block size × KV bytes per token / bandwidth
+//	decode = decode_weight × running requests × (own prefill passes − the decode steps they displace)
+//	total  = TTFT + decode
+//
+// and picks the lowest total; rows within tolerance × the lowest (+ 1 ms)
+// tie, and the tie goes to the longest cached prefix (all tiers), then the
+// lowest total. Its rows carry the Prediction.
 package scheduler

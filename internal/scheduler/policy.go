@@ -48,8 +48,10 @@ func NewPolicy(name string) (Policy, error) {
 		return Random{}, nil
 	case PolicyLeastLoaded:
 		return LeastLoaded{}, nil
+	case PolicyKVTime:
+		return NewKVTime(DefaultKVTimeConfig(), nil)
 	}
-	return nil, fmt.Errorf("%w: unknown policy %q (want kv, round-robin, random or least-loaded)", ErrConfig, name)
+	return nil, fmt.Errorf("%w: unknown policy %q (want kv, kv-time, round-robin, random or least-loaded)", ErrConfig, name)
 }
 
 // KV picks the lowest cost at temperature 0 (exact ties uniformly at

@@ -119,6 +119,9 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 			}
 		}
 	}
+	if pr, ok := s.policy.(Preparer); ok {
+		pr.Prepare(&req, cands, d.Candidates)
+	}
 	if eligible-busy == len(cands) {
 		// Everyone is eligible: the policy works on the rows in place.
 		d.Chosen = s.choose(d.Candidates, temp, rng)

@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/kvrouter/kvrouter/internal/kvevent"
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+)
 
 // Overlap is how many of the request's leading blocks a worker rank holds,
 // per storage tier.
@@ -71,6 +75,9 @@ type Request struct {
 	// DPRankStart and DPRankSize restrict dp ranks to
 	// [DPRankStart, DPRankStart+DPRankSize); size 0 means every rank.
 	DPRankStart, DPRankSize int
+	// Now is the decision's time, for policies whose models age (kv-time);
+	// the zero value ages nothing.
+	Now time.Time
 }
 
 // Exclusion says why a candidate was not eligible; the empty value means it
@@ -128,6 +135,9 @@ type Explanation struct {
 	// Probability is the chance the row had of being chosen when sampling
 	// (temperature > 0, random policy); 0 otherwise.
 	Probability float64
+	// Prediction is the kv-time policy's estimate in seconds (zero under
+	// other policies).
+	Prediction Prediction
 }
 
 // Decision is the scheduler's answer.

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -74,6 +75,13 @@ type Outcome struct {
 	// Duration is the virtual time from the first arrival to the last
 	// completion.
 	Duration time.Duration
+	// TimeModels is the router's fitted time model of each worker at the
+	// end (fed from every flight, whatever the policy).
+	TimeModels []router.TimeModel
+	// PredictionRatio is the geometric mean over requests of the kv-time
+	// predicted TTFT of the chosen worker ÷ the TTFT it had (0 under other
+	// policies): how well calibrated the time models were.
+	PredictionRatio float64
 }
 
 type eventKind uint8
@@ -123,6 +131,8 @@ type flight struct {
 	prompt   int
 	cached   int
 	gotFirst bool
+	sent     router.Sample // the chosen row's load at send time, for Observe
+	predict  float64       // kv-time's predicted TTFT in seconds (0: none)
 }
 
 // run is one simulation's state.
@@ -144,6 +154,8 @@ type run struct {
 	first    time.Duration
 	started  bool
 	oracle   bool
+	logRatio float64 // Σ log(predicted ÷ actual TTFT)
+	ratios   int
 }
 
 // PolicyOracle is a diagnostic policy of the simulator only: it sends each
@@ -154,7 +166,7 @@ type run struct {
 const PolicyOracle = "oracle"
 
 // Run simulates src through the fleet under one routing policy (kv,
-// round-robin, random or least-loaded). boundHitRatio is copied into the
+// kv-time, round-robin, random or least-loaded). boundHitRatio is copied into the
 // result (see Compare). progress may be nil.
 func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, progress report.Progress) (Outcome, error) {
 	if err := cfg.Validate(); err != nil {
@@ -208,8 +220,12 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	}
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
-	return Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
-		WorkerRequests: r.rec.WorkerRequests()}, nil
+	o := Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
+		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels()}
+	if r.ratios > 0 {
+		o.PredictionRatio = math.Exp(r.logRatio / float64(r.ratios))
+	}
+	return o, nil
 }
 
 func (r *run) push(at time.Duration, kind eventKind, w int) {
@@ -295,7 +311,10 @@ func (r *run) issue(req workload.Request) {
 		r.done(1)
 		return
 	}
-	r.flights[id] = &flight{issued: r.now, worker: w, prompt: len(req.Prompt)}
+	row := d.ChosenRow()
+	r.flights[id] = &flight{issued: r.now, worker: w, prompt: len(req.Prompt), sent: router.Sample{
+		QueuedPrefillTokens: row.ActivePrefillTokens, ActiveRequests: row.ActiveRequests, ActiveBlocks: row.ActiveBlocks},
+		predict: row.Prediction.TTFT}
 	if !r.workers[w].busy {
 		r.startStep(w)
 	}
@@ -366,8 +385,19 @@ func (r *run) stepEnd(w int) error {
 		if o.First && !f.gotFirst {
 			f.gotFirst, f.ttft, f.cached = true, r.now-f.issued, o.CachedTokens
 			r.rt.MarkPrefillCompleted(sid)
+			r.observe(w, f, f.ttft, 0)
+			if f.predict > 0 && f.ttft > 0 {
+				r.logRatio += math.Log(f.predict / f.ttft.Seconds())
+				r.ratios++
+			}
 		}
 		if o.Finished {
+			var itl time.Duration
+			if o.Generated > 1 {
+				itl = (r.now - f.issued - f.ttft) / time.Duration(o.Generated-1)
+			}
+			f.sent.Duration = r.now - f.issued
+			r.observe(w, f, 0, itl)
 			r.rt.Free(sid)
 			r.rec.Add(report.Record{Worker: w, Issued: f.issued, TTFT: f.ttft, E2E: r.now - f.issued,
 				PromptTokens: f.prompt, CachedTokens: f.cached, OutputTokens: o.Generated})
@@ -377,6 +407,15 @@ func (r *run) stepEnd(w int) error {
 	}
 	r.startStep(w)
 	return nil
+}
+
+// observe feeds the router's time model of worker w what the front door
+// would see of flight f: its prompt, the engine's cached tokens, the load
+// booked at send time, and a TTFT or a mean inter-token time.
+func (r *run) observe(w int, f *flight, ttft, itl time.Duration) {
+	s := f.sent
+	s.PromptTokens, s.CachedTokens, s.TTFT, s.ITL = f.prompt, f.cached, ttft, itl
+	r.rt.Observe(kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, s, time.Unix(0, 0).Add(r.now))
 }
 
 // sampleUntil records load samples for every sample instant up to t.

@@ -1,0 +1,65 @@
+package frontend
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/poll"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// TestStreamsFeedTimeModel: two streamed completions through a kv-time
+// front door reach the chosen worker's time model, each as one prefill
+// sample (TTFT) and one decode sample (mean inter-token time), and a
+// decision explains every candidate in predicted seconds.
+func TestStreamsFeedTimeModel(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2, speedup: 10, exact: true, rcfg: func(c *router.Config) { c.Policy = "kv-time" }})
+	body := map[string]any{"prompt": words(11, 120), "max_tokens": 5, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+	for range 2 {
+		if resp, b := fl.do(http.MethodPost, "/v1/completions", body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	}
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		var p, d uint64
+		for _, m := range fl.r.TimeModels() {
+			p += m.PrefillSamples
+			d += m.DecodeSamples
+		}
+		return p == 2 && d == 2, fmt.Sprintf("prefill samples %d, decode samples %d", p, d)
+	}, "both streams observed")
+	if n := fl.r.Stats().Observations; n != 2 {
+		t.Fatalf("observations %d, want 2", n)
+	}
+	d, err := fl.r.Plan(router.Request{ID: "x", Tokens: make([]uint32, 300)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range d.Candidates {
+		if !(c.Prediction.TTFT > 0) || c.Prediction.Total < c.Prediction.TTFT {
+			t.Fatalf("row %v prediction %+v", c.Worker, c.Prediction)
+		}
+	}
+	// /v1/route shows each candidate's predicted seconds.
+	resp, b := fl.do(http.MethodPost, "/v1/route", map[string]any{"prompt": words(12, 80)})
+	var v struct {
+		Policy     string `json:"policy"`
+		Candidates []struct {
+			Predicted *struct {
+				TTFT  float64 `json:"ttft_s"`
+				Total float64 `json:"total_s"`
+			} `json:"predicted"`
+		} `json:"candidates"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || resp.StatusCode != http.StatusOK || v.Policy != "kv-time" || len(v.Candidates) != 2 {
+		t.Fatalf("route: status %d, %v: %s", resp.StatusCode, err, b)
+	}
+	for _, c := range v.Candidates {
+		if c.Predicted == nil || !(c.Predicted.TTFT > 0) || c.Predicted.Total < c.Predicted.TTFT {
+			t.Fatalf("route row without predicted seconds: %s", b)
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
+)
+
+// PolicyKVTime names the policy that routes by predicted seconds.
+const PolicyKVTime = "kv-time"
+
+// Models gives the kv-time policy each worker rank's time model; nil
+// means none is known yet (the prior is used).
+type Models interface {
+	// Model returns w's model or nil.
+	Model(w kvevent.WorkerRank) *timemodel.Model
+}
+
+// Preparer is a Policy that needs the request and the full candidate
+// facts: Select calls Prepare on the rows (aligned with cands, eligible
+// ones marked) before Choose.
+type Preparer interface {
+	Policy
+	// Prepare fills in the eligible rows' policy columns.
+	Prepare(req *Request, cands []Candidate, rows []Explanation)
+}
+
+var _ Preparer = (*KVTime)(nil)
+
+// Prediction is the kv-time policy's estimate for one candidate, in
+// seconds.
+type Prediction struct {
+	// Queue is the extra time to first token from the prefill already
+	// booked on the worker rank, ahead of this request.
+	Queue float64
+	// Prefill is the time to prefill this request's uncached tokens there.
+	Prefill float64
+	// Load is the time to bring its host- and disk-tier blocks back.
+	Load float64
+	// KVWait is the time until the worker rank's running requests free
+	// the KV blocks this one needs beyond its capacity (0 when it fits).
+	KVWait float64
+	// TTFT is Queue + Prefill + Load + KVWait, the predicted time to first
+	// token.
+	TTFT float64
+	// Decode is the decode term: the weighted delay its prefill adds to
+	// the worker rank's running decodes.
+	Decode float64
+	// Total is TTFT + Decode, what the policy minimises.
+	Total float64
+}
+
+// KVTimeConfig holds the kv-time policy's settings.
+type KVTimeConfig struct {
+	// Tolerance is the relative near-tie band: every row whose Total is
+	// within Tolerance × the lowest Total (plus 1 ms) ties, and the tie
+	// goes to the longest cached prefix. Default 0.05.
+	Tolerance float64
+	// DecodeWeight weighs the decode term: seconds of TTFT traded for one
+	// second of delay added to one running decode. Default 0.1.
+	DecodeWeight float64
+	// KVBytesPerToken is one token's KV size, for tier transfer times.
+	// Default timemodel.DefaultKVBytesPerToken.
+	KVBytesPerToken int
+	// HostBandwidth is the host-to-device bandwidth in bytes per second.
+	// Default timemodel.DefaultTransferBandwidth.
+	HostBandwidth float64
+	// DiskBandwidth is the disk- or external-tier bandwidth in bytes per
+	// second. Default timemodel.DefaultTransferBandwidth (the mocker's
+	// only transfer figure).
+	DiskBandwidth float64
+	// KVHeadroom is the fraction of a worker's KV blocks its engine keeps
+	// free when admitting (vLLM's watermark). Default 0.01.
+	KVHeadroom float64
+}
+
+// DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
+func DefaultKVTimeConfig() KVTimeConfig {
+	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
+		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
+}
+
+// Validate reports the first invalid field.
+func (c KVTimeConfig) Validate() error {
+	switch {
+	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight):
+		return fmt.Errorf("%w: kv-time tolerance %v and decode weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight)
+	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
+		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
+	}
+	return nil
+}
+
+// KVTime predicts each eligible candidate's time to first token from its
+// time model (see package timemodel) and picks the lowest Total, near-ties
+// going to the longest cached prefix. It ignores the temperature. It is
+// not safe for concurrent use (nor is the Scheduler).
+type KVTime struct {
+	cfg    KVTimeConfig
+	models Models
+	prior  *timemodel.Model
+}
+
+// NewKVTime returns the policy over models (nil: every worker at the
+// prior).
+func NewKVTime(cfg KVTimeConfig, models Models) (*KVTime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &KVTime{cfg: cfg, models: models, prior: timemodel.New(timemodel.DefaultConfig())}, nil
+}
+
+// Name returns "kv-time".
+func (*KVTime) Name() string { return PolicyKVTime }
+
+// Config returns the policy's settings.
+func (p *KVTime) Config() KVTimeConfig { return p.cfg }
+
+// Prepare implements Preparer: it fills Prediction on every eligible row.
+func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
+	bs := max(req.BlockSize, 1)
+	isl := max(req.InputTokens, 0)
+	for i := range rows {
+		row := &rows[i]
+		if row.Excluded != Eligible || i >= len(cands) {
+			continue
+		}
+		c := &cands[i]
+		m := p.prior
+		if p.models != nil {
+			if wm := p.models.Model(c.Worker); wm != nil {
+				m = wm
+				if !req.Now.IsZero() {
+					m.Relax(req.Now)
+				}
+			}
+		}
+		row.Prediction = p.predict(m, c, isl, bs)
+	}
+}
+
+func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+	o := c.Overlap
+	dev := min(max(o.Device, 0)*bs, isl)
+	tier := min(max(o.Host, 0)*bs, isl-dev)
+	disk := min(max(o.Disk, 0)*bs, isl-dev-tier)
+	uncached := isl - dev - tier - disk
+	dec := max(c.ActiveRequests, 0)
+	own := timemodel.Job{Uncached: uncached, Decodes: dec, Chunk: c.MaxBatchedTokens}
+	all := own
+	all.Queued = c.ActivePrefillTokens
+	var pr Prediction
+	pr.Prefill = m.PrefillSeconds(own)
+	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
+	pr.Load = timemodel.TransferSeconds(tier, p.cfg.KVBytesPerToken, p.cfg.HostBandwidth) +
+		timemodel.TransferSeconds(disk, p.cfg.KVBytesPerToken, p.cfg.DiskBandwidth)
+	pr.KVWait = p.kvWait(m, c)
+	pr.TTFT = pr.Queue + pr.Prefill + pr.Load + pr.KVWait
+	if dec > 0 && p.cfg.DecodeWeight > 0 {
+		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
+	}
+	pr.Total = pr.TTFT + pr.Decode
+	return pr
+}
+
+// decodeDelay is the delay this request's prefill adds to each running
+// decode on the worker rank: its passes (with any tier load) stall them,
+// beyond the decode steps those passes replace.
+func (p *KVTime) decodeDelay(m *timemodel.Model, c *Candidate, own timemodel.Job, prefill float64) float64 {
+	use := 0.0
+	if c.KVCapacityBlocks > 0 {
+		use = c.ActiveBlocks / float64(c.KVCapacityBlocks)
+	}
+	passes, _, _ := own.Passes(m.Config().DefaultChunkTokens)
+	return max(prefill-passes*m.DecodeStepSeconds(use), 0)
+}
+
+// kvWait predicts how long the request waits for KV room: when the blocks
+// held plus those it adds exceed the usable capacity, running requests
+// must free the excess, and they free their blocks at the rate of one
+// residence time (the model's mean time a request holds its blocks) for
+// all of them: wait = residence × excess / held, at most one residence.
+// Unknown capacity or residence predicts no wait.
+func (p *KVTime) kvWait(m *timemodel.Model, c *Candidate) float64 {
+	if c.KVCapacityBlocks <= 0 {
+		return 0
+	}
+	excess := c.DecodeBlocks - float64(c.KVCapacityBlocks)*(1-p.cfg.KVHeadroom)
+	res, ok := m.ResidenceSeconds()
+	if excess <= 0 || !ok {
+		return 0
+	}
+	return res * min(excess/max(c.ActiveBlocks, 1), 1)
+}
+
+// Choose implements Policy: among rows within the tolerance of the lowest
+// Total, the longest cached prefix (all tiers), then the lowest Total,
+// exact ties at random.
+func (p *KVTime) Choose(rows []Explanation, _ float64, rng *rand.Rand) int {
+	lo := math.Inf(1)
+	for i := range rows {
+		lo = math.Min(lo, rows[i].Prediction.Total)
+	}
+	band := lo*(1+p.cfg.Tolerance) + 1e-3
+	return argmin(rows, func(a, b *Explanation) int {
+		ina, inb := a.Prediction.Total <= band, b.Prediction.Total <= band
+		switch {
+		case ina && !inb:
+			return -1
+		case inb && !ina:
+			return 1
+		case ina:
+			if c := cmp.Compare(cached(b.Overlap), cached(a.Overlap)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a.Prediction.Total, b.Prediction.Total)
+	}, rng)
+}
+
+func cached(o Overlap) int { return o.Device + o.Host + o.Disk }

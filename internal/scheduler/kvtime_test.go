@@ -1,0 +1,222 @@
+package scheduler
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
+	"pgregory.net/rapid"
+)
+
+// models is a fixed Models for tests.
+type models map[kvevent.WorkerRank]*timemodel.Model
+
+func (m models) Model(w kvevent.WorkerRank) *timemodel.Model { return m[w] }
+
+func newKVTime(t *testing.T, cfg KVTimeConfig, m Models) *Scheduler {
+	t.Helper()
+	p, err := NewKVTime(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newSched(t, DefaultConfig(), p)
+}
+
+// priorSeconds walks passes of chunk tokens (decodes take one token each)
+// through the mocker's polynomial.
+func priorSeconds(tokens, decodes, chunk int) float64 {
+	s := 0.0
+	for tokens > 0 {
+		n := min(tokens, chunk-decodes)
+		s += timemodel.PriorPrefillMs(n + decodes)
+		tokens -= n
+	}
+	return s / 1e3
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestKVTimeWorkedExample: 4,000-token prompt, 64-token blocks, no decode
+// term. Worker 1 holds 50 blocks (3,200 tokens) but has 30,000 tokens
+// booked; worker 2 holds nothing and is idle; worker 3 holds 10 blocks
+// with 900 booked. Cold models: the mocker's polynomial.
+func TestKVTimeWorkedExample(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight = 0
+	s := newKVTime(t, cfg, nil)
+	cands := []Candidate{
+		{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 30000, MaxBatchedTokens: 8192},
+		{Worker: w(2), MaxBatchedTokens: 8192},
+		{Worker: w(3), Overlap: Overlap{Device: 10}, ActivePrefillTokens: 900, MaxBatchedTokens: 8192},
+	}
+	d, err := s.Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ queue, prefill float64 }{
+		// 800 own tokens; 30,800 in passes of 8,192: 3 full + 6,224.
+		{priorSeconds(30800, 0, 8192) - priorSeconds(800, 0, 8192), priorSeconds(800, 0, 8192)},
+		{0, priorSeconds(4000, 0, 8192)},
+		// 3,360 own + 900 booked: one pass of 4,260.
+		{priorSeconds(4260, 0, 8192) - priorSeconds(3360, 0, 8192), priorSeconds(3360, 0, 8192)},
+	}
+	for i, r := range d.Candidates {
+		p := r.Prediction
+		if !near(p.Queue, want[i].queue) || !near(p.Prefill, want[i].prefill) || !near(p.Total, want[i].queue+want[i].prefill) || p.Load != 0 || p.Decode != 0 {
+			t.Errorf("row %d prediction %+v, want queue %v prefill %v", i, p, want[i].queue, want[i].prefill)
+		}
+	}
+	// Worker 2: 16.50 + 60.73 + 6.74 = 83.97 ms; worker 3, one pass of
+	// 4,260: 16.50 + 64.68 + 7.64 = 88.82 ms, within 83.97 × 1.05 + 1 =
+	// 89.17 ms: a near-tie, and worker 3's prefix is longer; worker 1:
+	// 4 passes ≈ 0.63 s.
+	if d.Worker != w(3) {
+		t.Fatalf("chose %v with rows %+v, want worker 3 (near-tie, longer prefix)", d.Worker, d.Candidates)
+	}
+	// Without the tolerance the strictly fastest wins.
+	cfg.Tolerance = 0
+	if d, _ := newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(2) {
+		t.Fatalf("tolerance 0 chose %v, want worker 2", d.Worker)
+	}
+	if d.Policy != PolicyKVTime {
+		t.Fatalf("policy %q", d.Policy)
+	}
+}
+
+// TestKVTimeLearnedSpeed: two idle workers, the same cache; worker 1's
+// model has seen it run twice as slow as the prior, so worker 2 wins and
+// worker 1's prediction is about twice the prior's.
+func TestKVTimeLearnedSpeed(t *testing.T) {
+	slow := timemodel.New(timemodel.DefaultConfig())
+	t0 := time.Unix(0, 0)
+	for s := range 60 {
+		j := timemodel.Job{Uncached: 500 + 100*(s%30), Chunk: 8192}
+		slow.ObservePrefill(j, time.Duration(2*priorSeconds(j.Uncached, 0, 8192)*float64(time.Second)), t0.Add(time.Duration(s)*time.Second))
+	}
+	s := newKVTime(t, DefaultKVTimeConfig(), models{w(1): slow})
+	cands := []Candidate{{Worker: w(1), Overlap: Overlap{Device: 10}}, {Worker: w(2), Overlap: Overlap{Device: 10}}}
+	d, err := s.Select(Request{InputTokens: 2000, BlockSize: 64}, cands, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Worker != w(2) {
+		t.Fatalf("chose the slow worker: %+v", d.Candidates)
+	}
+	if r := d.Candidates[0].Prediction.TTFT / priorSeconds(2000-640, 0, 8192); math.Abs(r-2) > 0.1 {
+		t.Fatalf("slow worker predicted %.3f × the prior, want 2", r)
+	}
+}
+
+// TestKVTimeTiersAndDecode: host and disk blocks cost their transfer; the
+// decode term is weight × running decodes × (own prefill − the decode
+// steps it displaces).
+func TestKVTimeTiersAndDecode(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight = 0.5
+	cfg.DiskBandwidth = 1e9
+	s := newKVTime(t, cfg, nil)
+	c := Candidate{Worker: w(1), Overlap: Overlap{Device: 2, Host: 3, Disk: 1}, ActiveRequests: 10, ActiveBlocks: 500, KVCapacityBlocks: 1000, MaxBatchedTokens: 8192}
+	d, err := s.Select(Request{InputTokens: 1000, BlockSize: 100}, []Candidate{c}, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Candidates[0].Prediction
+	load := 300*114688/64e9 + 100*114688/1e9
+	prefill := priorSeconds(400, 10, 8192)
+	decode := 0.5 * 10 * (prefill + load - timemodel.PriorDecodeMs(0.5)/1e3)
+	if !near(p.Load, load) || !near(p.Prefill, prefill) || p.Queue != 0 || !near(p.Decode, decode) || !near(p.Total, prefill+load+decode) {
+		t.Fatalf("prediction %+v, want load %v prefill %v decode %v", p, load, prefill, decode)
+	}
+}
+
+// TestKVTimeChoosesInBand checks on random fleets that the chosen row is
+// within the near-tie band of the lowest Total and that no row in the band
+// holds a longer prefix; excluded rows carry no prediction.
+func TestKVTimeChoosesInBand(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultKVTimeConfig()
+		cfg.Tolerance = rapid.Float64Range(0, 0.5).Draw(rt, "tol")
+		cfg.DecodeWeight = rapid.Float64Range(0, 1).Draw(rt, "dw")
+		s := newKVTime(t, cfg, nil)
+		n := rapid.IntRange(1, 12).Draw(rt, "n")
+		cands := make([]Candidate, n)
+		for i := range cands {
+			cands[i] = Candidate{
+				Worker:              w(i),
+				Down:                rapid.IntRange(0, 5).Draw(rt, "down") == 0,
+				Overlap:             Overlap{Device: rapid.IntRange(0, 80).Draw(rt, "dev"), Host: rapid.IntRange(0, 10).Draw(rt, "host")},
+				ActivePrefillTokens: rapid.IntRange(0, 40000).Draw(rt, "apt"),
+				ActiveRequests:      rapid.IntRange(0, 100).Draw(rt, "req"),
+				ActiveBlocks:        float64(rapid.IntRange(0, 900).Draw(rt, "blocks")),
+				KVCapacityBlocks:    1000,
+				MaxBatchedTokens:    rapid.SampledFrom([]int{0, 2048, 8192}).Draw(rt, "chunk"),
+			}
+		}
+		d, err := s.Select(Request{InputTokens: rapid.IntRange(0, 6000).Draw(rt, "isl"), BlockSize: 64}, cands, seeded(rapid.Uint64().Draw(rt, "seed")))
+		if err != nil {
+			return // every candidate down
+		}
+		lo := math.Inf(1)
+		for _, r := range d.Candidates {
+			if r.Excluded == Eligible {
+				lo = math.Min(lo, r.Prediction.Total)
+			} else if r.Prediction != (Prediction{}) {
+				rt.Fatalf("excluded row has a prediction %+v", r)
+			}
+		}
+		band := lo*(1+cfg.Tolerance) + 1e-3
+		ch := d.ChosenRow()
+		if ch.Prediction.Total > band {
+			rt.Fatalf("chose total %v outside the band %v", ch.Prediction.Total, band)
+		}
+		for _, r := range d.Candidates {
+			if r.Excluded == Eligible && r.Prediction.Total <= band && cached(r.Overlap) > cached(ch.Overlap) {
+				rt.Fatalf("row %v in the band holds %d blocks, chosen %d", r.Worker, cached(r.Overlap), cached(ch.Overlap))
+			}
+		}
+	})
+}
+
+func TestKVTimeConfigValidate(t *testing.T) {
+	if err := DefaultKVTimeConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []KVTimeConfig{{Tolerance: -1}, {DecodeWeight: math.NaN()}, {HostBandwidth: math.Inf(1)}, {KVBytesPerToken: -1}} {
+		if _, err := NewKVTime(c, nil); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if p, err := NewPolicy("kv-time"); err != nil || p.Name() != "kv-time" {
+		t.Fatalf("NewPolicy(kv-time) = %v, %v", p, err)
+	}
+}
+
+// TestKVTimeKVWait: a worker whose running requests hold their blocks for
+// 10 s on average, holding 900 of 1,000 blocks; this request would bring
+// it to 1,040 against 990 usable (1 % headroom), so it waits for 50 of
+// the 900 held blocks to free: 10 × 50 / 900 s. Within capacity, or with
+// no residence known, it waits nothing; the wait is at most one residence.
+func TestKVTimeKVWait(t *testing.T) {
+	m := timemodel.New(timemodel.DefaultConfig())
+	m.ObserveResidence(10*time.Second, time.Unix(0, 0))
+	s := newKVTime(t, DefaultKVTimeConfig(), models{w(1): m})
+	cands := []Candidate{
+		{Worker: w(1), ActiveBlocks: 900, DecodeBlocks: 1040, KVCapacityBlocks: 1000},
+		{Worker: w(2), ActiveBlocks: 900, DecodeBlocks: 1040, KVCapacityBlocks: 1000}, // no residence known
+		{Worker: w(1), ActiveBlocks: 900, DecodeBlocks: 990, KVCapacityBlocks: 1000},
+		{Worker: w(1), ActiveBlocks: 10, DecodeBlocks: 3000, KVCapacityBlocks: 1000},
+	}
+	want := []float64{10 * 50.0 / 900, 0, 0, 10}
+	for i, c := range cands {
+		d, err := s.Select(Request{InputTokens: 64, BlockSize: 64, Now: time.Unix(1, 0)}, []Candidate{c}, seeded(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Candidates[0].Prediction
+		if !near(p.KVWait, want[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) {
+			t.Errorf("case %d: prediction %+v, want KV wait %v", i, p, want[i])
+		}
+	}
+}
