@@ -204,12 +204,9 @@ func (f *Frontend) handleStatus(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// statusView gathers the status JSON at now (reading the workers' load
-// into the timeline first, so its last sample is current).
-func (f *Frontend) statusView(now time.Time) statusJSON { return f.statusViewOf(now, statusWorkers) }
-
-// statusViewOf is statusView showing at most limit workers (all when
-// negative).
+// statusViewOf gathers the status JSON at now (reading the workers' load
+// into the timeline first, so its last sample is current), showing at most
+// limit workers (all when negative).
 func (f *Frontend) statusViewOf(now time.Time, limit int) statusJSON {
 	views := f.workerViews()
 	if views == nil {
