@@ -188,6 +188,7 @@ type watchLoop[T any] struct {
 	lastSnap   time.Time
 	failures   int // re-watches failed in a row
 	prevTick   time.Time
+	down       bool // the previous tick found the connection down
 }
 
 // end stops the current watch and the one being opened, if any.
@@ -238,7 +239,17 @@ func (l *watchLoop[T]) tick(now time.Time) bool {
 		// reconnect the re-read reports what really left; a record that
 		// expired and came back meanwhile is still told Expired, then Put.
 		l.v.hold(now, sinceTick)
+		l.down = true
 		return true
+	}
+	if l.down {
+		// The first tick after the reconnect: the deadlines were held a
+		// TTL ahead of the last tick that saw the connection down, up to
+		// a tick (more on a loaded host) before the reconnect. Hold them
+		// a TTL ahead of now, so every owner gets a whole TTL after this
+		// router is back to reconnect and put its record again.
+		l.v.hold(now, sinceTick)
+		l.down = false
 	}
 	for _, k := range l.v.expire(now) {
 		if !l.send(fleet.Change[T]{Kind: fleet.Expired, Key: k}) {
