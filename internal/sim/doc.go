@@ -10,6 +10,14 @@
 // router's index at that moment (exact mode) unless the fleet is simulated
 // without events (approximate mode).
 //
+// Config.Fleet gives workers their own speed, token budget and KV capacity
+// (a fleet that mixes GPU generations), and Config.SpeedChanges changes the
+// speeds at set virtual times (a worker that slows down). The grid
+// (KVGrid, GridRuns, Summarize) lists the kv policy's 36 settings of its
+// cost knobs beside other policies per scenario and rates each run against
+// the best kv setting found; running the list is the caller's (cmd runs it
+// in parallel: every run is independent and deterministic).
+//
 // Besides the router's policies the simulator offers PolicyOracle, a
 // diagnostic that sends each request to the worker whose cache holds its
 // longest prefix with no load term. It answers "is the shared-pool bound
