@@ -36,6 +36,6 @@
 // The embedded default (Qwen3, in qwen3/, with provenance and licence) keeps
 // kvrouter runnable with nothing outside its binary. testdata/ holds
 // compressed copies of other families' files (Llama 3.1, DeepSeek V3, Gemma
-// 3, Llama 2), each with its provenance and licence, for the tests of this
+// 3, Llama 2, gpt-oss), each with its provenance and licence, for the tests of this
 // package, the tokenizer and the chat templates; they are not embedded.
 package modelfiles

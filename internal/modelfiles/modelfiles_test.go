@@ -28,6 +28,8 @@ var originals = map[string]string{
 	"gemma3/tokenizer_config.json":      "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601",
 	"llama2/tokenizer.json":             "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc",
 	"llama2/tokenizer_config.json":      "747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b",
+	"gpt-oss/tokenizer.json":            "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3",
+	"gpt-oss/tokenizer_config.json":     "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070",
 }
 
 // testFile returns testdata/<rel>, decompressing rel.gz when only that exists.

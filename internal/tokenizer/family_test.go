@@ -27,7 +27,7 @@ type familyGolden struct {
 
 // families are the model families whose tokenizer files are kept in
 // internal/modelfiles/testdata.
-var families = []string{"llama3.1", "deepseek-v3", "gemma3", "llama2"}
+var families = []string{"llama3.1", "deepseek-v3", "gemma3", "llama2", "gpt-oss"}
 
 // familyJSON returns a family's tokenizer.json, decompressed.
 func familyJSON(t testing.TB, family string) []byte {
