@@ -49,6 +49,30 @@ func TestVariantGoldens(t *testing.T) {
 		}
 		raws[name] = raw
 	}
+	t.Run("no decoder", func(t *testing.T) {
+		// Without a decoder HuggingFace joins the tokens with spaces (ids
+		// and text from Rust tokenizers 0.23.2).
+		m := map[string]json.RawMessage{}
+		for k, v := range base {
+			m[k] = v
+		}
+		m["decoder"] = json.RawMessage("null")
+		raw, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := LoadJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := tok.Encode("Hello world <s>x", false)
+		if want := []uint32{22557, 1526, 28705, 1, 1318}; !slices.Equal(ids, want) {
+			t.Fatalf("Encode = %v, want %v", ids, want)
+		}
+		if got, want := tok.Decode(ids), "\u2581Hello \u2581world \u2581 <s> \u2581x"; got != want {
+			t.Fatalf("Decode = %q, want %q", got, want)
+		}
+	})
 	t.Run("segment cache and prepend_scheme first", func(t *testing.T) {
 		// A long stretch gets a "▁" prepended only at the start of the
 		// text: the segment cache must not hand one position's ids to the
