@@ -187,3 +187,34 @@ func TestDefault(t *testing.T) {
 		t.Fatal("Default's tokenizer is not tokenizer.Default()")
 	}
 }
+
+// Llama 2's tokenizer_config.json has no chat template: the folder's
+// chat_template.jinja is used, with the config's special tokens.
+func TestLoadDirJinjaBesideConfig(t *testing.T) {
+	dir := modelDir(t, "llama2", "tokenizer.json", "tokenizer_config.json")
+	m, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Template != nil || m.BOS != "<s>" || m.EOS != "</s>" {
+		t.Fatalf("template %v BOS %q EOS %q", m.Template, m.BOS, m.EOS)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Template.Render([]byte(`[{"role":"user","content":"hi"}]`), nil, chattemplate.Options{})
+	if err != nil || out != "<s>[INST] hi [/INST]" {
+		t.Fatalf("Render = %q, %v", out, err)
+	}
+	// LlamaTokenizer with add_bos_token: <s> (1) first, once.
+	ids := m.Tokenizer.Encode(out, false)
+	if with := m.Tokenizer.Encode("hi", true); len(with) < 2 || with[0] != 1 || with[1] == 1 {
+		t.Fatalf("Encode(hi, special) = %v", with)
+	}
+	if ids[0] != 1 {
+		t.Fatalf("the rendered <s> is not token 1: %v", ids)
+	}
+}
