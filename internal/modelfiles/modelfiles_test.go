@@ -128,7 +128,7 @@ func TestLoadDirAddBOSToken(t *testing.T) {
 }
 
 func TestLoadDirWithoutConfig(t *testing.T) {
-	dir := modelDir(t, "llama3.1", "tokenizer.json")
+	dir := modelDir(t, "llama2", "tokenizer.json")
 	m, err := LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestLoadDirErrors(t *testing.T) {
 		t.Fatalf("WordPiece: %v", err)
 	}
 	// add_bos_token naming a token the vocabulary does not have.
-	dir = modelDir(t, "deepseek-v3", "tokenizer.json")
+	dir = modelDir(t, "llama2", "tokenizer.json")
 	cfg := `{"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "bos_token": "<nope>"}`
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
