@@ -172,6 +172,15 @@ func TestLoadDirErrors(t *testing.T) {
 	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "<nope>") {
 		t.Fatalf("bad bos_token: %v", err)
 	}
+	// add_prefix_space makes transformers rebuild a Llama tokenizer from
+	// its SentencePiece model: refused, naming it.
+	cfg = `{"tokenizer_class": "LlamaTokenizerFast", "add_prefix_space": false, "bos_token": "<s>"}`
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); !errors.Is(err, tokenizer.ErrUnsupported) || !strings.Contains(err.Error(), "add_prefix_space") {
+		t.Fatalf("add_prefix_space: %v", err)
+	}
 }
 
 func TestDefault(t *testing.T) {
