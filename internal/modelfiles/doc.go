@@ -31,8 +31,8 @@
 // add_eos_token (default false), whatever tokenizer.json says. vLLM loads
 // tokenizers through transformers, so LoadDir does the same for those
 // classes (DeepSeek V3's tokenizer.json adds no BOS, but its config asks
-// for one). Other classes keep tokenizer.json's post-processor. When such a
-// config sets add_prefix_space, transformers rebuilds the tokenizer from the
+// for one). Other classes keep tokenizer.json's post-processor. When a
+// Llama config sets add_prefix_space, transformers rebuilds the tokenizer from the
 // SentencePiece model instead of reading tokenizer.json; LoadDir refuses it
 // (ErrUnsupported) rather than guess.
 //

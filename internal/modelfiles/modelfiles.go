@@ -122,7 +122,7 @@ func Load(tokenizerJSON, tokenizerConfig, chatTemplateJinja []byte, o Options) (
 	case err != nil:
 		return nil, fmt.Errorf("tokenizer_config.json: %w", err)
 	}
-	if rebuildsPostProcessor[cfg.TokenizerClass] && cfg.AddPrefixSpace != nil {
+	if (cfg.TokenizerClass == "LlamaTokenizer" || cfg.TokenizerClass == "LlamaTokenizerFast") && cfg.AddPrefixSpace != nil {
 		// transformers then rebuilds the tokenizer from the SentencePiece
 		// model (from_slow), which tokenizer.json does not describe.
 		return nil, fmt.Errorf("tokenizer_config.json: add_prefix_space with %s (transformers converts the slow SentencePiece tokenizer instead of reading tokenizer.json): %w", cfg.TokenizerClass, tokenizer.ErrUnsupported)
