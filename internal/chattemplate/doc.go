@@ -38,7 +38,10 @@
 // unlike Python. The tojson filter is therefore renamed in the template
 // source at compile time (only inside tags, outside string literals) and
 // served by pyToJSON, written here to follow json.dumps's output rules, including
-// indent, separators, sort_keys and ensure_ascii.
+// indent, separators, sort_keys and ensure_ascii. The map and trim filters
+// are replaced the same way (filters.go): the engine's map ignores a filter
+// name (Llama 3.1's tool template does map('trim')) and its trim strips
+// Go's white space rather than Python's.
 //
 // # Messages as the template sees them
 //

@@ -241,11 +241,17 @@ func pyFloatRepr(f float64) string {
 	return out
 }
 
-// rewriteToJSON renames the tojson filter inside the template's {{ }} and
-// {% %} tags (outside string literals) to toJSONFilter, so that pyToJSON
-// replaces the engine's built-in version. Text outside tags is untouched.
+// rewriteToJSON renames the filters the package replaces (tojson, map and
+// trim: see pyFilters) inside the template's {{ }} and {% %} tags (outside
+// string literals) to their kvrouter_ names, so that the package's
+// versions, passed in the render variables, replace the engine's built-in
+// ones. Text outside tags is untouched.
 func rewriteToJSON(src string) string {
-	if !strings.Contains(src, "tojson") {
+	found := false
+	for _, f := range pyFilters {
+		found = found || strings.Contains(src, f.name)
+	}
+	if !found {
 		return src
 	}
 	var sb strings.Builder
@@ -283,7 +289,7 @@ func rewriteToJSON(src string) string {
 			continue
 		}
 		// Inside a tag: copy, skipping string literals, renaming
-		// "| tojson" where tojson is a whole identifier.
+		// "| tojson" (and the others) where it is a whole identifier.
 		var quote byte
 		for j < len(src) {
 			c := src[j]
@@ -314,10 +320,10 @@ func rewriteToJSON(src string) string {
 				for k < len(src) && (src[k] == ' ' || src[k] == '\t' || src[k] == '\n' || src[k] == '\r') {
 					k++
 				}
-				if strings.HasPrefix(src[k:], "tojson") && (k+6 == len(src) || !isIdentByte(src[k+6])) {
+				if f, ok := filterAt(src, k); ok {
 					sb.WriteString(src[j:k])
-					sb.WriteString(toJSONFilter)
-					j = k + 6
+					sb.WriteString(f.renamed)
+					j = k + len(f.name)
 					continue
 				}
 			}
@@ -327,6 +333,17 @@ func rewriteToJSON(src string) string {
 		i = j
 	}
 	return sb.String()
+}
+
+// filterAt returns the replaced filter whose name is the whole identifier
+// at src[k:].
+func filterAt(src string, k int) (pyFilter, bool) {
+	for _, f := range pyFilters {
+		if strings.HasPrefix(src[k:], f.name) && (k+len(f.name) == len(src) || !isIdentByte(src[k+len(f.name)])) {
+			return f, true
+		}
+	}
+	return pyFilter{}, false
 }
 
 func isIdentByte(b byte) bool {

@@ -156,7 +156,9 @@ func (t *Template) prepare(messages, tools json.RawMessage, opts Options) (*jinj
 		vars["enable_thinking"] = jinja.NewBool(*opts.EnableThinking)
 	}
 	now := opts.Now
-	vars[toJSONFilter] = pyToJSONValue
+	for _, f := range pyFilters {
+		vars[f.renamed] = f.fn
+	}
 	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		ts := now
 		if ts.IsZero() {

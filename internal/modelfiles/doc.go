@@ -31,11 +31,14 @@
 // add_eos_token (default false), whatever tokenizer.json says. vLLM loads
 // tokenizers through transformers, so LoadDir does the same for those
 // classes (DeepSeek V3's tokenizer.json adds no BOS, but its config asks
-// for one). Other classes keep tokenizer.json's post-processor.
+// for one). Other classes keep tokenizer.json's post-processor. When a
+// Llama config sets add_prefix_space, transformers rebuilds the tokenizer from the
+// SentencePiece model instead of reading tokenizer.json; LoadDir refuses it
+// (ErrUnsupported) rather than guess.
 //
 // The embedded default (Qwen3, in qwen3/, with provenance and licence) keeps
 // kvrouter runnable with nothing outside its binary. testdata/ holds
 // compressed copies of other families' files (Llama 3.1, DeepSeek V3, Gemma
-// 3, Llama 2), each with its provenance and licence, for the tests of this
+// 3, Llama 2, gpt-oss), each with its provenance and licence, for the tests of this
 // package, the tokenizer and the chat templates; they are not embedded.
 package modelfiles

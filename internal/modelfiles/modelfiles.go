@@ -122,6 +122,11 @@ func Load(tokenizerJSON, tokenizerConfig, chatTemplateJinja []byte, o Options) (
 	case err != nil:
 		return nil, fmt.Errorf("tokenizer_config.json: %w", err)
 	}
+	if (cfg.TokenizerClass == "LlamaTokenizer" || cfg.TokenizerClass == "LlamaTokenizerFast") && cfg.AddPrefixSpace != nil {
+		// transformers then rebuilds the tokenizer from the SentencePiece
+		// model (from_slow), which tokenizer.json does not describe.
+		return nil, fmt.Errorf("tokenizer_config.json: add_prefix_space with %s (transformers converts the slow SentencePiece tokenizer instead of reading tokenizer.json): %w", cfg.TokenizerClass, tokenizer.ErrUnsupported)
+	}
 	if rebuildsPostProcessor[cfg.TokenizerClass] {
 		if m.Tokenizer, err = withBOSEOS(tok, m.BOS, m.EOS, cfg.AddBOS == nil || *cfg.AddBOS, cfg.AddEOS != nil && *cfg.AddEOS); err != nil {
 			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
@@ -136,6 +141,7 @@ type configJSON struct {
 	TokenizerClass string `json:"tokenizer_class"`
 	AddBOS         *bool  `json:"add_bos_token"`
 	AddEOS         *bool  `json:"add_eos_token"`
+	AddPrefixSpace *bool  `json:"add_prefix_space"`
 }
 
 // rebuildsPostProcessor lists the tokenizer classes whose transformers

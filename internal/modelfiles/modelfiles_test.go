@@ -28,6 +28,8 @@ var originals = map[string]string{
 	"gemma3/tokenizer_config.json":      "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601",
 	"llama2/tokenizer.json":             "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc",
 	"llama2/tokenizer_config.json":      "747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b",
+	"gpt-oss/tokenizer.json":            "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3",
+	"gpt-oss/tokenizer_config.json":     "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070",
 }
 
 // testFile returns testdata/<rel>, decompressing rel.gz when only that exists.
@@ -126,7 +128,7 @@ func TestLoadDirAddBOSToken(t *testing.T) {
 }
 
 func TestLoadDirWithoutConfig(t *testing.T) {
-	dir := modelDir(t, "llama3.1", "tokenizer.json")
+	dir := modelDir(t, "llama2", "tokenizer.json")
 	m, err := LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -162,13 +164,22 @@ func TestLoadDirErrors(t *testing.T) {
 		t.Fatalf("WordPiece: %v", err)
 	}
 	// add_bos_token naming a token the vocabulary does not have.
-	dir = modelDir(t, "deepseek-v3", "tokenizer.json")
+	dir = modelDir(t, "llama2", "tokenizer.json")
 	cfg := `{"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "bos_token": "<nope>"}`
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "<nope>") {
 		t.Fatalf("bad bos_token: %v", err)
+	}
+	// add_prefix_space makes transformers rebuild a Llama tokenizer from
+	// its SentencePiece model: refused, naming it.
+	cfg = `{"tokenizer_class": "LlamaTokenizerFast", "add_prefix_space": false, "bos_token": "<s>"}`
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); !errors.Is(err, tokenizer.ErrUnsupported) || !strings.Contains(err.Error(), "add_prefix_space") {
+		t.Fatalf("add_prefix_space: %v", err)
 	}
 }
 
@@ -183,5 +194,36 @@ func TestDefault(t *testing.T) {
 	tok, _ := tokenizer.Default()
 	if m.Tokenizer != tok {
 		t.Fatal("Default's tokenizer is not tokenizer.Default()")
+	}
+}
+
+// Llama 2's tokenizer_config.json has no chat template: the folder's
+// chat_template.jinja is used, with the config's special tokens.
+func TestLoadDirJinjaBesideConfig(t *testing.T) {
+	dir := modelDir(t, "llama2", "tokenizer.json", "tokenizer_config.json")
+	m, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Template != nil || m.BOS != "<s>" || m.EOS != "</s>" {
+		t.Fatalf("template %v BOS %q EOS %q", m.Template, m.BOS, m.EOS)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Template.Render([]byte(`[{"role":"user","content":"hi"}]`), nil, chattemplate.Options{})
+	if err != nil || out != "<s>[INST] hi [/INST]" {
+		t.Fatalf("Render = %q, %v", out, err)
+	}
+	// LlamaTokenizer with add_bos_token: <s> (1) first, once.
+	ids := m.Tokenizer.Encode(out, false)
+	if with := m.Tokenizer.Encode("hi", true); len(with) < 2 || with[0] != 1 || with[1] == 1 {
+		t.Fatalf("Encode(hi, special) = %v", with)
+	}
+	if ids[0] != 1 {
+		t.Fatalf("the rendered <s> is not token 1: %v", ids)
 	}
 }

@@ -36,6 +36,9 @@ func (t *Tokenizer) decodeChain(ids []uint32) string {
 			toks = append(toks, t.idToken.at(int(id)))
 		}
 	}
+	if len(t.dec) == 0 { // no decoder: HuggingFace joins the tokens with spaces
+		return validUTF8(strings.Join(toks, " "))
+	}
 	for _, st := range t.dec {
 		toks = st.apply(toks)
 	}

@@ -1,7 +1,7 @@
 // Package tokenizer encodes text into the token ids of a HuggingFace BPE
 // model from the model's tokenizer.json, in pure Go, with ids identical to
 // HuggingFace's tokenizers. Two families of BPE are covered: byte-level
-// (Qwen2/2.5/3, Llama 3, DeepSeek V3, GPT-style models) and
+// (Qwen2/2.5/3, Llama 3, DeepSeek V3, gpt-oss and other GPT-style models) and
 // SentencePiece-style, on characters with a "▁" for each space and byte
 // fallback (Gemma, Llama 2, Mistral).
 //
@@ -22,8 +22,9 @@
 //     MergedWithPrevious, MergedWithNext, Contiguous; invert), Metaspace
 //     (prepend_scheme always / first / never, split), Digits and ByteLevel
 //     (optionally with its own GPT-2 regex and a prefix space), alone or in
-//     a Sequence. For the split patterns of Qwen2/2.5/3 and Llama 3 a
-//     hand-written matcher replaces regexp2; it is fuzzed against regexp2.
+//     a Sequence. For the split patterns of Qwen2/2.5/3, Llama 3, DeepSeek
+//     V3 (three of them) and o200k (gpt-oss) hand-written matchers replace
+//     regexp2; they are fuzzed against regexp2.
 //     Without a pre-tokenizer (Llama 2) the whole stretch is one word;
 //  4. each word is merged by BPE rank (lowest rank first, leftmost on ties;
 //     with ignore_merges, a word found whole in the vocabulary is taken as
@@ -45,7 +46,7 @@
 //
 // Golden ids for the embedded Qwen3 tokenizer come from the pinned reference
 // implementation (tools/tokgold); see testdata/qwen3_golden.jsonl. Llama 3.1,
-// DeepSeek V3, Gemma 3 and Llama 2 have goldens of their own
+// DeepSeek V3, Gemma 3, Llama 2 and gpt-oss have goldens of their own
 // (testdata/<family>_golden.jsonl, ids and decodes, from the same reference
 // and HuggingFace's Rust tokenizers, which agree), over tokenizer files kept
 // in internal/modelfiles/testdata.

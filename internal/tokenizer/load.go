@@ -629,6 +629,8 @@ func splitterFor(pattern string) (splitter, error) {
 		return cjkSplitter{}, nil
 	case deepseekWords:
 		return deepseekWordSplitter{}, nil
+	case o200kPattern:
+		return o200kSplitter{}, nil
 	}
 	return newRegexpSplitter(pattern)
 }

@@ -165,3 +165,50 @@ func TestDeepSeekSplitMatchesRegexp(t *testing.T) {
 		})
 	}
 }
+
+// TestO200kSplitMatchesRegexp checks the o200k splitter against regexp2
+// on random text over splitAlphabet plus title-case, modifier and other
+// letters, marks and '/'.
+func TestO200kSplitMatchesRegexp(t *testing.T) {
+	alphabet := append([]rune("\u01c5\u02b0\u00aa\u05d0\u0301\u0903/ABab'sS\u017f\u212a"), splitAlphabet...)
+	re, err := newRegexpSplitter(o200kPattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		s := string(rapid.SliceOfN(rapid.SampledFrom(alphabet), 0, 40).Draw(t, "runes"))
+		if got, want := (o200kSplitter{}).appendEnds(nil, s), re.appendEnds(nil, s); !slices.Equal(got, want) {
+			t.Fatalf("%q:\n fast  %q\n regex %q", s, pieces(s, got), pieces(s, want))
+		}
+	})
+}
+
+// FuzzO200kSplitMatchesRegexp is TestO200kSplitMatchesRegexp on arbitrary
+// (valid UTF-8) input.
+func FuzzO200kSplitMatchesRegexp(f *testing.F) {
+	for _, s := range []string{"HelloWorld  x", "I'M here\r\n/x", "ǅungla ʰa ªb", "123 4567", "e\u0301 \u0903a"} {
+		f.Add(s)
+	}
+	re, err := newRegexpSplitter(o200kPattern)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+		if got, want := (o200kSplitter{}).appendEnds(nil, s), re.appendEnds(nil, s); !slices.Equal(got, want) {
+			t.Fatalf("%q:\n fast  %q\n regex %q", s, pieces(s, got), pieces(s, want))
+		}
+	})
+}
+
+// TestGptOssUsesFastSplitter checks that gpt-oss's file gets the o200k
+// splitter (its pattern is the constant).
+func TestGptOssUsesFastSplitter(t *testing.T) {
+	tok := familyTokenizer(t, "gpt-oss", true)
+	if len(tok.stages) == 0 {
+		t.Fatal("no stages")
+	}
+	if _, ok := tok.stages[0].split.(o200kSplitter); !ok {
+		t.Fatalf("first stage splits with %T", tok.stages[0].split)
+	}
+}

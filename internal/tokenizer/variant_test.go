@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -30,7 +31,7 @@ func TestVariantGoldens(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	toks := map[string]*Tokenizer{}
+	toks, raws := map[string]*Tokenizer{}, map[string][]byte{}
 	for name, sections := range doc.Variants {
 		m := map[string]json.RawMessage{}
 		for k, v := range base {
@@ -46,7 +47,51 @@ func TestVariantGoldens(t *testing.T) {
 		if toks[name], err = LoadJSON(raw); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		raws[name] = raw
 	}
+	t.Run("no decoder", func(t *testing.T) {
+		// Without a decoder HuggingFace joins the tokens with spaces (ids
+		// and text from Rust tokenizers 0.23.2).
+		m := map[string]json.RawMessage{}
+		for k, v := range base {
+			m[k] = v
+		}
+		m["decoder"] = json.RawMessage("null")
+		raw, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := LoadJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := tok.Encode("Hello world <s>x", false)
+		if want := []uint32{22557, 1526, 28705, 1, 1318}; !slices.Equal(ids, want) {
+			t.Fatalf("Encode = %v, want %v", ids, want)
+		}
+		if got, want := tok.Decode(ids), "\u2581Hello \u2581world \u2581 <s> \u2581x"; got != want {
+			t.Fatalf("Decode = %q, want %q", got, want)
+		}
+	})
+	t.Run("segment cache and prepend_scheme first", func(t *testing.T) {
+		// A long stretch gets a "▁" prepended only at the start of the
+		// text: the segment cache must not hand one position's ids to the
+		// other, in either order.
+		cached := toks["metaspace-first"]
+		plain, err := LoadJSONConfig(raws["metaspace-first"], Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		long := strings.Repeat("kv caches route requests ", 12)
+		for _, text := range []string{"</s>" + long, long, "</s>" + long, long} {
+			if got, want := cached.Encode(text, false), plain.Encode(text, false); !slices.Equal(got, want) {
+				t.Fatalf("Encode(%q) with caches %v, without %v", trunc(text), truncIDs(got), truncIDs(want))
+			}
+		}
+		if a, b := plain.Encode(long, false), plain.Encode("</s>"+long, false); slices.Equal(a, b[1:]) {
+			t.Fatal("the start of the text and after a special token tokenize alike: the case tests nothing")
+		}
+	})
 	f, err := os.Open("testdata/variants_golden.jsonl")
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,9 @@ KWARGS = {
     "t": True,
     "e": "",
     "toolset": [{"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": {"y": [], "x": {}}}}}],
+    "parts": [{"type": "text", "text": " part one "}, {"type": "image"}, {"type": "text", "text": "Part two\n"}],
+    "ctl": "\x1c\u3000 x \x1f\t",
+    "nested": [{"a": {"b": 1}}, {"a": {}}, {}],
 }
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "u1"},
             {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
@@ -66,6 +69,10 @@ PROBES = [
     "{{ raise_exception('boom') if false else 'ok' }}",
     "{% set x = 'outer' %}{% for i in [1] %}{% set x = 'inner' %}{% endfor %}{{ x }}",
     "{{ messages | length > 3 }}|{{ (messages | length) - 1 }}|{{ -1 }}|{{ 1e3 }}",
+    "{{ parts | selectattr('type', 'equalto', 'text') | map(attribute='text') | map('trim') | join('\\n') }}|{{ parts | map(attribute='text', default='-') | map('upper') | join('|') }}",
+    "[{{ ctl | trim }}]|[{{ s | trim('H ') }}]|[{{ s | trim(none) }}]",
+    "{{ nested[:1] | map(attribute='a.b') | list }}|{{ nested | map(attribute='a.b', default=0) | list }}",
+    "{{ {'output': s} | tojson }}|{{ 'role' in messages[0] }}|{{ 'tool_calls' in messages[0] }}|{{ parts | map('tojson') | join(' ') }}",
 ]
 
 

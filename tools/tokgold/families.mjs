@@ -50,6 +50,12 @@ const extras = {
     "    indented\tcode\n\n\n\n      more",
     "<start_of_turn> <end_of_turn > not tokens",
   ],
+  "gpt-oss": [
+    "<|startoftext|>HelloWorld XMLHttpRequest iPhone McDonald's DON'T we'll y'all'd",
+    "ab'ſ AB'K ǅungla ʰa ªb e\u0301 \u0903a path/to/file/ x\n/\n",
+    "<|endoftext|><|reserved_200005|><|endofprompt|>",
+    "digits 1 12 123 1234 12345 123456 1234567",
+  ],
   "llama2": [
     "<s>[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Again [/INST]",
     "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0000 \uE000 🫠🪿 byte fallback",
