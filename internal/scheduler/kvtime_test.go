@@ -69,16 +69,29 @@ func TestKVTimeWorkedExample(t *testing.T) {
 		}
 	}
 	// Worker 2: 16.50 + 60.73 + 6.74 = 83.97 ms; worker 3, one pass of
-	// 4,260: 16.50 + 64.68 + 7.64 = 88.82 ms, within 83.97 × 1.05 + 1 =
-	// 89.17 ms: a near-tie, and worker 3's prefix is longer; worker 1:
-	// 4 passes ≈ 0.63 s.
+	// 4,260: 16.50 + 64.68 + 7.64 = 88.82 ms. The band is the larger of
+	// the tolerance (5 %) and the fastest row's model error (a cold
+	// model's: 0.1): 83.97 × 1.1 + 1 = 93.37 ms, so worker 3 is a
+	// near-tie, and its prefix is longer; worker 1: 4 passes ≈ 0.63 s.
+	for i, r := range d.Candidates {
+		if r.Prediction.Error != 0.1 {
+			t.Errorf("row %d: cold model error %v, want 0.1", i, r.Prediction.Error)
+		}
+	}
 	if d.Worker != w(3) {
 		t.Fatalf("chose %v with rows %+v, want worker 3 (near-tie, longer prefix)", d.Worker, d.Candidates)
 	}
-	// Without the tolerance the strictly fastest wins.
-	cfg.Tolerance = 0
-	if d, _ := newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(2) {
-		t.Fatalf("tolerance 0 chose %v, want worker 2", d.Worker)
+	// With 2,000 tokens booked worker 3 needs one pass of 5,360 tokens,
+	// 16.50 + 81.38 + 12.10 = 109.98 ms: out of the band, the fastest wins.
+	cands[2].ActivePrefillTokens = 2000
+	if d, _ := s.Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(2) {
+		t.Fatalf("chose %v, want worker 2", d.Worker)
+	}
+	// A tolerance above the model error widens the band: 83.97 × 1.4 + 1
+	// = 118.6 ms takes worker 3 back.
+	cfg.Tolerance = 0.4
+	if d, _ := newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(3) {
+		t.Fatalf("tolerance 0.4 chose %v, want worker 3", d.Worker)
 	}
 	if d.Policy != PolicyKVTime {
 		t.Fatalf("policy %q", d.Policy)
@@ -158,15 +171,17 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 		if err != nil {
 			return // every candidate down
 		}
-		lo := math.Inf(1)
+		lo, tol := math.Inf(1), cfg.Tolerance
 		for _, r := range d.Candidates {
 			if r.Excluded == Eligible {
-				lo = math.Min(lo, r.Prediction.Total)
+				if r.Prediction.Total < lo {
+					lo, tol = r.Prediction.Total, math.Max(cfg.Tolerance, r.Prediction.Error)
+				}
 			} else if r.Prediction != (Prediction{}) {
 				rt.Fatalf("excluded row has a prediction %+v", r)
 			}
 		}
-		band := lo*(1+cfg.Tolerance) + 1e-3
+		band := lo*(1+tol) + 1e-3
 		ch := d.ChosenRow()
 		if ch.Prediction.Total > band {
 			rt.Fatalf("chose total %v outside the band %v", ch.Prediction.Total, band)
@@ -198,6 +213,8 @@ func TestKVTimeConfigValidate(t *testing.T) {
 // it to 1,040 against 990 usable (1 % headroom), so it waits for 50 of
 // the 900 held blocks to free: 10 × 50 / 900 s. Within capacity, or with
 // no residence known, it waits nothing; the wait is at most one residence.
+// The pressure of its new blocks n at use u = held/990 is
+// 10 × n/990 × u/(1 − u), u at most 0.99.
 func TestKVTimeKVWait(t *testing.T) {
 	m := timemodel.New(timemodel.DefaultConfig())
 	m.ObserveResidence(10*time.Second, time.Unix(0, 0))
@@ -209,14 +226,17 @@ func TestKVTimeKVWait(t *testing.T) {
 		{Worker: w(1), ActiveBlocks: 10, DecodeBlocks: 3000, KVCapacityBlocks: 1000},
 	}
 	want := []float64{10 * 50.0 / 900, 0, 0, 10}
+	u := func(held float64) float64 { return held / 990 / (1 - held/990) }
+	pressure := []float64{10 * 140.0 / 990 * u(900), 0, 10 * 90.0 / 990 * u(900), 10 * 2990.0 / 990 * u(10)}
 	for i, c := range cands {
 		d, err := s.Select(Request{InputTokens: 64, BlockSize: 64, Now: time.Unix(1, 0)}, []Candidate{c}, seeded(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := d.Candidates[0].Prediction
-		if !near(p.KVWait, want[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) {
-			t.Errorf("case %d: prediction %+v, want KV wait %v", i, p, want[i])
+		if !near(p.KVWait, want[i]) || !near(p.KVPressure, pressure[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) ||
+			!near(p.Total, p.TTFT+p.KVPressure+p.Decode) {
+			t.Errorf("case %d: prediction %+v, want KV wait %v, pressure %v", i, p, want[i], pressure[i])
 		}
 	}
 }
