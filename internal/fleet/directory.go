@@ -103,6 +103,7 @@ type Directory struct {
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*Worker // accepted and refused workers
 	byKey   map[string]kvevent.WorkerID  // registry key -> id it holds
+	keyOf   map[kvevent.WorkerID]string  // the inverse of byKey (one key per id: see put)
 	// names maps the name of every registry worker the directory holds
 	// (accepted or refused) to its key: names are unique among known
 	// workers, so that every per-worker view (metrics labelled by name,
@@ -173,6 +174,7 @@ func NewDirectory(expect Expect, static []WorkerRecord, log Logger, now time.Tim
 		log:     log,
 		workers: map[kvevent.WorkerID]*Worker{},
 		byKey:   map[string]kvevent.WorkerID{},
+		keyOf:   map[kvevent.WorkerID]string{},
 		names:   map[string]string{},
 		leases:  map[string]*keyLease{},
 		static:  map[string]kvevent.WorkerID{},
@@ -296,6 +298,7 @@ func (d *Directory) put(key string, rec WorkerRecord, now time.Time) []Notificat
 		return notes
 	}
 	d.byKey[key] = rec.ID
+	d.keyOf[rec.ID] = key
 	old, known := d.workers[rec.ID]
 	if known && old.Record.Name != rec.Name && d.names[old.Record.Name] == key {
 		delete(d.names, old.Record.Name)
@@ -409,13 +412,13 @@ func (d *Directory) isStatic(id kvevent.WorkerID) bool {
 	return ok && w.Origin == OriginStatic
 }
 
+// ownerKey returns the registry key holding id. A map lookup, not a scan
+// of byKey: it runs on every heartbeat, and a scan made a fleet of 1,024
+// workers cost a million map steps per heartbeat round and made the
+// first read of the registry quadratic.
 func (d *Directory) ownerKey(id kvevent.WorkerID) (string, bool) {
-	for k, v := range d.byKey {
-		if v == id {
-			return k, true
-		}
-	}
-	return "", false
+	k, ok := d.keyOf[id]
+	return k, ok
 }
 
 func (d *Directory) remove(key, reason string, now time.Time) []Notification {
@@ -425,6 +428,9 @@ func (d *Directory) remove(key, reason string, now time.Time) []Notification {
 		return nil
 	}
 	delete(d.byKey, key)
+	if d.keyOf[id] == key {
+		delete(d.keyOf, id)
+	}
 	w, ok := d.workers[id]
 	if !ok || w.Origin != OriginRegistry {
 		return nil
