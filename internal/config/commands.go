@@ -197,12 +197,18 @@ type Agent struct {
 	NATS natsbus.Config
 	// Registry is the worker registry bucket and heartbeat TTL.
 	Registry registry.RegistryConfig
+	// Role is the engine's part in a disaggregated fleet: prefill, decode
+	// or both (--role). Default "both".
+	Role string
+	// BootstrapPort is an SGLang prefill engine's KV bootstrap port
+	// (--bootstrap-port). Default 0 (none).
+	BootstrapPort int
 }
 
 // DefaultAgent returns agent's documented defaults.
 func DefaultAgent() Agent {
 	a := Agent{Core: agent.DefaultConfig(), DPSize: 1, HashContract: fleet.DefaultHashContract().String(),
-		EventPlane: PlaneNATS, LogLevel: "info", NATS: natsbus.DefaultConfig(), Registry: registry.DefaultRegistryConfig()}
+		Role: string(fleet.RoleBoth), EventPlane: PlaneNATS, LogLevel: "info", NATS: natsbus.DefaultConfig(), Registry: registry.DefaultRegistryConfig()}
 	a.Core.Record.BlockSize = Default().BlockSize
 	a.Core.Endpoint = "tcp://127.0.0.1:5557"
 	a.Core.ZMQ.Endpoint, a.Core.ZMQ.QueryEndpoint = "tcp://*:5600", "tcp://*:5601"
@@ -236,6 +242,8 @@ func (a *Agent) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&a.NoRegister, "no-register", a.NoRegister, "do not register the worker in the NATS KV registry")
 	fs.BoolVar(&a.Durable, "durable-kv-events", a.Durable, "make sure the JetStream stream keeping the events exists (routers in durable mode)")
 	fs.StringVar(&a.LogLevel, "log-level", a.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&a.Role, "role", a.Role, "the engine's part in a disaggregated fleet: prefill, decode or both")
+	fs.IntVar(&a.BootstrapPort, "bootstrap-port", a.BootstrapPort, "an SGLang prefill engine's KV bootstrap port (0: none)")
 	a.NATS.BindFlags(fs)
 	a.Registry.BindFlags(fs)
 }
@@ -287,6 +295,10 @@ func (a *Agent) AgentConfig() (agent.Config, error) {
 		c.Record.ID = kvevent.WorkerID(a.WorkerID)
 	}
 	c.Record.DPStart, c.Record.DPSize = uint32(a.DPStart), uint32(a.DPSize)
+	if c.Record.Role, err = fleet.ParseRole(a.Role); err != nil {
+		return c, fmt.Errorf("--role: %w", err)
+	}
+	c.Record.BootstrapPort = a.BootstrapPort
 	switch a.EventPlane {
 	case PlaneZMQ:
 		c.Register = false

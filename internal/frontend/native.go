@@ -279,6 +279,7 @@ type workerJSON struct {
 	Since            *time.Time `json:"since,omitempty"`
 	Down             bool       `json:"down"`
 	Mode             string     `json:"mode,omitempty"`
+	Role             string     `json:"role,omitempty"`
 	BlockSize        int        `json:"block_size,omitempty"`
 	KVCapacityBlocks int        `json:"kv_capacity_blocks,omitempty"`
 	LastSequence     *uint64    `json:"last_sequence"`
@@ -330,7 +331,7 @@ func (f *Frontend) workerViews() []workerJSON {
 		w := add(info.ID)
 		w.Down = down[i]
 		w.BlockSize, w.KVCapacityBlocks = info.BlockSize, info.KVCapacityBlocks
-		w.Mode = "exact"
+		w.Mode, w.Role = "exact", info.Role.String()
 		if info.Mode == router.Approximate {
 			w.Mode = "approximate"
 		}
