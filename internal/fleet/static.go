@@ -77,7 +77,9 @@ func (s StaticWorker) Record(defaultBlockSize int, defaultHash HashContract) (Wo
 	if err != nil {
 		return r, fmt.Errorf("worker %q: %w", s.Name, err)
 	}
-	r.Role = role
+	if s.Role != "" {
+		r.Role = role
+	}
 	if r.ID == 0 {
 		r.ID = DeriveID(s.Name)
 	}
