@@ -435,6 +435,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.RestartEventsEvery, "fault-restart-events-every", f.RestartEventsEvery, "restart the event sequence every N batches (0: never)")
 	fs.IntVar(&f.CrashAfter, "fault-crash-after", f.CrashAfter, "crash a worker after it served N requests (0: never)")
 	fs.Uint64Var(&f.Seed, "fault-seed", f.Seed, "seed of the fault dice")
+	bindDisagg(fs, &m.Server.Disagg)
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.EventPlane, "event-plane", m.EventPlane, "zmq: vLLM ZMQ events per --kv-events-config; nats: Dynamo RouterEvents on NATS (--nats-url) with recovery and registration; dynamo-zmq: RouterEvents on a ZMQ PUB at the kv-events endpoint, recovery on a ROUTER at the replay endpoint")
 	fs.StringVar(&m.Namespace, "namespace", m.Namespace, "event-plane namespace (--event-plane nats)")

@@ -1,5 +1,7 @@
 package mocker
 
+import "time"
+
 // Disaggregated serving: a prefill rank keeps a finished request's blocks
 // (Request.Hold) until the decode side has pulled them, and a decode rank
 // takes a request whose prompt KV arrives from elsewhere (Request.Remote).
@@ -18,13 +20,14 @@ func (e *Engine) finish(r *request) {
 	e.held[r.id] = r
 }
 
-// Held reports whether request id's blocks are held, and how many.
-func (e *Engine) Held(id uint64) (blocks int, ok bool) {
+// Held returns the device block ids request id holds for a decode
+// worker, or false when it holds none.
+func (e *Engine) Held(id uint64) ([]int32, bool) {
 	r := e.held[id]
 	if r == nil {
-		return 0, false
+		return nil, false
 	}
-	return len(r.blocks), true
+	return append([]int32(nil), r.blocks...), true
 }
 
 // Release frees the blocks a finished request held for a decode worker.
@@ -63,4 +66,15 @@ func (e *Engine) LocalPrefix(tokens []uint32) int {
 		n++
 	}
 	return n
+}
+
+// TransferTime is the modelled time to receive blocks KV blocks from a
+// prefill worker: their bytes (block size × KVBytesPerToken each) over
+// KVTransferBandwidth, divided by the speedup ratio.
+func (c Config) TransferTime(blocks int) time.Duration {
+	if blocks <= 0 {
+		return 0
+	}
+	secs := float64(blocks) * float64(c.BlockSize) * float64(c.KVBytesPerToken) / c.KVTransferBandwidth
+	return time.Duration(secs / c.SpeedupRatio * float64(time.Second))
 }

@@ -2,6 +2,7 @@ package mocker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -18,9 +19,9 @@ func TestHoldAndRelease(t *testing.T) {
 	if len(outs) != 1 || !outs[0].Finished {
 		t.Fatalf("outputs %+v, want one finished token", outs)
 	}
-	n, ok := e.Held(1)
-	if !ok || n != 5 {
-		t.Fatalf("held %d blocks (%v), want 5", n, ok)
+	held, ok := e.Held(1)
+	if !ok || len(held) != 5 {
+		t.Fatalf("held blocks %v (%v), want 5", held, ok)
 	}
 	if used := e.Stats().UsedBlocks; used != 5 {
 		t.Fatalf("%d blocks in use while held, want 5", used)
@@ -64,5 +65,17 @@ func TestRemotePrefill(t *testing.T) {
 	drain(t, e)
 	if e.LocalPrefix(prompt) != 4 {
 		t.Errorf("LocalPrefix after the request = %d, want 4", e.LocalPrefix(prompt))
+	}
+}
+
+func TestTransferTime(t *testing.T) {
+	c := DefaultConfig()
+	c.BlockSize, c.KVBytesPerToken, c.KVTransferBandwidth, c.SpeedupRatio = 16, 1000, 1e6, 2
+	// 10 blocks × 16 tokens × 1000 B = 160 kB at 1 MB/s = 160 ms, halved.
+	if got := c.TransferTime(10); got != 80*time.Millisecond {
+		t.Errorf("TransferTime(10) = %v, want 80ms", got)
+	}
+	if c.TransferTime(0) != 0 {
+		t.Error("TransferTime(0) != 0")
 	}
 }

@@ -1,0 +1,28 @@
+package config
+
+import (
+	"flag"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
+)
+
+// bindDisagg registers the mocker's disaggregation flags (docs/pd.md).
+func bindDisagg(fs *flag.FlagSet, d *server.Disagg) {
+	fs.StringVar(&d.Mode, "disaggregation-mode", d.Mode, "agg: whole requests; prefill: compute prompts and keep their KV for a decode worker; decode: receive a prompt's KV, then decode")
+	fs.StringVar(&d.Protocol, "disaggregation-protocol", d.Protocol, "vllm: NixlConnector kv_transfer_params; sglang: bootstrap_host/port/room")
+	fs.IntVar(&d.BootstrapPort, "disaggregation-bootstrap-port", d.BootstrapPort, "an SGLang prefill worker's bootstrap port, worker k on port + k (0: the HTTP port)")
+	fs.DurationVar(&d.HoldTimeout, "kv-hold-timeout", d.HoldTimeout, "free a prefill's kept KV blocks no decode worker pulled after this")
+}
+
+// MockerRole is the registry role of a mock worker in disaggregation mode
+// mode.
+func MockerRole(mode string) fleet.Role {
+	switch mode {
+	case server.ModePrefill:
+		return fleet.RolePrefill
+	case server.ModeDecode:
+		return fleet.RoleDecode
+	}
+	return fleet.RoleBoth
+}
