@@ -4,6 +4,7 @@ import (
 	"flag"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 )
 
@@ -13,6 +14,13 @@ func bindDisagg(fs *flag.FlagSet, d *server.Disagg) {
 	fs.StringVar(&d.Protocol, "disaggregation-protocol", d.Protocol, "vllm: NixlConnector kv_transfer_params; sglang: bootstrap_host/port/room")
 	fs.IntVar(&d.BootstrapPort, "disaggregation-bootstrap-port", d.BootstrapPort, "an SGLang prefill worker's bootstrap port, worker k on port + k (0: the HTTP port)")
 	fs.DurationVar(&d.HoldTimeout, "kv-hold-timeout", d.HoldTimeout, "free a prefill's kept KV blocks no decode worker pulled after this")
+}
+
+// bindPD registers the front door's disaggregated-serving flags.
+func bindPD(fs *flag.FlagSet, p *frontend.PDConfig) {
+	fs.StringVar(&p.Protocol, "pd-protocol", p.Protocol, "disaggregated fleets: vllm (kv_transfer_params, prefill hop first) or sglang (bootstrap room, both hops at once)")
+	fs.IntVar(&p.BypassTokens, "pd-bypass-tokens", p.BypassTokens, "skip the prefill hop when the best prefill worker would compute fewer uncached prompt tokens than this (0: never)")
+	fs.DurationVar(&p.PrefillTimeout, "pd-prefill-timeout", p.PrefillTimeout, "bound on a disaggregated request's prefill hop")
 }
 
 // MockerRole is the registry role of a mock worker in disaggregation mode

@@ -167,7 +167,13 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := f.clock()
-	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+	var pd *pdJSON
+	var d router.Decision
+	if f.disaggregated() {
+		d, pd, err = f.planPD(tokens, nr.expectedOutput())
+	} else {
+		d, err = f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {
 		v := f.decisionView(d, false)
@@ -176,7 +182,7 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := f.decisionView(d, true)
-	v.RequestID = ""
+	v.RequestID, v.PD = "", pd
 	writeJSON(rw, http.StatusOK, v)
 }
 

@@ -54,6 +54,8 @@ type decisionJSON struct {
 	// CandidatesTotal is set when Candidates holds only some of the
 	// decision's rows (the status page's summary, see recordDecision).
 	CandidatesTotal int `json:"candidates_total,omitempty"`
+	// PD is the prefill/decode split in a disaggregated fleet (pd.go).
+	PD *pdJSON `json:"pd,omitempty"`
 }
 
 func tiersOf(o router.Overlap) tiersJSON {
@@ -114,6 +116,7 @@ type record struct {
 	Attempts      int
 	Duration      time.Duration
 	Decision      decisionJSON
+	PD            *pdJSON // the prefill/decode split, in a disaggregated fleet
 }
 
 // ring keeps the last N records for the status page's table and passes
