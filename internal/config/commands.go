@@ -104,6 +104,11 @@ type Up struct {
 	// --worker-batch-tokens (tokens), --worker-kv-blocks (blocks), each
 	// one value per worker or one for all. Default empty.
 	Fleet mocker.Fleet
+	// PrefillWorkers and DecodeWorkers make the fleet disaggregated
+	// (--prefill-workers, --decode-workers): that many mock prefill and
+	// decode workers, speaking --pd-protocol, instead of --mock-workers
+	// aggregated ones. Defaults 0.
+	PrefillWorkers, DecodeWorkers int
 }
 
 // DefaultUp returns up's documented defaults.
@@ -120,12 +125,16 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.MaxNumSeqs, "max-num-seqs", u.Engine.MaxNumSeqs, "max running requests per mock worker")
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
 	bindFleet(fs, &u.Fleet)
+	bindUpPD(fs, u)
 }
 
 // Validate checks the fleet and the router it runs.
 func (u *Up) Validate() error {
 	if u.NoNATS && (u.EventPlane.ReplicaSync || u.EventPlane.Durable) {
 		return errors.New("--no-nats contradicts --router-replica-sync and --durable-kv-events (both need NATS)")
+	}
+	if err := u.validatePD(); err != nil {
+		return err
 	}
 	if u.MockWorkers < 1 || u.MockWorkers > 256 {
 		return fmt.Errorf("--mock-workers %d out of range [1, 256]", u.MockWorkers)
@@ -137,10 +146,10 @@ func (u *Up) Validate() error {
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("mock engine: %w", err)
 	}
-	if err := checkFleet(u.Fleet, u.MockWorkers, "--mock-workers"); err != nil {
+	if err := checkFleet(u.Fleet, u.FleetWorkers(), "--mock-workers"); err != nil {
 		return err
 	}
-	if err := u.Fleet.Validate(e, u.MockWorkers); err != nil {
+	if err := u.Fleet.Validate(e, u.FleetWorkers()); err != nil {
 		return fmt.Errorf("mock engine: %w", err)
 	}
 	return u.Router().Validate()

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
@@ -33,4 +34,31 @@ func MockerRole(mode string) fleet.Role {
 		return fleet.RoleDecode
 	}
 	return fleet.RoleBoth
+}
+
+// bindUpPD registers up's disaggregated-fleet flags.
+func bindUpPD(fs *flag.FlagSet, u *Up) {
+	fs.IntVar(&u.PrefillWorkers, "prefill-workers", u.PrefillWorkers, "mock prefill workers of a disaggregated fleet (with --decode-workers; replaces --mock-workers)")
+	fs.IntVar(&u.DecodeWorkers, "decode-workers", u.DecodeWorkers, "mock decode workers of a disaggregated fleet (with --prefill-workers)")
+}
+
+// validatePD checks the disaggregated fleet's sizes.
+func (u *Up) validatePD() error {
+	p, d := u.PrefillWorkers, u.DecodeWorkers
+	switch {
+	case p < 0 || d < 0 || p+d > 256:
+		return errors.New("--prefill-workers and --decode-workers must be in [0, 256] together")
+	case (p == 0) != (d == 0):
+		return errors.New("a disaggregated fleet needs both --prefill-workers and --decode-workers")
+	}
+	return nil
+}
+
+// FleetWorkers is the number of mock workers up starts: prefill and
+// decode workers when disaggregated, else --mock-workers.
+func (u *Up) FleetWorkers() int {
+	if u.PrefillWorkers > 0 {
+		return u.PrefillWorkers + u.DecodeWorkers
+	}
+	return u.MockWorkers
 }
