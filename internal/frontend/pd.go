@@ -212,13 +212,14 @@ func (f *Frontend) forwardPD(rw http.ResponseWriter, r *http.Request, ex *exchan
 		}
 		d, err := f.route(ex, req, attempt)
 		*expl = d.Candidates
-		ex.rec.PD = &pre.view
+		ex.rec.Decision.PD = &pre.view
 		if err != nil {
 			pre.free()
 			if last != nil {
 				break
 			}
 			ex.rec.Decision = f.decisionView(d, false)
+			ex.rec.Decision.PD = &pre.view
 			ex.rec.Outcome, ex.rec.Status = "refused: "+err.Error(), f.writeRouteError(rw, err, nil)
 			return
 		}

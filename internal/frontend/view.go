@@ -116,7 +116,6 @@ type record struct {
 	Attempts      int
 	Duration      time.Duration
 	Decision      decisionJSON
-	PD            *pdJSON // the prefill/decode split, in a disaggregated fleet
 }
 
 // ring keeps the last N records for the status page's table and passes

@@ -117,6 +117,9 @@ func testPD(t *testing.T, protocol string) {
 	if _, w := r.get("/v1/workers"); !strings.Contains(w, `"role":"prefill"`) || !strings.Contains(w, `"role":"decode"`) {
 		t.Errorf("/v1/workers shows no roles: %s", w)
 	}
+	if _, st := r.get("/?format=json"); !strings.Contains(st, `"pd":{"protocol":"`+protocol+`","prefill_worker":"mock-`) {
+		t.Errorf("the status page's decision records lack the prefill choice: %.2000s", st)
+	}
 	if r.metric("kvrouter_worker_role", "worker", "mock-1", "role", "prefill") != 1 {
 		t.Error("kvrouter_worker_role does not say mock-1 is a prefill worker")
 	}
