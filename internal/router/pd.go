@@ -96,26 +96,22 @@ func (r *Router) phaseRequest(req *Request) (ok bool) {
 	return true
 }
 
-// noteRoles records whether any worker has a role other than both; called
-// by rebuild.
+// noteRoles counts the workers of each role; called by rebuild.
 func (r *Router) noteRoles() {
-	r.disagg = false
+	r.roles = [3]int{}
 	for _, ws := range r.workers {
-		if ws.info.Role != RoleBoth {
-			r.disagg = true
-			return
+		if int(ws.info.Role) < len(r.roles) {
+			r.roles[ws.info.Role]++
 		}
 	}
+	r.disagg = r.roles[RolePrefill]+r.roles[RoleDecode] > 0
 }
 
 // HasRole reports whether some known worker, DOWN or not, has role role.
+// It is on every request's path (the front door asks whether the fleet
+// is disaggregated): a count read under the lock.
 func (r *Router) HasRole(role Role) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, ws := range r.workers {
-		if ws.info.Role == role {
-			return true
-		}
-	}
-	return false
+	return int(role) < len(r.roles) && r.roles[role] > 0
 }

@@ -75,3 +75,47 @@ func TestPhases(t *testing.T) {
 		t.Error("HasRole wrong after removing the prefill workers")
 	}
 }
+
+// TestPhaseLifecycle: both hops' bookings reach replica sync as ordinary
+// lifecycle events; the decode hop's carries the prompt blocks and no
+// prefill, and a replica applying them sees the same loads.
+func TestPhaseLifecycle(t *testing.T) {
+	cfg := DefaultConfig()
+	var evs []LifecycleEvent
+	a, err := New(cfg, serialIndex(t), fixedClock, func(ev LifecycleEvent) { evs = append(evs, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgB := cfg
+	cfgB.RouterID = cfg.RouterID + 1
+	b, err := New(cfgB, serialIndex(t), fixedClock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Router{a, b} {
+		for id, role := range map[kvevent.WorkerID]Role{1: RolePrefill, 2: RoleDecode} {
+			if err := r.AddWorker(WorkerInfo{ID: id, BlockSize: cfg.BlockSize, Role: role}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	toks := tokens(4, 0, 0, 512)
+	if _, err := a.Route(Request{ID: "p", Tokens: toks, Phase: PhasePrefill, ExpectedOutputTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Route(Request{ID: "d", Tokens: toks, Phase: PhaseDecode}); err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].Worker.ID != 1 || evs[0].PrefillTokens != 512 || evs[1].Worker.ID != 2 || evs[1].PrefillTokens != 0 ||
+		len(evs[1].BlockHashes) != 512/cfg.BlockSize {
+		t.Fatalf("lifecycle events %+v; want the prefill hop on 1 with 512 prefill tokens, the decode hop on 2 with the blocks and none", evs)
+	}
+	for _, ev := range evs {
+		if !b.ApplyRemote(ev) {
+			t.Fatalf("replica refused %+v", ev)
+		}
+	}
+	if la, lb := a.Loads(), b.Loads(); len(la) != 2 || la[0] != lb[0] || la[1] != lb[1] {
+		t.Errorf("loads differ: %+v vs %+v", la, lb)
+	}
+}

@@ -53,7 +53,8 @@ type Router struct {
 	cands   []scheduler.Candidate
 	stats   Stats
 	models  map[kvevent.WorkerRank]*timemodel.Model
-	disagg  bool // some worker has a prefill or decode role (pd.go)
+	disagg  bool   // some worker has a prefill or decode role (pd.go)
+	roles   [3]int // workers by role (pd.go)
 }
 
 // New returns a router over idx. clock supplies the time for bookings,

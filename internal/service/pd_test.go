@@ -247,3 +247,68 @@ func (r *rig) queryText(prompt string) map[string]int {
 	}
 	return out
 }
+
+// hanging is a worker that never answers a completion: with headers
+// first (a stream that never carries a token) or with nothing at all.
+func hanging(t *testing.T, headers bool) (*httptest.Server, *atomic.Int64) {
+	var calls atomic.Int64
+	stop := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			rw.WriteHeader(http.StatusOK)
+			return
+		}
+		calls.Add(1)
+		if headers {
+			rw.Header().Set("Content-Type", "text/event-stream")
+			rw.WriteHeader(http.StatusOK)
+			rw.(http.Flusher).Flush()
+		}
+		select {
+		case <-req.Context().Done():
+		case <-stop:
+		}
+	}))
+	t.Cleanup(func() { close(stop); s.Close() })
+	return s, &calls
+}
+
+// TestPDPrefillTimeout: a prefill worker that never answers is given up
+// after --pd-prefill-timeout; with no other prefill worker the decode
+// worker serves the whole request. No booking leaks.
+func TestPDPrefillTimeout(t *testing.T) {
+	stuck, calls := hanging(t, false)
+	r := newRig(t, rigOpt{workers: 1, decode: 1, cfg: func(c *config.Config) {
+		c.Events.HealthInterval = 0
+		c.Frontend.PD.PrefillTimeout = 200 * time.Millisecond
+		c.Workers = append(c.Workers, fleet.StaticWorker{Name: "stuck-prefill", URL: stuck.URL, Role: "prefill"})
+	}})
+	resp, body := r.post("/v1/completions", pdBody("a prefill that never ends", 2, false))
+	if p, d := pdAnswer(t, resp, body, 2, false); p != "" || d != "mock-1" || calls.Load() != 1 {
+		t.Errorf("prefill %q, decode %q after %d prefill calls; want the bypass on mock-1 after one", p, d, calls.Load())
+	}
+	if r.metric("kvrouter_pd_prefill_failures_total", "reason", "timeout") != 1 {
+		t.Error("the prefill timeout was not counted")
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "every booking freed")
+}
+
+// TestPDTransferTimeout: a decode worker whose KV never arrives (its
+// stream never carries a token) is bounded by the stream idle timeout:
+// the client gets 504 and both hops' bookings are freed.
+func TestPDTransferTimeout(t *testing.T) {
+	stuck, calls := hanging(t, true)
+	r := newRig(t, rigOpt{workers: 1, prefill: 1, cfg: func(c *config.Config) {
+		c.Events.HealthInterval = 0
+		c.Frontend.StreamIdleTimeout = 300 * time.Millisecond
+		c.Workers = append(c.Workers, fleet.StaticWorker{Name: "stuck-decode", URL: stuck.URL, Role: "decode"})
+	}})
+	resp, body := r.post("/v1/completions", pdBody("a transfer that never completes", 2, true))
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "worker_timeout") || calls.Load() != 1 {
+		t.Errorf("status %d after %d decode calls: %s; want 504 worker_timeout after one", resp.StatusCode, calls.Load(), body)
+	}
+	if p := resp.Header.Get("X-Kvrouter-Prefill-Worker"); p != "mock-1" {
+		t.Errorf("prefill worker %q, want mock-1", p)
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "every booking freed")
+}
