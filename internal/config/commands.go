@@ -581,6 +581,7 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&cfg.Router.Sequences.TrackActiveBlocks, "router-track-active-blocks", cfg.Router.Sequences.TrackActiveBlocks, "count running requests' KV blocks in the kv cost (the decode load term)")
 	bindSimKnobs(fs, &cfg.Router)
 	fs.BoolVar(&cfg.Approximate, "no-router-kv-events", cfg.Approximate, "workers publish no KV events (approximate index)")
+	bindSimPD(fs, cfg)
 	fs.Uint64Var(&cfg.Router.Seed, "seed", cfg.Router.Seed, "router seed (tie-breaks, random policy)")
 	fs.BoolVar(&s.JSON, "json", s.JSON, "print results as JSON (one object per policy)")
 	fs.StringVar(&s.PlotDir, "plot", s.PlotDir, "write PNG plots into this directory")
@@ -602,6 +603,7 @@ func (s *Sim) PolicyList() []string {
 
 // Validate checks the fleet, the workload kind and the policies.
 func (s *Sim) Validate() error {
+	s.Sim.Workers = simWorkers(s.Sim)
 	if err := checkFleet(s.Sim.Fleet, s.Sim.Workers, "--workers"); err != nil {
 		return err
 	}

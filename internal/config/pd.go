@@ -3,10 +3,14 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
+	"github.com/kvrouter/kvrouter/internal/sim"
 )
 
 // bindDisagg registers the mocker's disaggregation flags (docs/pd.md).
@@ -61,4 +65,29 @@ func (u *Up) FleetWorkers() int {
 		return u.PrefillWorkers + u.DecodeWorkers
 	}
 	return u.MockWorkers
+}
+
+// bindSimPD registers sim's disaggregated-fleet flags.
+func bindSimPD(fs *flag.FlagSet, c *sim.Config) {
+	fs.IntVar(&c.PrefillWorkers, "prefill-workers", c.PrefillWorkers, "prefill engines of a disaggregated fleet (with --decode-workers; they replace --workers)")
+	fs.IntVar(&c.DecodeWorkers, "decode-workers", c.DecodeWorkers, "decode engines of a disaggregated fleet (with --prefill-workers)")
+	fs.IntVar(&c.BypassTokens, "pd-bypass-tokens", c.BypassTokens, "skip the prefill hop of a prompt with fewer uncached tokens than this on the best prefill engine (0: never)")
+	fs.IntVar(&c.Engine.KVBytesPerToken, "kv-bytes-per-token", c.Engine.KVBytesPerToken, "KV cache bytes per token (transfer time between prefill and decode engines)")
+	fs.Func("kv-transfer-bandwidth", fmt.Sprintf("KV transfer bandwidth between engines, GB/s (default %g)", c.Engine.KVTransferBandwidth/1e9), func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
+			return errors.New("want a positive number of GB/s")
+		}
+		c.Engine.KVTransferBandwidth = f * 1e9
+		return nil
+	})
+}
+
+// simWorkers is the simulated fleet's size: prefill and decode engines
+// when disaggregated, else --workers.
+func simWorkers(c sim.Config) int {
+	if c.PrefillWorkers > 0 || c.DecodeWorkers > 0 {
+		return c.PrefillWorkers + c.DecodeWorkers
+	}
+	return c.Workers
 }
