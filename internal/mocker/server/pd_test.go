@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -144,4 +145,76 @@ func postNoFatal(url string, body any) (int, []byte) {
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, out
+}
+
+// FuzzPDBodies sends hostile PD fields and /kv/ bodies to a prefill
+// worker of each protocol: no 5xx, no panic, and afterwards nothing is
+// held longer than its hold timeout and a plain request still works.
+func FuzzPDBodies(f *testing.F) {
+	for _, s := range []string{`{"prompt":"a b","max_tokens":1,"kv_transfer_params":{"do_remote_decode":true}}`,
+		`{"prompt":"a","kv_transfer_params":{"do_remote_decode":true,"remote_block_ids":[1,2,-3]}}`,
+		`{"prompt":"a","kv_transfer_params":null}`, `{"prompt":"a","kv_transfer_params":[1]}`,
+		`{"prompt":"a","bootstrap_room":18446744073709551615,"bootstrap_host":"x","bootstrap_port":-1}`,
+		`{"prompt":"a","bootstrap_room":-1}`, `{"prompt":["a","b"],"bootstrap_room":3}`,
+		`{"request_id":"1"}`, `{"room":5,"wait_ms":-9}`, `{"room":5,"wait_ms":99999999999}`, `{}`, `[`} {
+		for _, p := range []string{"/v1/completions", "/kv/pull", "/kv/release"} {
+			f.Add(p, s, false)
+			f.Add(p, s, true)
+		}
+	}
+	base := map[bool]string{}
+	for _, sglang := range []bool{false, true} {
+		c := pdConfig(ModePrefill, map[bool]string{false: ProtocolVLLM, true: ProtocolSGLang}[sglang])
+		c.Engine.NumGPUBlocks = 16
+		c.Engine.SpeedupRatio = 1e6
+		c.Disagg.HoldTimeout = 20 * time.Millisecond
+		w, err := New(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			f.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- w.Serve(ctx, ln) }()
+		f.Cleanup(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				f.Error(err)
+			}
+		})
+		base[sglang] = "http://" + ln.Addr().String()
+	}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	f.Cleanup(client.CloseIdleConnections)
+	f.Fuzz(func(t *testing.T, path, body string, sglang bool) {
+		switch path {
+		case "/v1/completions", "/kv/pull", "/kv/release":
+		default:
+			return
+		}
+		if strings.Contains(body, "wait_ms") {
+			return // a room waited on for as long as the body says is no defect
+		}
+		resp, err := client.Post(base[sglang]+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s %q: %v", path, body, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s %q: status %d %s", path, body, resp.StatusCode, b)
+		}
+		resp, err = client.Post(base[sglang]+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"still there","max_tokens":1}`))
+		if err != nil {
+			t.Fatalf("after %s %q: worker gone: %v", path, body, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("after %s %q: a plain request got %d", path, body, resp.StatusCode)
+		}
+	})
 }
