@@ -1,10 +1,14 @@
 package service
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +315,54 @@ func TestPDTransferTimeout(t *testing.T) {
 		t.Errorf("prefill worker %q, want mock-1", p)
 	}
 	poll.UntilState(t, 5*time.Second, r.noBookings, "every booking freed")
+}
+
+// TestPDWorkersDieUnderLoad: 2 prefill and 2 decode workers under
+// concurrent streamed and whole requests; one prefill and one decode
+// worker are stopped mid-run. Every request ends (an answer, or an error
+// for those cut mid-response), requests after the deaths are served by
+// the survivors, and no booking is left.
+func TestPDWorkersDieUnderLoad(t *testing.T) {
+	r := pdRig(t, "vllm", nil)
+	var ok, failed atomic.Int64
+	run := func(g, n int) {
+		for i := range n {
+			stream := (g+i)%2 == 0
+			b, _ := json.Marshal(pdBody(fmt.Sprintf("load %d %d %s", g, i, strings.Repeat("z ", 40*(i%5))), 8, stream))
+			resp, err := r.client.Post(r.url+"/v1/completions", "application/json", bytes.NewReader(b))
+			if err != nil {
+				failed.Add(1)
+				continue
+			}
+			body, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && rerr == nil && !strings.Contains(string(body), `"error"`) {
+				ok.Add(1)
+			} else {
+				failed.Add(1)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() { run(g, 15) })
+	}
+	poll.Until(t, 10*time.Second, func() bool { return ok.Load() >= 10 }, "the first answers")
+	if err := r.fleet.Workers[0].Stop(); err != nil { // prefill mock-1
+		t.Fatal(err)
+	}
+	if err := r.fleet.Workers[2].Stop(); err != nil { // decode mock-3
+		t.Fatal(err)
+	}
+	wg.Wait()
+	t.Logf("%d answered, %d failed while workers died; %v prefill failures, %v retries", ok.Load(), failed.Load(),
+		r.metric("kvrouter_pd_prefill_failures_total"), r.metric("kvrouter_frontend_retries_total"))
+	// After the deaths: the survivors serve everything.
+	for i := range 6 {
+		resp, body := r.post("/v1/completions", pdBody(fmt.Sprintf("after %d", i), 3, i%2 == 0))
+		if p, d := pdAnswer(t, resp, body, 3, i%2 == 0); p != "mock-2" || d != "mock-4" {
+			t.Errorf("after the deaths: prefill %q, decode %q; want mock-2 and mock-4", p, d)
+		}
+	}
+	poll.UntilState(t, 10*time.Second, r.noBookings, "every booking freed")
 }
