@@ -299,8 +299,8 @@ func (f *Frontend) startPrefill(rw http.ResponseWriter, r *http.Request, ex *exc
 		ctx, cancel := context.WithTimeout(r.Context(), f.cfg.PD.PrefillTimeout)
 		res := make(chan *failure, 1)
 		go func() {
-			defer pre.free()
 			_, fl, _ := f.prefillRequest(ctx, ex, pre, body)
+			pre.free()
 			res <- fl
 		}()
 		return func() {

@@ -42,9 +42,10 @@ const (
 	// PhasePrefill routes the prefill hop among prefill-role workers by
 	// the usual KV-aware cost; the booking expects one output token.
 	PhasePrefill
-	// PhaseDecode routes the decode hop among decode-role workers by
-	// decode load alone: the prompt's blocks count as new decode blocks
-	// there and no prefill is booked (the KV arrives by transfer).
+	// PhaseDecode routes the decode hop among decode-role workers (and
+	// aggregated ones, which can take a transfer too) by decode load
+	// alone: the prompt's blocks count as new decode blocks there and no
+	// prefill is booked (the KV arrives by transfer).
 	PhaseDecode
 )
 
@@ -65,7 +66,7 @@ func (p Phase) serves(r Role) bool {
 	case PhasePrefill:
 		return r == RolePrefill
 	case PhaseDecode:
-		return r == RoleDecode
+		return r != RolePrefill
 	}
 	return r != RolePrefill
 }

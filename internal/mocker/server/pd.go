@@ -434,3 +434,16 @@ func (w *Worker) transferParams(id uint64, blocks []int32) map[string]any {
 		"remote_engine_id": fmt.Sprintf("mocker-%d", w.cfg.WorkerID), "remote_request_id": strconv.FormatUint(id, 10),
 		"remote_host": host, "remote_port": p, "tp_size": 1}
 }
+
+// stopHolds stops every hold's timeout once the ranks have stopped (their
+// blocks go with the engines).
+func (w *Worker) stopHolds() {
+	w.pd.mu.Lock()
+	defer w.pd.mu.Unlock()
+	for k, h := range w.pd.holds {
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+		delete(w.pd.holds, k)
+	}
+}

@@ -180,6 +180,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 		err = fmt.Errorf("serving http: %w", err)
 	}
 	wg.Wait()
+	w.stopHolds()
 	sink.wait()
 	w.CloseSinks()
 	w.log.Info("mock worker stopped", "addr", ln.Addr().String(), "err", err)
