@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
@@ -162,7 +165,15 @@ func (m *mockerNATS) serve(ctx context.Context, s *server.NATSSink, w *server.Wo
 	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(mockerWorkerID(cfg)), Name: fmt.Sprintf("mocker-%d", cfg.WorkerID),
 		Model: cfg.ServedModelName, URL: url, BlockSize: cfg.Engine.BlockSize, DPSize: uint32(cfg.DataParallelSize),
 		KVCapacityBlocks: uint64(cfg.Engine.NumGPUBlocks), MaxBatchedTokens: uint64(cfg.Engine.MaxNumBatchedTokens),
-		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "mocker"}
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "mocker",
+		Role: config.MockerRole(cfg.Disagg.Mode)}
+	if rec.Role == fleet.RolePrefill && cfg.Disagg.Protocol == server.ProtocolSGLang {
+		rec.BootstrapPort = cfg.Disagg.BootstrapPort
+		if rec.BootstrapPort == 0 {
+			_, p, _ := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
+			rec.BootstrapPort, _ = strconv.Atoi(p)
+		}
+	}
 	if rec.Model == "" {
 		rec.Model = cfg.Model
 	}

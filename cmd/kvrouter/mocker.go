@@ -86,6 +86,9 @@ func (f *mockFleet) start(ctx context.Context, k int, base server.Config) error 
 	cfg.WorkerID = base.WorkerID + uint64(k)
 	cfg.Engine = f.m.Fleet.Engine(base.Engine, k)
 	cfg.Engine.HashSeed = base.Engine.HashSeed + uint64(k)
+	if base.Disagg.BootstrapPort > 0 {
+		cfg.Disagg.BootstrapPort = base.Disagg.BootstrapPort + k
+	}
 	cfg.Logger = f.log.With("worker", k)
 	sink, err := f.sink(k, cfg)
 	if err != nil {

@@ -62,6 +62,12 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		err = report.WriteJSON(stdout, results)
 	} else {
 		fmt.Fprintf(stdout, "workload: %s, %d workers × %d blocks of %d tokens%s\n", wl.Name(), cfg.Workers, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, fleetLine(cfg))
+		if cfg.PrefillWorkers > 0 {
+			for _, o := range outs {
+				fmt.Fprintf(stdout, "disaggregated (%s): %d prefill + %d decode engines, %d requests bypassed (--pd-bypass-tokens %d), %d KV blocks transferred\n",
+					o.Result.Policy, cfg.PrefillWorkers, cfg.DecodeWorkers, o.Bypassed, cfg.BypassTokens, o.TransferredBlocks)
+			}
+		}
 		err = report.WriteTable(stdout, results)
 		for _, o := range outs {
 			if o.PredictionRatio > 0 {

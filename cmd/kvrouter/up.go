@@ -50,7 +50,11 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		svc.Close()
 		return fail("%v (another kvrouter running? try --port)", err)
 	}
-	printUpBanner(stdout, u.MockWorkers, cfg, svc, "http://"+ln.Addr().String())
+	printUpBanner(stdout, u.FleetWorkers(), cfg, svc, "http://"+ln.Addr().String())
+	if u.PrefillWorkers > 0 {
+		fmt.Fprintf(stdout, "  disaggregated: mock-1..mock-%d prefill, the next %d decode (%s protocol); responses name both in X-Kvrouter-Prefill-Worker and X-Kvrouter-Worker\n\n",
+			u.PrefillWorkers, u.DecodeWorkers, cfg.Frontend.PD.Protocol)
+	}
 	if err := svc.Run(ctx, ln); err != nil {
 		return fail("%v", err)
 	}
@@ -61,7 +65,8 @@ func runUp(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 // the router's model and event-plane names.
 func upFleetConfig(u config.Up, cfg config.Config, model service.Model, log *slog.Logger) service.FleetConfig {
 	fc := service.DefaultFleetConfig()
-	fc.Workers = u.MockWorkers
+	fc.Workers = u.FleetWorkers()
+	fc.PrefillWorkers, fc.DecodeWorkers, fc.PDProtocol = u.PrefillWorkers, u.DecodeWorkers, cfg.Frontend.PD.Protocol
 	fc.Model = cfg.Model
 	fc.Engine = u.FleetEngine()
 	fc.PerWorker = u.Fleet

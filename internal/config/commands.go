@@ -104,6 +104,11 @@ type Up struct {
 	// --worker-batch-tokens (tokens), --worker-kv-blocks (blocks), each
 	// one value per worker or one for all. Default empty.
 	Fleet mocker.Fleet
+	// PrefillWorkers and DecodeWorkers make the fleet disaggregated
+	// (--prefill-workers, --decode-workers): that many mock prefill and
+	// decode workers, speaking --pd-protocol, instead of --mock-workers
+	// aggregated ones. Defaults 0.
+	PrefillWorkers, DecodeWorkers int
 }
 
 // DefaultUp returns up's documented defaults.
@@ -120,12 +125,16 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.MaxNumSeqs, "max-num-seqs", u.Engine.MaxNumSeqs, "max running requests per mock worker")
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
 	bindFleet(fs, &u.Fleet)
+	bindUpPD(fs, u)
 }
 
 // Validate checks the fleet and the router it runs.
 func (u *Up) Validate() error {
 	if u.NoNATS && (u.EventPlane.ReplicaSync || u.EventPlane.Durable) {
 		return errors.New("--no-nats contradicts --router-replica-sync and --durable-kv-events (both need NATS)")
+	}
+	if err := u.validatePD(); err != nil {
+		return err
 	}
 	if u.MockWorkers < 1 || u.MockWorkers > 256 {
 		return fmt.Errorf("--mock-workers %d out of range [1, 256]", u.MockWorkers)
@@ -137,10 +146,10 @@ func (u *Up) Validate() error {
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("mock engine: %w", err)
 	}
-	if err := checkFleet(u.Fleet, u.MockWorkers, "--mock-workers"); err != nil {
+	if err := checkFleet(u.Fleet, u.FleetWorkers(), "--mock-workers"); err != nil {
 		return err
 	}
-	if err := u.Fleet.Validate(e, u.MockWorkers); err != nil {
+	if err := u.Fleet.Validate(e, u.FleetWorkers()); err != nil {
 		return fmt.Errorf("mock engine: %w", err)
 	}
 	return u.Router().Validate()
@@ -197,12 +206,18 @@ type Agent struct {
 	NATS natsbus.Config
 	// Registry is the worker registry bucket and heartbeat TTL.
 	Registry registry.RegistryConfig
+	// Role is the engine's part in a disaggregated fleet: prefill, decode
+	// or both (--role). Default "both".
+	Role string
+	// BootstrapPort is an SGLang prefill engine's KV bootstrap port
+	// (--bootstrap-port). Default 0 (none).
+	BootstrapPort int
 }
 
 // DefaultAgent returns agent's documented defaults.
 func DefaultAgent() Agent {
 	a := Agent{Core: agent.DefaultConfig(), DPSize: 1, HashContract: fleet.DefaultHashContract().String(),
-		EventPlane: PlaneNATS, LogLevel: "info", NATS: natsbus.DefaultConfig(), Registry: registry.DefaultRegistryConfig()}
+		Role: string(fleet.RoleBoth), EventPlane: PlaneNATS, LogLevel: "info", NATS: natsbus.DefaultConfig(), Registry: registry.DefaultRegistryConfig()}
 	a.Core.Record.BlockSize = Default().BlockSize
 	a.Core.Endpoint = "tcp://127.0.0.1:5557"
 	a.Core.ZMQ.Endpoint, a.Core.ZMQ.QueryEndpoint = "tcp://*:5600", "tcp://*:5601"
@@ -236,6 +251,8 @@ func (a *Agent) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&a.NoRegister, "no-register", a.NoRegister, "do not register the worker in the NATS KV registry")
 	fs.BoolVar(&a.Durable, "durable-kv-events", a.Durable, "make sure the JetStream stream keeping the events exists (routers in durable mode)")
 	fs.StringVar(&a.LogLevel, "log-level", a.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&a.Role, "role", a.Role, "the engine's part in a disaggregated fleet: prefill, decode or both")
+	fs.IntVar(&a.BootstrapPort, "bootstrap-port", a.BootstrapPort, "an SGLang prefill engine's KV bootstrap port (0: none)")
 	a.NATS.BindFlags(fs)
 	a.Registry.BindFlags(fs)
 }
@@ -287,6 +304,10 @@ func (a *Agent) AgentConfig() (agent.Config, error) {
 		c.Record.ID = kvevent.WorkerID(a.WorkerID)
 	}
 	c.Record.DPStart, c.Record.DPSize = uint32(a.DPStart), uint32(a.DPSize)
+	if c.Record.Role, err = fleet.ParseRole(a.Role); err != nil {
+		return c, fmt.Errorf("--role: %w", err)
+	}
+	c.Record.BootstrapPort = a.BootstrapPort
 	switch a.EventPlane {
 	case PlaneZMQ:
 		c.Register = false
@@ -423,6 +444,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.RestartEventsEvery, "fault-restart-events-every", f.RestartEventsEvery, "restart the event sequence every N batches (0: never)")
 	fs.IntVar(&f.CrashAfter, "fault-crash-after", f.CrashAfter, "crash a worker after it served N requests (0: never)")
 	fs.Uint64Var(&f.Seed, "fault-seed", f.Seed, "seed of the fault dice")
+	bindDisagg(fs, &m.Server.Disagg)
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.EventPlane, "event-plane", m.EventPlane, "zmq: vLLM ZMQ events per --kv-events-config; nats: Dynamo RouterEvents on NATS (--nats-url) with recovery and registration; dynamo-zmq: RouterEvents on a ZMQ PUB at the kv-events endpoint, recovery on a ROUTER at the replay endpoint")
 	fs.StringVar(&m.Namespace, "namespace", m.Namespace, "event-plane namespace (--event-plane nats)")
@@ -559,6 +581,7 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&cfg.Router.Sequences.TrackActiveBlocks, "router-track-active-blocks", cfg.Router.Sequences.TrackActiveBlocks, "count running requests' KV blocks in the kv cost (the decode load term)")
 	bindSimKnobs(fs, &cfg.Router)
 	fs.BoolVar(&cfg.Approximate, "no-router-kv-events", cfg.Approximate, "workers publish no KV events (approximate index)")
+	bindSimPD(fs, cfg)
 	fs.Uint64Var(&cfg.Router.Seed, "seed", cfg.Router.Seed, "router seed (tie-breaks, random policy)")
 	fs.BoolVar(&s.JSON, "json", s.JSON, "print results as JSON (one object per policy)")
 	fs.StringVar(&s.PlotDir, "plot", s.PlotDir, "write PNG plots into this directory")
@@ -580,6 +603,7 @@ func (s *Sim) PolicyList() []string {
 
 // Validate checks the fleet, the workload kind and the policies.
 func (s *Sim) Validate() error {
+	s.Sim.Workers = simWorkers(s.Sim)
 	if err := checkFleet(s.Sim.Fleet, s.Sim.Workers, "--workers"); err != nil {
 		return err
 	}

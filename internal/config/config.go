@@ -304,6 +304,10 @@ type Frontend struct {
 	// MaxHeaderBytes caps a request's headers in bytes
 	// (--max-header-bytes). Default 1048576.
 	MaxHeaderBytes int
+	// PD is disaggregated serving: --pd-protocol (vllm or sglang,
+	// default vllm), --pd-bypass-tokens (tokens, default 0: never skip
+	// the prefill hop), --pd-prefill-timeout (default 60 s).
+	PD frontend.PDConfig
 	// TLSCertFile and TLSKeyFile are a PEM certificate (chain) and key
 	// for serving HTTPS (--tls-cert-file, --tls-key-file); both or
 	// neither. Default "" (plain HTTP).
@@ -380,6 +384,7 @@ func Default() Config {
 			TokenizeQueueTimeout: fc.TokenizeQueueTimeout,
 			IdleTimeout:          fc.IdleTimeout,
 			MaxHeaderBytes:       fc.MaxHeaderBytes,
+			PD:                   fc.PD,
 		},
 	}
 }
@@ -539,6 +544,7 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.WriteTimeout = c.Frontend.WriteTimeout
 	fc.IdleTimeout = c.Frontend.IdleTimeout
 	fc.MaxHeaderBytes = c.Frontend.MaxHeaderBytes
+	fc.PD = c.Frontend.PD
 	return fc
 }
 

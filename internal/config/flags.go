@@ -27,6 +27,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenizerDir, "tokenizer", c.TokenizerDir, "folder with the model's tokenizer.json and tokenizer_config.json (empty: embedded Qwen3)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens that every worker must share")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	bindPD(fs, &c.Frontend.PD)
 
 	r := &c.Router
 	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, kv-time (predicted seconds from per-worker time models), round-robin, random or least-loaded")

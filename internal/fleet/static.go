@@ -49,6 +49,11 @@ type StaticWorker struct {
 	// Hash is the worker's hash contract ("xxh3-1337-v1+lora+ns"). Default
 	// "": the router's contract.
 	Hash string `yaml:"hash,omitempty"`
+	// Role is prefill, decode or both. Default "" (both).
+	Role string `yaml:"role,omitempty"`
+	// BootstrapPort is an SGLang prefill worker's KV bootstrap port.
+	// Default 0 (none).
+	BootstrapPort int `yaml:"bootstrap-port,omitempty"`
 }
 
 // Record turns the entry into a validated WorkerRecord. defaultBlockSize
@@ -66,6 +71,14 @@ func (s StaticWorker) Record(defaultBlockSize int, defaultHash HashContract) (Wo
 		MaxBatchedTokens: s.MaxBatchedTokens,
 		Hash:             defaultHash,
 		RegisteredBy:     "static",
+		BootstrapPort:    s.BootstrapPort,
+	}
+	role, err := ParseRole(s.Role)
+	if err != nil {
+		return r, fmt.Errorf("worker %q: %w", s.Name, err)
+	}
+	if s.Role != "" {
+		r.Role = role
 	}
 	if r.ID == 0 {
 		r.ID = DeriveID(s.Name)
@@ -143,7 +156,7 @@ func ParseStaticYAML(r io.Reader) ([]StaticWorker, error) {
 }
 
 // flagKeys are the keys a --worker value may use.
-var flagKeys = []string{"name", "id", "url", "model", "events", "replay", "topic", "block-size", "dp-start", "dp-size", "kv-blocks", "max-batched-tokens", "hash"}
+var flagKeys = []string{"name", "id", "url", "model", "events", "replay", "topic", "block-size", "dp-start", "dp-size", "kv-blocks", "max-batched-tokens", "hash", "role", "bootstrap-port"}
 
 // ParseWorkerFlag parses one --worker value:
 //
@@ -211,6 +224,13 @@ func ParseWorkerFlag(s string) (StaticWorker, error) {
 		case "hash":
 			w.Hash = v
 			_, err = ParseHashContract(v)
+		case "role":
+			w.Role = v
+			_, err = ParseRole(v)
+		case "bootstrap-port":
+			var n uint64
+			n, err = parseCount(v, 65535)
+			w.BootstrapPort = int(n)
 		default:
 			return w, fmt.Errorf("worker %q: unknown key %q (known: %s)", s, k, strings.Join(flagKeys, ", "))
 		}

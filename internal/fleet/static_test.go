@@ -259,3 +259,26 @@ func TestWorkerRecordJSON(t *testing.T) {
 		t.Errorf("decode: %+v %v", back, err)
 	}
 }
+
+// TestRoleSyntax: role= and bootstrap-port= in the flag syntax reach the
+// record; a record without a role reads as both; a bad role is refused.
+func TestRoleSyntax(t *testing.T) {
+	w, err := ParseWorkerFlag("name=p1,url=http://10.0.0.5:8000,role=prefill,bootstrap-port=8998")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := w.Record(16, DefaultHashContract())
+	if err != nil || rec.Role != RolePrefill || rec.BootstrapPort != 8998 {
+		t.Fatalf("record %+v (%v), want role prefill and bootstrap port 8998", rec, err)
+	}
+	if _, err := ParseWorkerFlag("name=p1,url=http://10.0.0.5:8000,role=chef"); err == nil {
+		t.Error("role=chef accepted")
+	}
+	var old WorkerRecord
+	if err := json.Unmarshal([]byte(`{"worker_id":1,"name":"w","url":"http://h:1","block_size":16,"dp_size":1,"events":{"kind":"none"},"hash":{"scheme":"x"}}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Role.Normal() != RoleBoth || old.Validate() != nil {
+		t.Errorf("an old record reads as role %q (valid: %v), want both", old.Role.Normal(), old.Validate())
+	}
+}

@@ -127,6 +127,12 @@ type WorkerRecord struct {
 	Events EventSource `json:"events"`
 	// Hash is the contract its published local hashes follow.
 	Hash HashContract `json:"hash"`
+	// Role is the worker's part in a disaggregated fleet; empty (older
+	// records) means RoleBoth.
+	Role Role `json:"role,omitempty"`
+	// BootstrapPort is an SGLang prefill worker's KV bootstrap port; 0
+	// when it has none.
+	BootstrapPort int `json:"bootstrap_port,omitempty"`
 	// RegisteredBy names who registered the record ("static", "agent
 	// host-3", "mocker"); informational.
 	RegisteredBy string `json:"registered_by,omitempty"`
@@ -171,6 +177,12 @@ func (r WorkerRecord) Validate() error {
 	}
 	if r.Hash.Scheme == "" {
 		errs = append(errs, errors.New("empty hash contract scheme"))
+	}
+	if _, err := ParseRole(string(r.Role)); err != nil {
+		errs = append(errs, err)
+	}
+	if r.BootstrapPort < 0 || r.BootstrapPort > 65535 {
+		errs = append(errs, fmt.Errorf("bootstrap port %d out of range", r.BootstrapPort))
 	}
 	switch r.Events.Kind {
 	case EventsNone, EventsNATS:

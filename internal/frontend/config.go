@@ -106,6 +106,8 @@ type Config struct {
 	// MaxHeaderBytes caps a request's header size in bytes. Default
 	// 1048576 (1 MiB).
 	MaxHeaderBytes int
+	// PD configures disaggregated prefill/decode serving (pd.go).
+	PD PDConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -130,6 +132,7 @@ func DefaultConfig() Config {
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           120 * time.Second,
 		MaxHeaderBytes:        1 << 20,
+		PD:                    DefaultPDConfig(),
 	}
 }
 
@@ -184,6 +187,9 @@ func (c Config) Validate() error {
 		return bad("idle timeout %v must be positive", c.IdleTimeout)
 	case c.MaxHeaderBytes < 4096 || c.MaxHeaderBytes > 64<<20:
 		return bad("max header bytes %d out of [4096, 67108864]", c.MaxHeaderBytes)
+	}
+	if err := c.PD.validate(); err != nil {
+		return err
 	}
 	for i, a := range c.Aliases {
 		if a == "" || a == c.Model {

@@ -64,6 +64,9 @@ type WorkerEntry struct {
 	// SendDPRank says the worker serves several data-parallel ranks behind
 	// one URL: requests carry the chosen rank in X-Data-Parallel-Rank.
 	SendDPRank bool
+	// BootstrapPort is an SGLang prefill worker's KV bootstrap port (0:
+	// none), sent to both hops of a disaggregated request.
+	BootstrapPort int
 }
 
 // Directory maps router worker ids to where and how the workers are. The

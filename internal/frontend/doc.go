@@ -49,6 +49,11 @@
 // (Server.Shutdown past ShutdownTimeout) closes such streams and waits
 // briefly for their handlers, so nothing outlives it.
 //
+// In a disaggregated fleet (prefill-role workers known to the router) a
+// request takes two booked hops, prefill then decode, in vLLM's or SGLang's
+// protocol (pd.go, docs/pd.md); the same retry and timeout rules apply to
+// each, and X-Kvrouter-Prefill-Worker names the prefill worker.
+//
 // The package does no discovery and owns no router state: the composition
 // root gives it the router, a Directory (worker id to name, URL and
 // state), the tokenizer and chat template, an optional Index for

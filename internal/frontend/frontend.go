@@ -39,6 +39,7 @@ type Frontend struct {
 	m         *metrics
 	transport *http.Transport
 	client    *http.Client
+	pdm       *pdMetrics
 	blockSize int
 	slots     *tokenSlots
 	handler   http.Handler
@@ -121,6 +122,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return http.ErrUseLastResponse
 	}}
 	f.m = newMetrics(f.reg, f)
+	f.pdm = newPDMetrics(f.reg)
 	f.initStatus() // the status page's charts (status.go)
 	f.handler = f.routes()
 	return f, nil

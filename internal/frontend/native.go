@@ -167,7 +167,13 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := f.clock()
-	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+	var pd *pdJSON
+	var d router.Decision
+	if f.disaggregated() {
+		d, pd, err = f.planPD(tokens, nr.expectedOutput())
+	} else {
+		d, err = f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {
 		v := f.decisionView(d, false)
@@ -176,7 +182,7 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := f.decisionView(d, true)
-	v.RequestID = ""
+	v.RequestID, v.PD = "", pd
 	writeJSON(rw, http.StatusOK, v)
 }
 
@@ -279,6 +285,7 @@ type workerJSON struct {
 	Since            *time.Time `json:"since,omitempty"`
 	Down             bool       `json:"down"`
 	Mode             string     `json:"mode,omitempty"`
+	Role             string     `json:"role,omitempty"`
 	BlockSize        int        `json:"block_size,omitempty"`
 	KVCapacityBlocks int        `json:"kv_capacity_blocks,omitempty"`
 	LastSequence     *uint64    `json:"last_sequence"`
@@ -330,7 +337,7 @@ func (f *Frontend) workerViews() []workerJSON {
 		w := add(info.ID)
 		w.Down = down[i]
 		w.BlockSize, w.KVCapacityBlocks = info.BlockSize, info.KVCapacityBlocks
-		w.Mode = "exact"
+		w.Mode, w.Role = "exact", info.Role.String()
 		if info.Mode == router.Approximate {
 			w.Mode = "approximate"
 		}

@@ -32,6 +32,11 @@ func (a *try) observe() {
 			s.PromptTokens = tr.promptTokens
 		}
 	}
+	if a.d.Phase == router.PhaseDecode {
+		// A decode hop's first token waited for the KV transfer, not
+		// for a prefill there: it teaches the decode model only.
+		s.TTFT = 0
+	}
 	s.Duration = tr.lastToken.Sub(a.sentAt)
 	if tr.generated >= 2 {
 		s.ITL = tr.lastToken.Sub(tr.firstAt) / time.Duration(tr.generated-1)

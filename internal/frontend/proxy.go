@@ -262,6 +262,10 @@ type failure struct {
 // forward routes the request and proxies it, retrying other workers when
 // one fails before its first response byte.
 func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange) {
+	if f.disaggregated() {
+		f.forwardPD(rw, r, ex) // pd.go
+		return
+	}
 	var excluded []kvevent.WorkerID
 	var last *failure
 	// The decision's candidate rows are only read by decisionView: their

@@ -54,6 +54,8 @@ type decisionJSON struct {
 	// CandidatesTotal is set when Candidates holds only some of the
 	// decision's rows (the status page's summary, see recordDecision).
 	CandidatesTotal int `json:"candidates_total,omitempty"`
+	// PD is the prefill/decode split in a disaggregated fleet (pd.go).
+	PD *pdJSON `json:"pd,omitempty"`
 }
 
 func tiersOf(o router.Overlap) tiersJSON {

@@ -43,6 +43,12 @@
 //     decode tokens, so it costs PrefillMs(all tokens), and at least the
 //     decode step it also is. Host-tier onboarding adds its transfer time.
 //
+// Disaggregated serving (pd.go): a prefill rank keeps a finished request's
+// blocks (Request.Hold) until Release; a decode rank takes a request whose
+// prompt KV was received (Request.Remote), computes only its last prompt
+// token and caches the received blocks as computed ones (reported stored),
+// as vLLM does; TransferTime models the transfer.
+//
 // Data parallelism is one Engine per rank; the worker process and the
 // simulator hold several.
 package mocker

@@ -29,6 +29,13 @@ type Request struct {
 	// MaxTokens is the number of tokens to generate (at least 1). The mock
 	// has no end-of-sequence token: it always generates MaxTokens.
 	MaxTokens int
+	// Hold keeps the request's blocks when it finishes, for a decode
+	// worker to pull (a disaggregated prefill); Release frees them.
+	Hold bool
+	// Remote says the prompt's KV arrives from a prefill worker: only the
+	// last prompt token is computed, and the received blocks are cached
+	// (and reported stored) as computed ones are.
+	Remote bool
 }
 
 // Output is what one request produced in a step: one new token.
@@ -105,6 +112,8 @@ type request struct {
 	generated   int
 	outSeed     uint64
 	running     bool
+	hold        bool
+	remote      bool
 }
 
 type scheduled struct {
@@ -128,6 +137,7 @@ type Engine struct {
 	sched   []scheduled
 	outputs []Output
 	stats   Stats
+	held    map[uint64]*request // finished, blocks kept for a decode worker (pd.go)
 }
 
 // NewEngine returns an empty engine rank.
@@ -192,7 +202,7 @@ func (e *Engine) Add(req Request) error {
 		return fmt.Errorf("%w: empty prompt", ErrInvalidRequest)
 	case req.MaxTokens < 1:
 		return fmt.Errorf("%w: max tokens %d, must be at least 1", ErrInvalidRequest, req.MaxTokens)
-	case e.byID[req.ID] != nil:
+	case e.byID[req.ID] != nil || e.held[req.ID] != nil:
 		return fmt.Errorf("%w: duplicate request id %d", ErrInvalidRequest, req.ID)
 	}
 	// Compared as a difference: len(req.Tokens)+req.MaxTokens can
@@ -205,7 +215,8 @@ func (e *Engine) Add(req Request) error {
 	}
 	toks := make([]uint32, len(req.Tokens), len(req.Tokens)+req.MaxTokens)
 	copy(toks, req.Tokens)
-	r := &request{id: req.ID, tokens: toks, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks)}
+	r := &request{id: req.ID, tokens: toks, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks),
+		hold: req.Hold, remote: req.Remote}
 	e.byID[r.id] = r
 	e.waiting = append(e.waiting, r)
 	return nil
@@ -241,6 +252,7 @@ func (e *Engine) Reset() ([]Event, error) {
 	if !e.Idle() {
 		return nil, ErrBusy
 	}
+	e.releaseHeld()
 	e.log.reset()
 	e.pool.clear()
 	if e.cpu != nil {
@@ -408,7 +420,7 @@ func (e *Engine) Step() StepResult {
 			out.Finished = true
 			finished = true
 			delete(e.byID, r.id)
-			e.releaseAll(r)
+			e.finish(r)
 		} else {
 			r.tokens = append(r.tokens, tok)
 		}
@@ -449,6 +461,10 @@ func (e *Engine) admit(r *request, budget int, onboard *int) (int, bool) {
 		}
 	}
 	computed := hits * bs
+	local := computed
+	if r.remote && r.generated == 0 {
+		computed = max(computed, r.promptLen-1) // received, not computed
+	}
 	n := min(len(r.tokens)-computed, budget)
 	newBlocks := e.blocksFor(computed+n) - gpuHits
 	if e.pool.free()-freeHits-newBlocks < e.cfg.watermarkBlocks() {
@@ -456,7 +472,7 @@ func (e *Engine) admit(r *request, budget int, onboard *int) (int, bool) {
 	}
 	if !r.cachedSet {
 		r.cachedSet = true
-		r.numCached = computed
+		r.numCached = local
 		e.stats.PrefixQueries += uint64(r.promptLen)
 		e.stats.PrefixHits += uint64(min(computed, r.promptLen))
 	}
@@ -485,6 +501,9 @@ func (e *Engine) admit(r *request, budget int, onboard *int) (int, bool) {
 		e.releaseAll(r)
 		r.numComputed = 0
 		return 0, false
+	}
+	if computed > local {
+		e.fill(r, local) // the received blocks enter the prefix cache
 	}
 	return n, true
 }

@@ -53,6 +53,8 @@ type Router struct {
 	cands   []scheduler.Candidate
 	stats   Stats
 	models  map[kvevent.WorkerRank]*timemodel.Model
+	disagg  bool   // some worker has a prefill or decode role (pd.go)
+	roles   [3]int // workers by role (pd.go)
 }
 
 // New returns a router over idx. clock supplies the time for bookings,
@@ -170,6 +172,7 @@ func (r *Router) SetDown(id kvevent.WorkerID, down bool) bool {
 
 // rebuild realigns the rank table with the ledger's rank order.
 func (r *Router) rebuild() {
+	r.noteRoles()
 	ws := r.seq.Workers()
 	r.ranks = r.ranks[:0]
 	clear(r.pos)
@@ -265,6 +268,11 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.phaseRequest(&req) {
+		r.stats.Rejected++
+		return Decision{RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)},
+			fmt.Errorf("routing %q: no %s-capable worker: %w", req.ID, req.Phase, ErrNoCandidates)
+	}
 	now := r.clock()
 	r.loads = r.seq.Potential(sc.seq, req.Reuse, r.loads)
 	cands := slices.Grow(r.cands[:0], len(r.loads))[:len(r.loads)]
@@ -310,14 +318,19 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	}
 	d.OverlapBlocks = sd.ChosenRow().Overlap.Device
 	d.PrefillTokens = max(len(req.Tokens)-d.OverlapBlocks*r.cfg.BlockSize, 0)
+	d.Phase = req.Phase
 	if !book {
 		return d, nil
 	}
+	if req.Phase == PhaseDecode {
+		d.PrefillTokens = 0 // the prompt's KV arrives by transfer
+	}
+	booked := d.PrefillTokens
 	if err := r.seq.AddRequest(sequences.Request{
 		ID:                   req.ID,
 		Worker:               d.Worker,
 		BlockHashes:          sc.seq,
-		PrefillTokens:        d.PrefillTokens,
+		PrefillTokens:        booked,
 		ExpectedOutputTokens: req.ExpectedOutputTokens,
 		Reuse:                req.Reuse,
 	}, now); err != nil {
@@ -339,7 +352,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 			RequestID:            req.ID,
 			Worker:               d.Worker,
 			BlockHashes:          slices.Clone(sc.seq),
-			PrefillTokens:        d.PrefillTokens,
+			PrefillTokens:        booked,
 			ExpectedOutputTokens: req.ExpectedOutputTokens,
 			Private:              !r.reuse(req.Reuse),
 		})

@@ -45,6 +45,8 @@ type WorkerInfo struct {
 	MaxBatchedTokens int
 	// Mode says whether the worker publishes KV events.
 	Mode Mode
+	// Role is the worker's part in a disaggregated fleet.
+	Role Role
 }
 
 // Request is one request to route.
@@ -72,6 +74,8 @@ type Request struct {
 	HasPinned bool
 	// DPRankStart and DPRankSize restrict dp ranks; size 0 = all.
 	DPRankStart, DPRankSize int
+	// Phase is the hop being routed (pd.go); PhaseWhole by default.
+	Phase Phase
 	// Explanation, when its capacity suffices, is the storage the
 	// decision's Candidates are written into instead of fresh memory:
 	// pass back the Candidates of a Decision you are done with. A fleet
@@ -94,6 +98,8 @@ type Decision struct {
 	PrefillTokens int
 	// Booked is true when Route booked the request (false for Plan).
 	Booked bool
+	// Phase is the hop decided.
+	Phase Phase
 }
 
 // LifecycleKind is what a lifecycle event does.

@@ -67,6 +67,25 @@ type FleetConfig struct {
 	ChatTemplate server.ChatTemplate
 	// Logger receives the workers' logs; nil means slog.Default().
 	Logger *slog.Logger
+	// PrefillWorkers and DecodeWorkers of the Workers (the first ones, in
+	// that order) serve disaggregated requests in those roles; the rest
+	// are aggregated. Default 0 and 0.
+	PrefillWorkers, DecodeWorkers int
+	// PDProtocol is the disaggregated workers' protocol, vllm or sglang
+	// (an SGLang prefill worker's bootstrap port is its HTTP port).
+	// Default vllm.
+	PDProtocol string
+}
+
+// role is worker k's role and disaggregation mode.
+func (cfg FleetConfig) role(k int) (fleet.Role, string) {
+	switch {
+	case k < cfg.PrefillWorkers:
+		return fleet.RolePrefill, server.ModePrefill
+	case k < cfg.PrefillWorkers+cfg.DecodeWorkers:
+		return fleet.RoleDecode, server.ModeDecode
+	}
+	return "", server.ModeAgg
 }
 
 // DefaultFleetConfig returns 4 workers with default engines; the
@@ -105,6 +124,10 @@ type FleetWorker struct {
 	KVBlocks int
 	// BatchTokens is its engine's max tokens per step.
 	BatchTokens int
+	// Role is its part in a disaggregated fleet ("" for aggregated).
+	Role fleet.Role
+	// BootstrapPort is an SGLang prefill worker's bootstrap port.
+	BootstrapPort int
 	// Worker is the mock server itself (its local index is the engine's
 	// true cache state).
 	Worker *server.Worker
@@ -129,6 +152,9 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 	}
 	if err := cfg.PerWorker.Validate(cfg.Engine, cfg.Workers); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if cfg.PrefillWorkers < 0 || cfg.DecodeWorkers < 0 || cfg.PrefillWorkers+cfg.DecodeWorkers > cfg.Workers {
+		return nil, fmt.Errorf("fleet: %d prefill and %d decode workers out of %d", cfg.PrefillWorkers, cfg.DecodeWorkers, cfg.Workers)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -193,6 +219,10 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 	}
 	fw.URL = "http://" + ln.Addr().String()
 	fw.BlockSize, fw.KVBlocks, fw.BatchTokens, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, sc.Engine.MaxNumBatchedTokens, mw
+	fw.Role, _ = cfg.role(k)
+	if fw.Role == fleet.RolePrefill && sc.Disagg.Protocol == server.ProtocolSGLang {
+		fw.BootstrapPort = ln.Addr().(*net.TCPAddr).Port
+	}
 	if f.registry != nil {
 		if err := f.register(cfg, fw, id, sc); err != nil {
 			ln.Close()
@@ -258,6 +288,10 @@ func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *
 	sc.Logger = wlog
 	sc.Sinks = []server.EventSink{sink}
 	sc.Faults = cfg.Faults
+	_, sc.Disagg.Mode = cfg.role(k)
+	if cfg.PDProtocol != "" {
+		sc.Disagg.Protocol = cfg.PDProtocol
+	}
 	return sc
 }
 
@@ -266,7 +300,8 @@ func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *
 func (f *Fleet) register(cfg FleetConfig, fw *FleetWorker, id uint64, sc server.Config) error {
 	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(id), Name: fw.Name, Model: sc.Model, URL: fw.URL, BlockSize: fw.BlockSize,
 		DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), MaxBatchedTokens: uint64(sc.Engine.MaxNumBatchedTokens),
-		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "kvrouter up"}
+		Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract(), RegisteredBy: "kvrouter up",
+		Role: fw.Role, BootstrapPort: fw.BootstrapPort}
 	var err error
 	if fw.lease, err = f.registry.Register(context.Background(), rec); err != nil {
 		return err
@@ -316,7 +351,8 @@ func (w *FleetWorker) RestartEngine(ctx context.Context) error {
 // (workers on the NATS plane register themselves instead).
 func (w *FleetWorker) Static() fleet.StaticWorker {
 	return fleet.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
-		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks), MaxBatchedTokens: uint64(w.BatchTokens)}
+		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks), MaxBatchedTokens: uint64(w.BatchTokens), Role: string(w.Role),
+		BootstrapPort: w.BootstrapPort}
 }
 
 // Static returns every worker as static worker entries.

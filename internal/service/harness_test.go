@@ -59,6 +59,10 @@ type rigOpt struct {
 	// router on --event-plane zmq).
 	plane string
 	cfg   func(*config.Config)
+	// prefill and decode of the workers are disaggregated (pd_test.go),
+	// speaking pdProtocol.
+	prefill, decode int
+	pdProtocol      string
 }
 
 func newRig(t *testing.T, o rigOpt) *rig {
@@ -83,6 +87,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	fc.Faults = o.faults
 	fc.Logger = log.With("side", "mock")
 	fc.Plane = o.plane
+	fc.PrefillWorkers, fc.DecodeWorkers, fc.PDProtocol = o.prefill, o.decode, o.pdProtocol
 	cfg := config.Default()
 	// The default event plane (embedded NATS, on a free port): the engines'
 	// own ZMQ streams are read under it as under --event-plane none.

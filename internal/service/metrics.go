@@ -21,6 +21,8 @@ var _ prometheus.Collector = (*collector)(nil)
 var (
 	workerStateDesc = prometheus.NewDesc("kvrouter_worker_state",
 		"1 for each worker's current state (EXACT, DEGRADED, APPROX, DOWN, REFUSED), 0 for the others.", []string{"worker", "state"}, nil)
+	workerRoleDesc = prometheus.NewDesc("kvrouter_worker_role",
+		"1 for each worker's role in a disaggregated fleet (prefill, decode, both).", []string{"worker", "role"}, nil)
 	indexNodesDesc = prometheus.NewDesc("kvrouter_index_nodes",
 		"Distinct prefixes (tree nodes) in the prefix index.", nil, nil)
 	indexEntriesDesc = prometheus.NewDesc("kvrouter_index_entries",
@@ -65,7 +67,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workerStateDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
+	for _, d := range []*prometheus.Desc{workerStateDesc, workerRoleDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
 		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexDuplicatesDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
 		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirURLChangesDesc, dirTakeoversDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
@@ -82,6 +84,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(workerStateDesc, prometheus.GaugeValue, v, w.Record.Name, st.String())
 		}
+		ch <- prometheus.MustNewConstMetric(workerRoleDesc, prometheus.GaugeValue, 1, w.Record.Name, string(w.Record.Role.Normal()))
 	}
 	is := c.s.idx.Stats()
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {

@@ -334,7 +334,19 @@ func workerInfo(rec fleet.WorkerRecord, src source) router.WorkerInfo {
 		mode = router.Exact
 	}
 	return router.WorkerInfo{ID: rec.ID, BlockSize: rec.BlockSize, DPStart: int(rec.DPStart), DPSize: int(rec.DPSize),
-		KVCapacityBlocks: int(rec.KVCapacityBlocks), MaxBatchedTokens: int(rec.MaxBatchedTokens), Mode: mode}
+		KVCapacityBlocks: int(rec.KVCapacityBlocks), MaxBatchedTokens: int(rec.MaxBatchedTokens), Mode: mode,
+		Role: routerRole(rec.Role)}
+}
+
+// routerRole is the router core's name for a record's role.
+func routerRole(r fleet.Role) router.Role {
+	switch r.Normal() {
+	case fleet.RolePrefill:
+		return router.RolePrefill
+	case fleet.RoleDecode:
+		return router.RoleDecode
+	}
+	return router.RoleBoth
 }
 
 // Run serves the front door on ln and runs the event subscribers, health

@@ -439,7 +439,7 @@ func (s *workerSet) List() []frontend.WorkerEntry {
 
 func (s *workerSet) entry(w fleet.Worker) frontend.WorkerEntry {
 	e := frontend.WorkerEntry{ID: w.Record.ID, Name: w.Record.Name, URL: w.Record.URL, Status: w.Status,
-		SendDPRank: w.Record.DPSize > 1}
+		SendDPRank: w.Record.DPSize > 1, BootstrapPort: w.Record.BootstrapPort}
 	s.mu.Lock()
 	ws := s.byID[w.Record.ID]
 	var sub *vllmzmq.Subscriber

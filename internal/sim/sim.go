@@ -38,6 +38,13 @@ type Config struct {
 	// SpeedChanges change the workers' speeds mid-run, in time order.
 	// Default none.
 	SpeedChanges []SpeedChange
+	// PrefillWorkers and DecodeWorkers, when set, split the Workers
+	// into prefill and decode engines (pd.go); they must add up to
+	// Workers. Default 0 (aggregated).
+	PrefillWorkers, DecodeWorkers int
+	// BypassTokens skips the prefill hop of a prompt whose uncached part
+	// on the best prefill engine is shorter (pd.go). Default 0.
+	BypassTokens int
 }
 
 // DefaultConfig returns 8 default mock engines behind a default router.
@@ -59,7 +66,10 @@ func (c Config) Validate() error {
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: engine: %w", ErrConfig, err)
 	}
-	return c.validateFleet()
+	if err := c.validateFleet(); err != nil {
+		return err
+	}
+	return c.validatePD()
 }
 
 // Outcome is one policy's run.
@@ -82,6 +92,10 @@ type Outcome struct {
 	// predicted TTFT of the chosen worker ÷ the TTFT it had (0 under other
 	// policies): how well calibrated the time models were.
 	PredictionRatio float64
+	// Bypassed counts requests of a disaggregated fleet whose prefill hop
+	// was skipped; TransferredBlocks the KV blocks sent from prefill to
+	// decode engines.
+	Bypassed, TransferredBlocks int64
 }
 
 type eventKind uint8
@@ -90,6 +104,7 @@ const (
 	evArrival eventKind = iota
 	evStepEnd
 	evSpeedChange // worker is the index in Config.SpeedChanges
+	evTransfer    // a disaggregated request's KV reached its decode engine (pd.go)
 )
 
 type event struct {
@@ -97,6 +112,7 @@ type event struct {
 	seq    uint64 // insertion order: deterministic ties
 	kind   eventKind
 	worker int
+	id     uint64 // evTransfer's request
 }
 
 type eventQueue []event
@@ -133,6 +149,7 @@ type flight struct {
 	gotFirst bool
 	sent     router.Sample // the chosen row's load at send time, for Observe
 	predict  float64       // kv-time's predicted TTFT in seconds (0: none)
+	remote   bool          // decoding after a disaggregated prefill
 }
 
 // run is one simulation's state.
@@ -156,6 +173,10 @@ type run struct {
 	oracle   bool
 	logRatio float64 // Σ log(predicted ÷ actual TTFT)
 	ratios   int
+
+	pd          map[uint64]*pdFlight // disaggregated requests between hops (pd.go)
+	bypassed    int64
+	transferred int64 // KV blocks transferred
 }
 
 // PolicyOracle is a diagnostic policy of the simulator only: it sends each
@@ -183,7 +204,7 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	if err != nil {
 		return Outcome{}, fmt.Errorf("building index: %w", err)
 	}
-	r := &run{cfg: cfg, src: src, flights: map[uint64]*flight{}, rec: report.NewRecorder(cfg.Workers),
+	r := &run{cfg: cfg, src: src, flights: map[uint64]*flight{}, pd: map[uint64]*pdFlight{}, rec: report.NewRecorder(cfg.Workers),
 		load: report.NewLoadRecorder(policy, "requests in flight"), progress: progress, oracle: oracle}
 	r.rt, err = router.New(rcfg, router.NewSerial(x), func() time.Time { return time.Unix(0, 0).Add(r.now) }, nil)
 	if err != nil {
@@ -201,7 +222,8 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 		}
 		r.workers = append(r.workers, worker{eng: eng})
 		if err := r.rt.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(i), BlockSize: ec.BlockSize,
-			KVCapacityBlocks: ec.NumGPUBlocks, MaxBatchedTokens: ec.MaxNumBatchedTokens, Mode: mode}); err != nil {
+			KVCapacityBlocks: ec.NumGPUBlocks, MaxBatchedTokens: ec.MaxNumBatchedTokens, Mode: mode,
+			Role: cfg.role(i)}); err != nil {
 			return Outcome{}, fmt.Errorf("adding worker: %w", err)
 		}
 	}
@@ -221,7 +243,8 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
 	o := Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
-		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels()}
+		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels(),
+		Bypassed: r.bypassed, TransferredBlocks: r.transferred}
 	if r.ratios > 0 {
 		o.PredictionRatio = math.Exp(r.logRatio / float64(r.ratios))
 	}
@@ -231,6 +254,11 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 func (r *run) push(at time.Duration, kind eventKind, w int) {
 	r.seq++
 	heap.Push(&r.q, event{at: at, seq: r.seq, kind: kind, worker: w})
+}
+
+func (r *run) pushTransfer(at time.Duration, id uint64) {
+	r.seq++
+	heap.Push(&r.q, event{at: at, seq: r.seq, kind: evTransfer, id: id})
 }
 
 func (r *run) loop() error {
@@ -254,6 +282,8 @@ func (r *run) loop() error {
 			if err := r.applySpeedChange(r.cfg.SpeedChanges[ev.worker]); err != nil {
 				return err
 			}
+		case evTransfer:
+			r.transferDone(ev.id)
 		}
 		r.tryIssue()
 	}
@@ -289,6 +319,9 @@ func (r *run) tryIssue() {
 func (r *run) issue(req workload.Request) {
 	if !r.started {
 		r.started, r.first = true, r.now
+	}
+	if r.cfg.PrefillWorkers > 0 && r.issuePD(req) {
+		return
 	}
 	id := uint64(req.ID)
 	sid := strconv.FormatUint(id, 10)
@@ -372,18 +405,25 @@ func (r *run) startStep(w int) {
 func (r *run) stepEnd(w int) error {
 	wk := &r.workers[w]
 	for _, e := range wk.events {
-		if err := r.rt.ApplyEvent(e.KVEvent(kvevent.WorkerRank{ID: kvevent.WorkerID(w)})); err != nil {
+		if err := r.rt.ApplyEvent(e.KVEvent(workerRank(w))); err != nil {
 			return fmt.Errorf("applying worker %d event: %w", w, err)
 		}
 	}
 	for _, o := range wk.outputs {
+		if r.cfg.role(w) == router.RolePrefill {
+			r.prefillDone(w, o)
+			continue
+		}
 		f := r.flights[o.ID]
 		if f == nil {
 			continue
 		}
 		sid := strconv.FormatUint(o.ID, 10)
 		if o.First && !f.gotFirst {
-			f.gotFirst, f.ttft, f.cached = true, r.now-f.issued, o.CachedTokens
+			f.gotFirst, f.ttft = true, r.now-f.issued
+			if !f.remote {
+				f.cached = o.CachedTokens
+			}
 			r.rt.MarkPrefillCompleted(sid)
 			r.observe(w, f, f.ttft, 0)
 			if f.predict > 0 && f.ttft > 0 {
@@ -413,6 +453,9 @@ func (r *run) stepEnd(w int) error {
 // would see of flight f: its prompt, the engine's cached tokens, the load
 // booked at send time, and a TTFT or a mean inter-token time.
 func (r *run) observe(w int, f *flight, ttft, itl time.Duration) {
+	if f.remote {
+		return // a disaggregated request's TTFT is not its decode worker's alone
+	}
 	s := f.sent
 	s.PromptTokens, s.CachedTokens, s.TTFT, s.ITL = f.prompt, f.cached, ttft, itl
 	r.rt.Observe(kvevent.WorkerRank{ID: kvevent.WorkerID(w)}, s, time.Unix(0, 0).Add(r.now))

@@ -49,6 +49,8 @@ type Config struct {
 	Sinks []EventSink
 	// Faults injects failures for reliability tests.
 	Faults Faults
+	// Disagg is the worker's part in disaggregated serving (pd.go).
+	Disagg Disagg
 }
 
 // Faults are the failure-injection knobs (all off by default).
@@ -80,6 +82,7 @@ func DefaultConfig() Config {
 		Engine:           mocker.DefaultConfig(),
 		DataParallelSize: 1,
 		MaxBodyBytes:     32 << 20,
+		Disagg:           DefaultDisagg(),
 	}
 }
 
@@ -92,6 +95,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
 	}
 	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := c.Disagg.normal().validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	switch {

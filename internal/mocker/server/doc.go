@@ -18,5 +18,8 @@
 // /detokenize, /reset_prefix_cache and /metrics with vLLM's metric names.
 // Errors use vLLM's JSON error body. Fault injection (dropped, duplicated,
 // delayed event batches, event sequence restarts, a crash after N requests)
-// serves reliability tests.
+// serves reliability tests. Disaggregation (Disagg, pd.go) plays a vLLM
+// NixlConnector or SGLang bootstrap prefill or decode worker, the KV side
+// channel being /kv/pull and /kv/release on the worker's HTTP port (and
+// an optional bootstrap port).
 package server

@@ -66,6 +66,7 @@ type commonRequest struct {
 	IgnoreEOS        bool           `json:"ignore_eos"`
 	N                *int           `json:"n"`
 	DPRank           *int           `json:"data_parallel_rank"`
+	pdFields
 }
 
 type completionRequest struct {
@@ -433,6 +434,12 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 		return
 	}
 	g := &generation{w: w, rw: rw, rank: r, notify: make(chan struct{}, 1), chat: chat}
+	if len(prompts) == 1 {
+		g.pd = w.plan(req.Context(), &c.pdFields, prompts[0], r)
+		if g.pd.hold && w.cfg.Disagg.Protocol == ProtocolSGLang {
+			maxTok = 1 // an SGLang prefill server only prefills
+		}
+	}
 	if err := g.submit(req.Context(), prompts, maxTok); err != nil {
 		writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
 		return
@@ -441,6 +448,9 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 	defer func() {
 		if !finished {
 			g.abortUnfinished()
+			if g.pd.hold {
+				w.releaseOn(r, g.choices[0].id) // finished but never answered
+			}
 		}
 	}()
 	g.start(c.Stream)
@@ -449,6 +459,13 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 	}
 	finished = true
 	defer w.finished()
+	var params map[string]any
+	if g.pd.hold {
+		blocks := w.keep(req.Context(), g.pd, r, g.choices[0].id)
+		if g.pd.vllm && blocks != nil {
+			params = w.transferParams(g.choices[0].id, blocks)
+		}
+	}
 	u := g.usage()
 	if g.sse != nil {
 		if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
@@ -458,7 +475,11 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 		g.sse.done()
 		return
 	}
-	writeJSON(rw, http.StatusOK, g.whole(u))
+	whole := g.whole(u)
+	if params != nil {
+		whole["kv_transfer_params"] = params
+	}
+	writeJSON(rw, http.StatusOK, whole)
 }
 
 // generation is one request's prompts on their way through a rank's
@@ -470,6 +491,7 @@ type generation struct {
 	notify  chan struct{} // signalled when any choice has new output
 	choices []*choiceState
 	chat    bool
+	pd      pdPlan
 
 	// Set by start.
 	sse        *sseWriter // nil when the answer is sent whole
@@ -483,7 +505,7 @@ type generation struct {
 func (g *generation) submit(ctx context.Context, prompts [][]uint32, maxTok int) error {
 	g.choices = make([]*choiceState, len(prompts))
 	for i, p := range prompts {
-		id, st, err := g.w.submit(ctx, g.rank, p, maxTok, g.notify)
+		id, st, err := g.w.submit(ctx, g.rank, mocker.Request{Tokens: p, MaxTokens: maxTok, Hold: g.pd.hold, Remote: g.pd.remote}, g.notify)
 		if err != nil {
 			for _, ch := range g.choices[:i] {
 				g.w.abort(g.rank, ch.id)

@@ -73,6 +73,7 @@ type rankCmd struct {
 	st    *stream
 	abort uint64
 	reset chan error
+	call  func(*mocker.Engine) // run on the rank goroutine (pd.go)
 }
 
 // rank runs one engine core on the real clock.
@@ -90,6 +91,9 @@ type rank struct {
 
 func (r *rank) apply(c rankCmd) {
 	switch {
+	case c.call != nil:
+		c.call(r.eng)
+		r.metrics.update(r.eng.Stats())
 	case c.add != nil:
 		if err := r.eng.Add(*c.add); err != nil {
 			r.inflight.Add(-1)

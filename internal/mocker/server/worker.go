@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ type Worker struct {
 	started  time.Time
 	mux      *http.ServeMux
 	closeOne sync.Once
+	pd       pdState
 }
 
 // CloseSinks closes the configured event sinks; Serve does it on return,
@@ -57,8 +59,9 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Disagg = cfg.Disagg.normal()
 	w := &Worker{cfg: cfg, tok: cfg.Tokenizer, log: cfg.Logger, reg: cfg.Registry,
-		crash: make(chan struct{}), started: time.Now()}
+		crash: make(chan struct{}), started: time.Now(), pd: pdState{holds: map[string]*hold{}}}
 	if w.tok == nil {
 		w.tok = WordTokenizer{}
 	}
@@ -135,8 +138,25 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv := &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second, ConnState: w.connState,
 		BaseContext: func(net.Listener) context.Context { return rctx }}
-	errc := make(chan error, 1)
+	w.pd.mu.Lock()
+	w.pd.addr = ln.Addr().String()
+	w.pd.mu.Unlock()
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	if bp := w.cfg.Disagg.BootstrapPort; bp > 0 {
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		bln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(bp)))
+		if err != nil {
+			_ = srv.Close()
+			<-errc
+			cancel()
+			wg.Wait()
+			sink.wait()
+			w.CloseSinks()
+			return fmt.Errorf("bootstrap port: %w", err)
+		}
+		go func() { errc <- srv.Serve(bln) }()
+	}
 	w.log.Info("mock worker serving", "addr", ln.Addr().String(), "model", w.cfg.servedName(),
 		"dp_size", len(w.ranks), "worker_id", w.cfg.WorkerID)
 
@@ -155,10 +175,12 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 		<-errc
 		err = ErrCrashed
 	case err = <-errc:
+		_ = srv.Close() // the bootstrap listener too
 		cancel()
 		err = fmt.Errorf("serving http: %w", err)
 	}
 	wg.Wait()
+	w.stopHolds()
 	sink.wait()
 	w.CloseSinks()
 	w.log.Info("mock worker stopped", "addr", ln.Addr().String(), "err", err)
@@ -173,6 +195,8 @@ func (w *Worker) routes() {
 	w.mux.HandleFunc("POST /tokenize", w.handleTokenize)
 	w.mux.HandleFunc("POST /detokenize", w.handleDetokenize)
 	w.mux.HandleFunc("POST /reset_prefix_cache", w.handleReset)
+	w.mux.HandleFunc("POST /kv/pull", w.handleKVPull)
+	w.mux.HandleFunc("POST /kv/release", w.handleKVRelease)
 	w.mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
 	w.mux.HandleFunc("GET /version", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, map[string]string{"version": "kvrouter-mocker"})
@@ -201,12 +225,13 @@ func (w *Worker) pickRank(want int) (*rank, error) {
 }
 
 // submit queues one prompt on a rank and returns its stream.
-func (w *Worker) submit(ctx context.Context, r *rank, tokens []uint32, maxTokens int, notify chan struct{}) (uint64, *stream, error) {
+func (w *Worker) submit(ctx context.Context, r *rank, mr mocker.Request, notify chan struct{}) (uint64, *stream, error) {
 	id := w.nextID.Add(1)
+	mr.ID = id
 	st := newStream(notify)
 	r.inflight.Add(1)
 	select {
-	case r.cmds <- rankCmd{add: &mocker.Request{ID: id, Tokens: tokens, MaxTokens: maxTokens}, st: st}:
+	case r.cmds <- rankCmd{add: &mr, st: st}:
 		return id, st, nil
 	case <-ctx.Done():
 		r.inflight.Add(-1)
