@@ -38,6 +38,10 @@ type Config struct {
 	// SpeedChanges change the workers' speeds mid-run, in time order.
 	// Default none.
 	SpeedChanges []SpeedChange
+	// Queue, when not nil, makes requests wait in an admission queue
+	// while every worker is over its thresholds, instead of being routed
+	// (queue.go). Default nil.
+	Queue *QueueConfig
 }
 
 // DefaultConfig returns 8 default mock engines behind a default router.
@@ -58,6 +62,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: engine: %w", ErrConfig, err)
+	}
+	if c.Queue != nil {
+		if err := c.Queue.validate(); err != nil {
+			return err
+		}
 	}
 	return c.validateFleet()
 }
@@ -82,6 +91,9 @@ type Outcome struct {
 	// predicted TTFT of the chosen worker ÷ the TTFT it had (0 under other
 	// policies): how well calibrated the time models were.
 	PredictionRatio float64
+	// Queue is what the admission queue did (zero without one), and each
+	// named tenant's TTFTs.
+	Queue QueueStats
 }
 
 type eventKind uint8
@@ -133,6 +145,8 @@ type flight struct {
 	gotFirst bool
 	sent     router.Sample // the chosen row's load at send time, for Observe
 	predict  float64       // kv-time's predicted TTFT in seconds (0: none)
+	sentAt   time.Duration // when it was sent (after any wait in the admission queue)
+	tenant   string
 }
 
 // run is one simulation's state.
@@ -156,6 +170,7 @@ type run struct {
 	oracle   bool
 	logRatio float64 // Σ log(predicted ÷ actual TTFT)
 	ratios   int
+	wait     *waiting // the admission queue (Config.Queue)
 }
 
 // PolicyOracle is a diagnostic policy of the simulator only: it sends each
@@ -205,6 +220,9 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 			return Outcome{}, fmt.Errorf("adding worker: %w", err)
 		}
 	}
+	if r.wait, err = newWaiting(cfg.Queue); err != nil {
+		return Outcome{}, err
+	}
 	for i, ch := range cfg.SpeedChanges {
 		r.push(ch.At, evSpeedChange, i)
 	}
@@ -221,7 +239,7 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
 	o := Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
-		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels()}
+		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels(), Queue: r.wait.stats()}
 	if r.ratios > 0 {
 		o.PredictionRatio = math.Exp(r.logRatio / float64(r.ratios))
 	}
@@ -238,11 +256,12 @@ func (r *run) loop() error {
 	r.tryIssue()
 	for r.q.Len() > 0 {
 		ev := heap.Pop(&r.q).(event)
-		if ev.kind == evSpeedChange && r.pending == nil && len(r.flights) == 0 {
+		if ev.kind == evSpeedChange && r.pending == nil && len(r.flights) == 0 && r.wait.len() == 0 {
 			continue // the run is over: a later change must not stretch it
 		}
 		r.sampleUntil(ev.at)
 		r.now = ev.at
+		r.expireWaiting()
 		switch ev.kind {
 		case evArrival:
 			r.arrival = false
@@ -257,8 +276,8 @@ func (r *run) loop() error {
 		}
 		r.tryIssue()
 	}
-	if len(r.flights) > 0 || r.pending != nil {
-		return fmt.Errorf("simulation stalled at %v with %d requests in flight", r.now, len(r.flights))
+	if len(r.flights) > 0 || r.pending != nil || r.wait.len() > 0 {
+		return fmt.Errorf("simulation stalled at %v with %d requests in flight, %d waiting", r.now, len(r.flights), r.wait.len())
 	}
 	r.sampleUntil(r.now)
 	return nil
@@ -290,31 +309,47 @@ func (r *run) issue(req workload.Request) {
 	if !r.started {
 		r.started, r.first = true, r.now
 	}
-	id := uint64(req.ID)
-	sid := strconv.FormatUint(id, 10)
-	rreq := router.Request{ID: sid, Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
-	if r.oracle {
-		if w, ok := r.oracleWorker(rreq); ok {
-			rreq.PinnedWorker, rreq.HasPinned = w, true
-		}
+	if r.wait.q != nil {
+		r.admit(req)
+		return
 	}
-	d, err := r.rt.Route(rreq)
+	d, err := r.route(req)
 	if err != nil {
 		r.rec.Add(report.Record{Worker: -1, Issued: r.now, Failed: true})
 		r.done(1)
 		return
 	}
+	r.dispatch(req, d, r.now)
+}
+
+// route asks the router for req's worker and books it there.
+func (r *run) route(req workload.Request) (router.Decision, error) {
+	rreq := router.Request{ID: strconv.Itoa(req.ID), Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
+	if r.oracle {
+		if w, ok := r.oracleWorker(rreq); ok {
+			rreq.PinnedWorker, rreq.HasPinned = w, true
+		}
+	}
+	return r.rt.Route(rreq)
+}
+
+// dispatch sends a routed request to its engine; arrived is when it
+// arrived (TTFT and end-to-end latency count from there).
+func (r *run) dispatch(req workload.Request, d router.Decision, arrived time.Duration) {
+	id := uint64(req.ID)
+	sid := strconv.FormatUint(id, 10)
 	w := int(d.Worker.ID)
 	if err := r.workers[w].eng.Add(mocker.Request{ID: id, Tokens: req.Prompt, MaxTokens: req.OutputLen}); err != nil {
 		r.rt.Free(sid)
-		r.rec.Add(report.Record{Worker: w, Issued: r.now, Failed: true})
+		r.wait.done(req.Tenant)
+		r.rec.Add(report.Record{Worker: w, Issued: arrived, Failed: true})
 		r.done(1)
 		return
 	}
 	row := d.ChosenRow()
-	r.flights[id] = &flight{issued: r.now, worker: w, prompt: len(req.Prompt), sent: router.Sample{
+	r.flights[id] = &flight{issued: arrived, worker: w, prompt: len(req.Prompt), sent: router.Sample{
 		QueuedPrefillTokens: row.ActivePrefillTokens, ActiveRequests: row.ActiveRequests, ActiveBlocks: row.ActiveBlocks},
-		predict: row.Prediction.TTFT}
+		predict: row.Prediction.TTFT, sentAt: r.now, tenant: req.Tenant}
 	if !r.workers[w].busy {
 		r.startStep(w)
 	}
@@ -385,9 +420,13 @@ func (r *run) stepEnd(w int) error {
 		if o.First && !f.gotFirst {
 			f.gotFirst, f.ttft, f.cached = true, r.now-f.issued, o.CachedTokens
 			r.rt.MarkPrefillCompleted(sid)
-			r.observe(w, f, f.ttft, 0)
-			if f.predict > 0 && f.ttft > 0 {
-				r.logRatio += math.Log(f.predict / f.ttft.Seconds())
+			r.wait.first(f.tenant, f.ttft)
+			// The time model sees the engine's part: from the send, not
+			// from an arrival that waited in the admission queue.
+			engine := r.now - f.sentAt
+			r.observe(w, f, engine, 0)
+			if f.predict > 0 && engine > 0 {
+				r.logRatio += math.Log(f.predict / engine.Seconds())
 				r.ratios++
 			}
 		}
@@ -396,15 +435,17 @@ func (r *run) stepEnd(w int) error {
 			if o.Generated > 1 {
 				itl = (r.now - f.issued - f.ttft) / time.Duration(o.Generated-1)
 			}
-			f.sent.Duration = r.now - f.issued
+			f.sent.Duration = r.now - f.sentAt
 			r.observe(w, f, 0, itl)
 			r.rt.Free(sid)
+			r.wait.done(f.tenant)
 			r.rec.Add(report.Record{Worker: w, Issued: f.issued, TTFT: f.ttft, E2E: r.now - f.issued,
 				PromptTokens: f.prompt, CachedTokens: f.cached, OutputTokens: o.Generated})
 			delete(r.flights, o.ID)
 			r.done(1)
 		}
 	}
+	r.releaseWaiting()
 	r.startStep(w)
 	return nil
 }
