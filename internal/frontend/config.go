@@ -106,6 +106,14 @@ type Config struct {
 	// MaxHeaderBytes caps a request's header size in bytes. Default
 	// 1048576 (1 MiB).
 	MaxHeaderBytes int
+	// Queue configures the admission queue (queue.go); off unless its
+	// thresholds or a tenant cap are set.
+	Queue QueueConfig
+	// SessionTTL turns session affinity on (session.go): requests naming
+	// a session (X-Session-ID, or X-Dynamo-Session-ID) go to the worker
+	// rank the session's last request went to, unless it is saturated or
+	// gone, for this long after that request. 0 is off. Default 0.
+	SessionTTL time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -130,6 +138,7 @@ func DefaultConfig() Config {
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           120 * time.Second,
 		MaxHeaderBytes:        1 << 20,
+		Queue:                 DefaultQueueConfig(),
 	}
 }
 
@@ -184,6 +193,12 @@ func (c Config) Validate() error {
 		return bad("idle timeout %v must be positive", c.IdleTimeout)
 	case c.MaxHeaderBytes < 4096 || c.MaxHeaderBytes > 64<<20:
 		return bad("max header bytes %d out of [4096, 67108864]", c.MaxHeaderBytes)
+	}
+	if err := c.Queue.validate(); err != nil {
+		return err
+	}
+	if c.SessionTTL < 0 || c.SessionTTL > 365*24*time.Hour {
+		return bad("session ttl %v out of [0, 1 year]", c.SessionTTL)
 	}
 	for i, a := range c.Aliases {
 		if a == "" || a == c.Model {

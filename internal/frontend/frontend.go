@@ -41,6 +41,8 @@ type Frontend struct {
 	client    *http.Client
 	blockSize int
 	slots     *tokenSlots
+	gate      *gate     // the admission queue, nil when off
+	sessions  *sessions // session affinity, nil when off
 	handler   http.Handler
 	// handlers counts running HTTP handlers, so that a forced shutdown
 	// can wait for them to return.
@@ -121,6 +123,9 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return http.ErrUseLastResponse
 	}}
 	f.m = newMetrics(f.reg, f)
+	if err := f.initAdmission(); err != nil {
+		return nil, err
+	}
 	f.initStatus() // the status page's charts (status.go)
 	f.handler = f.routes()
 	return f, nil

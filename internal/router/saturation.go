@@ -1,6 +1,9 @@
 package router
 
-import "github.com/kvrouter/kvrouter/internal/scheduler"
+import (
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+)
 
 // Saturated reports whether every worker rank that is not DOWN is over
 // one of the thresholds t, judged on the load booked now (and false when
@@ -29,4 +32,24 @@ func (r *Router) Saturated(t scheduler.Thresholds) bool {
 		}
 	}
 	return up > 0
+}
+
+// RankSaturated reports whether worker rank w is DOWN, unknown, or over
+// one of the thresholds t (false for any rank when t sets none but the
+// rank is up).
+func (r *Router) RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.rankPos(w)
+	if !ok || r.ranks[p].ws.down {
+		return true
+	}
+	if !t.On() {
+		return false
+	}
+	ws := r.ranks[p].ws
+	l, _ := r.seq.Load(w)
+	c := scheduler.Candidate{ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks,
+		KVCapacityBlocks: ws.info.KVCapacityBlocks, MaxBatchedTokens: ws.info.MaxBatchedTokens}
+	return t.Busy(&c) != scheduler.Eligible
 }
