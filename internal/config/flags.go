@@ -28,6 +28,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens that every worker must share")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 
+	c.Queue.bind(fs)
 	r := &c.Router
 	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, kv-time (predicted seconds from per-worker time models), round-robin, random or least-loaded")
 	r.KVTime.bind(fs)

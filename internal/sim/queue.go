@@ -171,6 +171,10 @@ func (r *run) admit(req workload.Request) {
 	w.reqs[id], w.arrived[id] = req, r.now
 	w.st.Queued++
 	w.st.MaxDepth = max(w.st.MaxDepth, w.q.Len())
+	// It may be releasable at once (capacity free but others waiting
+	// on their tenant caps), as the front door's kick after a push.
+	w.kicked = true
+	r.releaseWaiting()
 }
 
 // predictedPrefill is the prompt less the longest cached prefix any
