@@ -176,3 +176,6 @@ func (f *Frontend) kick() {
 		f.gate.kick()
 	}
 }
+
+// SessionAffinity reports whether session affinity is on.
+func (f *Frontend) SessionAffinity() bool { return f.sessions != nil }
