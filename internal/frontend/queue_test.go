@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -101,6 +102,23 @@ func TestQueueDisconnectFreesEverything(t *testing.T) {
 	poll.UntilState(t, 5*time.Second, func() (bool, string) {
 		return fl.queueDepth() == 1, fmt.Sprintf("depth %v", fl.queueDepth())
 	}, "the second request queued")
+	// The status page shows it.
+	_, sb := fl.do("GET", "/?format=json", nil)
+	var st struct {
+		Queue *struct {
+			Policy  string `json:"policy"`
+			Waiting int    `json:"waiting"`
+			Tenants []struct {
+				Tenant   string `json:"tenant"`
+				Waiting  int    `json:"waiting"`
+				InFlight int    `json:"in_flight"`
+			} `json:"tenants"`
+		} `json:"queue"`
+	}
+	if err := json.Unmarshal(sb, &st); err != nil || st.Queue == nil || st.Queue.Waiting != 1 || st.Queue.Policy != "fcfs" ||
+		len(st.Queue.Tenants) != 1 || st.Queue.Tenants[0].Waiting != 1 || st.Queue.Tenants[0].InFlight != 1 {
+		t.Fatalf("status JSON queue: %s (%v)", sb, err)
+	}
 	cancel()
 	poll.UntilState(t, 5*time.Second, func() (bool, string) {
 		return fl.queueDepth() == 0, fmt.Sprintf("depth %v", fl.queueDepth())
