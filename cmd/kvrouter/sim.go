@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/report"
@@ -34,7 +35,7 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if s.Grid.On {
 		return runSimGrid(ctx, &s, stdout, stderr)
 	}
-	cfg, wl, ps := s.Sim, &s.Workload, s.PolicyList()
+	cfg, wl, ps := s.SimConfig(), &s.Workload, s.PolicyList()
 	open := func() (workload.Source, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -79,6 +80,9 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		fmt.Fprintf(stderr, "kvrouter sim: %v\n", err)
 		return 1
 	}
+	if !s.JSON {
+		writeGoodput(stdout, outs, s.SLO)
+	}
 	if s.PlotDir != "" {
 		paths, err := report.WritePlots(s.PlotDir, results, ttfts, loads)
 		if err != nil {
@@ -90,4 +94,20 @@ func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		}
 	}
 	return 0
+}
+
+// writeGoodput prints, per policy, the requests whose TTFT met slo, the
+// refused ones and what the admission queue did.
+func writeGoodput(w io.Writer, outs []sim.Outcome, slo time.Duration) {
+	for _, o := range outs {
+		r, q := o.Result, o.Queue
+		n := r.Requests + r.Failed
+		fmt.Fprintf(w, "%s: goodput (TTFT ≤ %v) %d of %d (%.1f %%), refused %d", r.Policy, slo, o.Goodput(slo), n,
+			100*float64(o.Goodput(slo))/float64(max(n, 1)), r.Failed)
+		if q.Queued > 0 {
+			fmt.Fprintf(w, "; queued %d, timed out %d, queue full %d, longest queue %d, mean wait %v", q.Queued, q.TimedOut, q.Refused,
+				q.MaxDepth, (q.Wait / time.Duration(q.Queued)).Round(time.Millisecond))
+		}
+		fmt.Fprintln(w)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/agent"
 	"github.com/kvrouter/kvrouter/internal/eventplane/natsevents"
@@ -554,12 +555,18 @@ type Sim struct {
 	PlotDir string
 	// Grid is --grid and its options (simgrid.go).
 	Grid SimGrid
+	// Queue models the admission queue (the --router-queue-* and
+	// --router-tenant-* flags that apply offline).
+	Queue Queue
+	// SLO is the TTFT a request must meet to count in the goodput line
+	// (--slo-ttft). Default 2 s.
+	SLO time.Duration
 }
 
 // DefaultSim returns sim's documented defaults.
 func DefaultSim() Sim {
 	return Sim{Sim: sim.DefaultConfig(), Workload: workload.DefaultOptions(), Policies: "kv,round-robin,random,least-loaded",
-		Grid: SimGrid{Parallel: 1}}
+		Grid: SimGrid{Parallel: 1}, Queue: defaultQueue(), SLO: 2 * time.Second}
 }
 
 // Bind registers sim's flags.
@@ -588,6 +595,9 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	bindFleet(fs, &cfg.Fleet)
 	fs.Var((*speedSchedule)(&cfg.SpeedChanges), "worker-speed-change", "change the workers' speeds mid-run: TIME=SPEEDS separated by ';' (virtual time from the workload's start; SPEEDS as --worker-speeds), e.g. '120s=0.5,0.5,1,1,1,1,1,1'")
 	s.Grid.bind(fs)
+	s.Queue.bindSim(fs)
+	bindSimThresholds(fs, &cfg.Router.Scheduler)
+	fs.DurationVar(&s.SLO, "slo-ttft", s.SLO, "TTFT a request must meet to count as goodput")
 }
 
 // PolicyList is --policy split and trimmed.
@@ -613,7 +623,10 @@ func (s *Sim) Validate() error {
 	if err := s.Grid.validate(s.Sim.Workers); err != nil {
 		return err
 	}
-	if err := s.Sim.Validate(); err != nil {
+	if err := s.SimConfig().Validate(); err != nil {
+		return err
+	}
+	if err := s.Queue.validate(); err != nil {
 		return err
 	}
 	if len(s.PolicyList()) == 0 {

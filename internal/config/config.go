@@ -58,6 +58,8 @@ type Config struct {
 	Events Events
 	// Frontend holds the HTTP front door's limits and auth.
 	Frontend Frontend
+	// Queue holds the admission queue and session affinity (queue.go).
+	Queue Queue
 	// EventPlane says how KV events and worker registrations travel.
 	EventPlane EventPlane
 	// Workers is the static worker list (`workers:` in the file, --worker,
@@ -386,6 +388,7 @@ func Default() Config {
 			MaxHeaderBytes:       fc.MaxHeaderBytes,
 			PD:                   fc.PD,
 		},
+		Queue: defaultQueue(),
 	}
 }
 
@@ -450,6 +453,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := c.IndexConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.Queue.validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := c.FrontendConfig().Validate(); err != nil {
@@ -545,6 +551,7 @@ func (c Config) FrontendConfig() frontend.Config {
 	fc.IdleTimeout = c.Frontend.IdleTimeout
 	fc.MaxHeaderBytes = c.Frontend.MaxHeaderBytes
 	fc.PD = c.Frontend.PD
+	c.Queue.apply(&fc)
 	return fc
 }
 

@@ -29,6 +29,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	bindPD(fs, &c.Frontend.PD)
 
+	c.Queue.bind(fs)
 	r := &c.Router
 	fs.StringVar(&r.Mode, "router-mode", r.Mode, "selection policy: kv, kv-time (predicted seconds from per-worker time models), round-robin, random or least-loaded")
 	r.KVTime.bind(fs)

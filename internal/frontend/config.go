@@ -108,6 +108,14 @@ type Config struct {
 	MaxHeaderBytes int
 	// PD configures disaggregated prefill/decode serving (pd.go).
 	PD PDConfig
+	// Queue configures the admission queue (queue.go); off unless its
+	// thresholds or a tenant cap are set.
+	Queue QueueConfig
+	// SessionTTL turns session affinity on (session.go): requests naming
+	// a session (X-Session-ID, or X-Dynamo-Session-ID) go to the worker
+	// rank the session's last request went to, unless it is saturated or
+	// gone, for this long after that request. 0 is off. Default 0.
+	SessionTTL time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -133,6 +141,7 @@ func DefaultConfig() Config {
 		IdleTimeout:           120 * time.Second,
 		MaxHeaderBytes:        1 << 20,
 		PD:                    DefaultPDConfig(),
+		Queue:                 DefaultQueueConfig(),
 	}
 }
 
@@ -190,6 +199,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.PD.validate(); err != nil {
 		return err
+	}
+	if err := c.Queue.validate(); err != nil {
+		return err
+	}
+	if c.SessionTTL < 0 || c.SessionTTL > 365*24*time.Hour {
+		return bad("session ttl %v out of [0, 1 year]", c.SessionTTL)
 	}
 	for i, a := range c.Aliases {
 		if a == "" || a == c.Model {

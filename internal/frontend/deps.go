@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/liveindex"
 	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -41,6 +42,10 @@ type Router interface {
 	Config() router.Config
 	Observe(w kvevent.WorkerRank, s router.Sample, now time.Time) bool
 	TimeModels() []router.TimeModel
+	// Saturated and RankSaturated judge load against the admission
+	// queue's thresholds (queue.go, session.go).
+	Saturated(t scheduler.Thresholds) bool
+	RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool
 }
 
 var _ Router = (*router.Router)(nil)

@@ -42,6 +42,8 @@ type Frontend struct {
 	pdm       *pdMetrics
 	blockSize int
 	slots     *tokenSlots
+	gate      *gate     // the admission queue, nil when off
+	sessions  *sessions // session affinity, nil when off
 	handler   http.Handler
 	// handlers counts running HTTP handlers, so that a forced shutdown
 	// can wait for them to return.
@@ -123,6 +125,9 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	}}
 	f.m = newMetrics(f.reg, f)
 	f.pdm = newPDMetrics(f.reg)
+	if err := f.initAdmission(); err != nil {
+		return nil, err
+	}
 	f.initStatus() // the status page's charts (status.go)
 	f.handler = f.routes()
 	return f, nil

@@ -308,6 +308,10 @@ func parseFields(body []byte) (requestFields, error) {
 			return nil
 		case "stream":
 			dst = &f.Stream
+		case "priority":
+			v, err := decodeInt(key, val)
+			f.Priority = v
+			return err
 		case "max_tokens", "max_completion_tokens", "n":
 			v, err := decodeInt(key, val)
 			switch key {

@@ -44,6 +44,9 @@ type requestFields struct {
 	ChatTemplateKwargs   json.RawMessage
 	AddGenerationPrompt  *bool
 	ContinueFinalMessage bool
+	// Priority is vLLM's "priority" (lower first), for the admission
+	// queue.
+	Priority *int
 }
 
 // expectedOutput is the request's max output tokens, 0 when unknown.

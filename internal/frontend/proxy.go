@@ -119,6 +119,8 @@ type exchange struct {
 	tokens   []uint32
 	expected int
 	stream   bool // the client asked for an SSE stream
+	adm      admitted
+	session  string // the client's session id, for affinity
 	// abort: the client's response was committed and cut short; its
 	// connection is aborted so that it cannot take a truncated body for
 	// a whole one.
@@ -161,6 +163,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
 		expected: fields.expectedOutput(), stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
+	f.classify(r, ex, &fields)
 	f.serveExchange(rw, r, ex)
 }
 
@@ -221,6 +224,7 @@ func (f *Frontend) serveExchange(rw http.ResponseWriter, r *http.Request, ex *ex
 	defer f.m.inflight.Dec()
 	f.m.promptTokens.Add(float64(len(ex.tokens)))
 	f.forward(rw, r, ex)
+	f.endAdmission(ex)
 	ex.rec.Duration = f.clock().Sub(ex.start)
 	f.finish(ex.rec)
 	if ex.abort {
@@ -283,7 +287,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 				break
 			}
 		}
-		d, err := f.route(ex, req, attempt)
+		d, err := f.routeAttempt(r, ex, req, attempt)
 		*expl = d.Candidates
 		if err != nil {
 			if last != nil {
@@ -375,6 +379,9 @@ func (f *Frontend) answerFailed(rw http.ResponseWriter, ex *exchange, last *fail
 
 // writeRouteError answers a router refusal and returns the status.
 func (f *Frontend) writeRouteError(rw http.ResponseWriter, err error, extra map[string]any) int {
+	if status, ok := f.writeQueueError(rw, err); ok {
+		return status
+	}
 	status, typ, code := http.StatusInternalServerError, typeServer, ""
 	switch {
 	case errors.Is(err, router.ErrPinnedBusy):
@@ -517,6 +524,7 @@ func (f *Frontend) allowedExcept(excluded []kvevent.WorkerID) []kvevent.WorkerID
 
 func (f *Frontend) free(id string) {
 	f.m.lifecycleCall("free", f.router.Free(id))
+	f.kick()
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
@@ -966,6 +974,7 @@ func (t *progress) firstToken(ex *exchange) {
 	t.started, t.lastToken, t.firstAt = true, now, now
 	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
 	t.f.m.lifecycleCall("mark_prefill_completed", t.f.router.MarkPrefillCompleted(t.id))
+	t.f.kick()
 }
 
 // feed scans SSE bytes for complete "data:" lines.

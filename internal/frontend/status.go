@@ -55,6 +55,8 @@ type statusJSON struct {
 	// the charts) show at most ?workers= of them (see pickWorkers).
 	WorkersTotal   int            `json:"workers_total"`
 	WorkersByState map[string]int `json:"workers_by_state"`
+	// Queue is the admission queue's state (absent when it is off).
+	Queue *queueJSON `json:"queue,omitempty"`
 }
 
 // recentJSON is one finished request of the status JSON, newest first.
@@ -244,6 +246,7 @@ func (f *Frontend) statusViewOf(now time.Time, limit int) statusJSON {
 		d.Recent = append(d.Recent, j)
 	}
 	d.Charts = chartsOf(onlyWorkers(hist, shown, len(views)), shown)
+	d.Queue = f.queueView(now)
 	return d
 }
 

@@ -38,6 +38,7 @@ var core = []string{
 	"internal/timeline",
 	"internal/admission",
 	"internal/timemodel",
+	"internal/affinity",
 }
 
 // forbidden are the imports that mean I/O or processes.

@@ -167,19 +167,7 @@ func eligibility(req *Request, c *Candidate) Exclusion {
 	return Eligible
 }
 
-func (s *Scheduler) busy(c *Candidate) Exclusion {
-	switch {
-	case s.cfg.ActiveDecodeBlocksThreshold > 0 && c.KVCapacityBlocks > 0 &&
-		c.ActiveBlocks > s.cfg.ActiveDecodeBlocksThreshold*float64(c.KVCapacityBlocks):
-		return BusyDecodeBlocks
-	case s.cfg.ActivePrefillTokensThreshold > 0 && c.ActivePrefillTokens > s.cfg.ActivePrefillTokensThreshold:
-		return BusyPrefillTokens
-	case s.cfg.ActivePrefillTokensThresholdFrac > 0 && c.MaxBatchedTokens > 0 &&
-		float64(c.ActivePrefillTokens) > s.cfg.ActivePrefillTokensThresholdFrac*float64(c.MaxBatchedTokens):
-		return BusyPrefillFrac
-	}
-	return Eligible
-}
+func (s *Scheduler) busy(c *Candidate) Exclusion { return s.cfg.Thresholds().Busy(c) }
 
 // knobs are a request's cost parameters, resolved once per decision.
 type knobs struct {

@@ -154,7 +154,14 @@ func (s *Service) startReplica(ctx context.Context) error {
 		tried = true
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return s.rs.Start(sctx)
+		if err := s.rs.Start(sctx); err != nil {
+			return err
+		}
+		if err := s.startSessions(); err != nil {
+			// Advisory: replicas then keep their own bindings.
+			s.log.Warn("session affinity bindings not shared with the replicas", "err", err)
+		}
+		return nil
 	})
 }
 

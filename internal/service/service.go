@@ -64,7 +64,8 @@ type Service struct {
 	natsC       *natsevents.Consumer
 	zmqC        *zmqevents.Consumer
 	dur         *durable.Consumer
-	rs          *replica.Sync // written by the NATS start-up, read after it
+	rs          *replica.Sync     // written by the NATS start-up, read after it
+	sess        *replica.Sessions // likewise (sessions.go)
 	unhook      func()
 	staticNotes []fleet.Notification
 	regSynced   atomic.Bool
@@ -390,6 +391,7 @@ func (s *Service) Run(ctx context.Context, ln net.Listener) error {
 	}
 	stopBG()
 	wg.Wait() // the NATS start-up too: s.rs is settled
+	s.closeSessions()
 	if s.rs != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := s.rs.Close(cctx); err != nil {
@@ -481,6 +483,7 @@ func (s *Service) inFlight() int {
 func (s *Service) Close() {
 	s.closeOnce.Do(func() {
 		s.closePlane()
+		s.closeSessions()
 		if s.rs != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = s.rs.Close(cctx)

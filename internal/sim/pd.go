@@ -81,7 +81,7 @@ func (r *run) issuePD(req workload.Request) bool {
 		r.done(1)
 		return true
 	}
-	r.flights[id] = &flight{issued: r.now, worker: d, prompt: len(req.Prompt)}
+	r.flights[id] = &flight{issued: r.now, worker: d, prompt: len(req.Prompt), sentAt: r.now}
 	r.pd[id] = &pdFlight{req: req, prefill: p, decode: d}
 	if !r.workers[p].busy {
 		r.startStep(p)

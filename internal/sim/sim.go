@@ -45,6 +45,10 @@ type Config struct {
 	// BypassTokens skips the prefill hop of a prompt whose uncached part
 	// on the best prefill engine is shorter (pd.go). Default 0.
 	BypassTokens int
+	// Queue, when not nil, makes requests wait in an admission queue
+	// while every worker is over its thresholds, instead of being routed
+	// (queue.go). Default nil.
+	Queue *QueueConfig
 }
 
 // DefaultConfig returns 8 default mock engines behind a default router.
@@ -65,6 +69,14 @@ func (c Config) Validate() error {
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: engine: %w", ErrConfig, err)
+	}
+	if c.Queue != nil {
+		if c.PrefillWorkers > 0 {
+			return fmt.Errorf("%w: the admission queue is not modelled for a disaggregated fleet", ErrConfig)
+		}
+		if err := c.Queue.validate(); err != nil {
+			return err
+		}
 	}
 	if err := c.validateFleet(); err != nil {
 		return err
@@ -96,6 +108,9 @@ type Outcome struct {
 	// was skipped; TransferredBlocks the KV blocks sent from prefill to
 	// decode engines.
 	Bypassed, TransferredBlocks int64
+	// Queue is what the admission queue did (zero without one), and each
+	// named tenant's TTFTs.
+	Queue QueueStats
 }
 
 type eventKind uint8
@@ -150,6 +165,8 @@ type flight struct {
 	sent     router.Sample // the chosen row's load at send time, for Observe
 	predict  float64       // kv-time's predicted TTFT in seconds (0: none)
 	remote   bool          // decoding after a disaggregated prefill
+	sentAt   time.Duration // when it was sent (after any wait in the admission queue)
+	tenant   string
 }
 
 // run is one simulation's state.
@@ -176,7 +193,8 @@ type run struct {
 
 	pd          map[uint64]*pdFlight // disaggregated requests between hops (pd.go)
 	bypassed    int64
-	transferred int64 // KV blocks transferred
+	transferred int64    // KV blocks transferred
+	wait        *waiting // the admission queue (Config.Queue)
 }
 
 // PolicyOracle is a diagnostic policy of the simulator only: it sends each
@@ -227,6 +245,9 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 			return Outcome{}, fmt.Errorf("adding worker: %w", err)
 		}
 	}
+	if r.wait, err = newWaiting(cfg.Queue); err != nil {
+		return Outcome{}, err
+	}
 	for i, ch := range cfg.SpeedChanges {
 		r.push(ch.At, evSpeedChange, i)
 	}
@@ -243,7 +264,7 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
 	o := Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
-		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels(),
+		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels(), Queue: r.wait.stats(),
 		Bypassed: r.bypassed, TransferredBlocks: r.transferred}
 	if r.ratios > 0 {
 		o.PredictionRatio = math.Exp(r.logRatio / float64(r.ratios))
@@ -266,11 +287,12 @@ func (r *run) loop() error {
 	r.tryIssue()
 	for r.q.Len() > 0 {
 		ev := heap.Pop(&r.q).(event)
-		if ev.kind == evSpeedChange && r.pending == nil && len(r.flights) == 0 {
+		if ev.kind == evSpeedChange && r.pending == nil && len(r.flights) == 0 && r.wait.len() == 0 {
 			continue // the run is over: a later change must not stretch it
 		}
 		r.sampleUntil(ev.at)
 		r.now = ev.at
+		r.expireWaiting()
 		switch ev.kind {
 		case evArrival:
 			r.arrival = false
@@ -287,8 +309,8 @@ func (r *run) loop() error {
 		}
 		r.tryIssue()
 	}
-	if len(r.flights) > 0 || r.pending != nil {
-		return fmt.Errorf("simulation stalled at %v with %d requests in flight", r.now, len(r.flights))
+	if len(r.flights) > 0 || r.pending != nil || r.wait.len() > 0 {
+		return fmt.Errorf("simulation stalled at %v with %d requests in flight, %d waiting", r.now, len(r.flights), r.wait.len())
 	}
 	r.sampleUntil(r.now)
 	return nil
@@ -323,31 +345,47 @@ func (r *run) issue(req workload.Request) {
 	if r.cfg.PrefillWorkers > 0 && r.issuePD(req) {
 		return
 	}
-	id := uint64(req.ID)
-	sid := strconv.FormatUint(id, 10)
-	rreq := router.Request{ID: sid, Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
-	if r.oracle {
-		if w, ok := r.oracleWorker(rreq); ok {
-			rreq.PinnedWorker, rreq.HasPinned = w, true
-		}
+	if r.wait.q != nil {
+		r.admit(req)
+		return
 	}
-	d, err := r.rt.Route(rreq)
+	d, err := r.route(req)
 	if err != nil {
 		r.rec.Add(report.Record{Worker: -1, Issued: r.now, Failed: true})
 		r.done(1)
 		return
 	}
+	r.dispatch(req, d, r.now)
+}
+
+// route asks the router for req's worker and books it there.
+func (r *run) route(req workload.Request) (router.Decision, error) {
+	rreq := router.Request{ID: strconv.Itoa(req.ID), Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
+	if r.oracle {
+		if w, ok := r.oracleWorker(rreq); ok {
+			rreq.PinnedWorker, rreq.HasPinned = w, true
+		}
+	}
+	return r.rt.Route(rreq)
+}
+
+// dispatch sends a routed request to its engine; arrived is when it
+// arrived (TTFT and end-to-end latency count from there).
+func (r *run) dispatch(req workload.Request, d router.Decision, arrived time.Duration) {
+	id := uint64(req.ID)
+	sid := strconv.FormatUint(id, 10)
 	w := int(d.Worker.ID)
 	if err := r.workers[w].eng.Add(mocker.Request{ID: id, Tokens: req.Prompt, MaxTokens: req.OutputLen}); err != nil {
 		r.rt.Free(sid)
-		r.rec.Add(report.Record{Worker: w, Issued: r.now, Failed: true})
+		r.wait.done(req.Tenant)
+		r.rec.Add(report.Record{Worker: w, Issued: arrived, Failed: true})
 		r.done(1)
 		return
 	}
 	row := d.ChosenRow()
-	r.flights[id] = &flight{issued: r.now, worker: w, prompt: len(req.Prompt), sent: router.Sample{
+	r.flights[id] = &flight{issued: arrived, worker: w, prompt: len(req.Prompt), sent: router.Sample{
 		QueuedPrefillTokens: row.ActivePrefillTokens, ActiveRequests: row.ActiveRequests, ActiveBlocks: row.ActiveBlocks},
-		predict: row.Prediction.TTFT}
+		predict: row.Prediction.TTFT, sentAt: r.now, tenant: req.Tenant}
 	if !r.workers[w].busy {
 		r.startStep(w)
 	}
@@ -425,9 +463,13 @@ func (r *run) stepEnd(w int) error {
 				f.cached = o.CachedTokens
 			}
 			r.rt.MarkPrefillCompleted(sid)
-			r.observe(w, f, f.ttft, 0)
-			if f.predict > 0 && f.ttft > 0 {
-				r.logRatio += math.Log(f.predict / f.ttft.Seconds())
+			r.wait.first(f.tenant, f.ttft)
+			// The time model sees the engine's part: from the send, not
+			// from an arrival that waited in the admission queue.
+			engine := r.now - f.sentAt
+			r.observe(w, f, engine, 0)
+			if f.predict > 0 && engine > 0 {
+				r.logRatio += math.Log(f.predict / engine.Seconds())
 				r.ratios++
 			}
 		}
@@ -436,15 +478,17 @@ func (r *run) stepEnd(w int) error {
 			if o.Generated > 1 {
 				itl = (r.now - f.issued - f.ttft) / time.Duration(o.Generated-1)
 			}
-			f.sent.Duration = r.now - f.issued
+			f.sent.Duration = r.now - f.sentAt
 			r.observe(w, f, 0, itl)
 			r.rt.Free(sid)
+			r.wait.done(f.tenant)
 			r.rec.Add(report.Record{Worker: w, Issued: f.issued, TTFT: f.ttft, E2E: r.now - f.issued,
 				PromptTokens: f.prompt, CachedTokens: f.cached, OutputTokens: o.Generated})
 			delete(r.flights, o.ID)
 			r.done(1)
 		}
 	}
+	r.releaseWaiting()
 	r.startStep(w)
 	return nil
 }

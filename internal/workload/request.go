@@ -31,6 +31,12 @@ type Request struct {
 	// 0 when the source has no groups. Used by tests and reports only,
 	// never by routing.
 	Group int
+	// Tenant is who sends the request, for admission fairness ("" when
+	// the workload has one sender).
+	Tenant string
+	// Priority is the request's priority tier (lower first), as vLLM's
+	// "priority" field; 0 by default.
+	Priority int
 }
 
 // Source yields a workload's requests.

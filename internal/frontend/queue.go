@@ -1,0 +1,469 @@
+package frontend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/admission"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// QueueConfig configures the admission queue: while every worker that is
+// not DOWN is over one of Thresholds, a completion request waits instead
+// of being routed (or refused), and waiting requests are released in the
+// queue's order as capacity frees, each routed afresh when released.
+type QueueConfig struct {
+	// Thresholds say when a worker is saturated (the scheduler's busy
+	// thresholds, a second set): pending prefill tokens, as an absolute
+	// count or a fraction of the worker's max batched tokens, and KV
+	// blocks held as a fraction of its capacity. None set and no tenant
+	// in-flight cap turns the queue off. Default none.
+	Thresholds scheduler.Thresholds
+	// Admission orders the waiting requests: policy, length, WSPT aging,
+	// tenant weights and the tenant in-flight cap.
+	Admission admission.Config
+	// Timeout is each request's longest wait; past it the client gets
+	// 503 with Retry-After (429 when its tenant is at its in-flight cap).
+	// Default 30 s.
+	Timeout time.Duration
+	// Recheck is how often waiting requests look for capacity that freed
+	// without this front door seeing it (another router replica's
+	// requests ending, bookings expiring). Default 250 ms.
+	Recheck time.Duration
+	// TenantHeader names the request header that says the tenant when
+	// no API keys are configured (with keys, the key is the tenant).
+	// Default "X-Tenant-ID".
+	TenantHeader string
+	// PriorityHeader names the request header carrying the priority when
+	// the body has no "priority" field (lower is served first, as vLLM's
+	// field). Default "X-Priority".
+	PriorityHeader string
+}
+
+// DefaultQueueConfig returns the defaults documented on QueueConfig.
+func DefaultQueueConfig() QueueConfig {
+	return QueueConfig{Admission: admission.DefaultConfig(), Timeout: 30 * time.Second, Recheck: 250 * time.Millisecond,
+		TenantHeader: "X-Tenant-ID", PriorityHeader: "X-Priority"}
+}
+
+// on says whether requests go through the queue at all.
+func (c QueueConfig) on() bool { return c.Thresholds.On() || c.Admission.TenantInFlight > 0 }
+
+func (c QueueConfig) validate() error {
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w: queue thresholds: %w", ErrConfig, err)
+	}
+	if err := c.Admission.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	switch {
+	case c.Timeout <= 0:
+		return fmt.Errorf("%w: queue timeout %v must be positive", ErrConfig, c.Timeout)
+	case c.Recheck <= 0:
+		return fmt.Errorf("%w: queue recheck %v must be positive", ErrConfig, c.Recheck)
+	}
+	return nil
+}
+
+// The error type and codes of queue refusals.
+const (
+	typeRateLimit    = "rate_limit_error"
+	codeOverShare    = "tenant_over_share"
+	codeQueueTimeout = "queue_timeout"
+)
+
+// Queue refusals, answered by writeQueueError.
+var (
+	errQueueTimeout = errors.New("waited the queue timeout for a worker below its thresholds")
+	errQueueFull    = errors.New("the admission queue is full")
+	errOverShare    = errors.New("this tenant is over its share of the router")
+)
+
+// gate is the edge of the admission queue: the waiting requests'
+// goroutines park here until the queue releases them.
+type gate struct {
+	cfg    QueueConfig
+	router Router
+	clock  func() time.Time
+	m      *queueMetrics
+
+	mu        sync.Mutex
+	q         *admission.Queue
+	waiters   map[string]chan struct{} // closed (buffered send) on release
+	lastProbe time.Time
+	// releasing is 1 while a released request has not booked yet: the
+	// next is released only once it has (a request ending meanwhile must
+	// not release a second one against load that is about to be booked).
+	releasing int
+}
+
+func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.Registry, keyTenants []string) (*gate, error) {
+	q, err := admission.New(cfg.Admission)
+	if err != nil {
+		return nil, err
+	}
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}}
+	g.m = newQueueMetrics(reg, g, keyTenants)
+	return g, nil
+}
+
+// tenantOf says who sent r: with API keys configured, the key (as
+// "key-" and 12 hex digits of its SHA-256, so that the key itself never
+// shows on a page or a metric); otherwise TenantHeader's value (at most
+// 64 bytes), or "".
+func (f *Frontend) tenantOf(r *http.Request) string {
+	if len(f.cfg.APIKeys) > 0 || len(f.cfg.AdminKeys) > 0 {
+		if key, ok := bearer(r); ok {
+			return keyTenant(key)
+		}
+		return ""
+	}
+	v := r.Header.Get(f.cfg.Queue.TenantHeader)
+	if len(v) > 64 {
+		v = v[:64]
+	}
+	return v
+}
+
+// keyTenant is an API key's tenant name.
+func keyTenant(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "key-" + hex.EncodeToString(h[:6])
+}
+
+// priorityOf is the body's "priority", else PriorityHeader's integer
+// value, else 0.
+func (f *Frontend) priorityOf(r *http.Request, fields *requestFields) int {
+	if fields.Priority != nil {
+		return *fields.Priority
+	}
+	if v, err := strconv.Atoi(r.Header.Get(f.cfg.Queue.PriorityHeader)); err == nil {
+		return v
+	}
+	return 0
+}
+
+// admitted is an exchange's place in the gate, set once it is counted in
+// flight for its tenant.
+type admitted struct {
+	tenant   string
+	priority int
+	counted  bool
+	released bool // released by the queue, not yet settled
+}
+
+// routeFirst is forward's first routing: through the admission queue
+// when it is on, else straight to the router.
+func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request) (router.Decision, error) {
+	g := f.gate
+	if g == nil {
+		return f.routeSession(ex, req, 0)
+	}
+	if err := g.wait(r.Context(), ex, req); err != nil {
+		return router.Decision{}, err
+	}
+	d, err := f.routeSession(ex, req, 0)
+	// Booked (or refused): capacity may remain for the next one.
+	g.settle(ex)
+	return d, err
+}
+
+// settle ends a released request's turn: the next may be released.
+func (g *gate) settle(ex *exchange) {
+	if !ex.adm.released {
+		return
+	}
+	ex.adm.released = false
+	g.mu.Lock()
+	g.releasing = 0
+	g.mu.Unlock()
+	g.kick()
+}
+
+// wait returns once ex may be routed: at once when nobody waits, its
+// tenant is below its cap and some worker is below the thresholds;
+// otherwise when the queue releases it. It counts ex in flight for its
+// tenant (done ends that). Errors: errQueueTimeout, errQueueFull,
+// errOverShare, or the client's context error.
+func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error {
+	tenant := ex.adm.tenant
+	g.mu.Lock()
+	if g.q.MayBypass(tenant) && !g.router.Saturated(g.cfg.Thresholds) {
+		g.q.Begin(tenant)
+		ex.adm.counted = true
+		g.mu.Unlock()
+		g.m.count(tenant, "bypassed")
+		return nil
+	}
+	g.mu.Unlock()
+	cost := g.predictedPrefill(req) // hashing and an index query: outside the lock
+	now := g.clock()
+	e := admission.Entry{ID: req.ID, Tenant: tenant, Priority: ex.adm.priority, Cost: cost,
+		Arrival: now, Deadline: now.Add(g.cfg.Timeout)}
+	g.mu.Lock()
+	out, pushed, err := g.q.Push(e)
+	if err != nil {
+		atCap := g.q.AtCap(tenant)
+		g.mu.Unlock()
+		switch {
+		case errors.Is(err, admission.ErrOverShare) || atCap:
+			g.m.count(tenant, "over_share")
+			return errOverShare
+		default:
+			g.m.count(tenant, "full")
+			return errQueueFull
+		}
+	}
+	ch := make(chan struct{}, 1)
+	g.waiters[e.ID] = ch
+	if pushed {
+		// The pushed-out request's waiter answers 429 (its channel stays
+		// open: it sees its entry gone and no release).
+		if och, ok := g.waiters[out.ID]; ok {
+			delete(g.waiters, out.ID)
+			close(och)
+		}
+	}
+	g.mu.Unlock()
+	g.m.count(tenant, "queued")
+	// A request may have ended between the saturation check and the
+	// push: look again once.
+	g.kick()
+	return g.park(ctx, ex, e, ch)
+}
+
+// park waits for ex's release, its deadline or its client's departure.
+func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan struct{}) error {
+	timer := time.NewTimer(g.cfg.Timeout)
+	defer timer.Stop()
+	tick := time.NewTicker(g.cfg.Recheck)
+	defer tick.Stop()
+	start := g.clock()
+	for {
+		select {
+		case _, open := <-ch:
+			if !open {
+				g.m.done(e.Tenant, "pushed_out", g.clock().Sub(start))
+				return errOverShare
+			}
+			ex.adm.counted, ex.adm.released = true, true
+			g.m.done(e.Tenant, "released", g.clock().Sub(start))
+			return nil
+		case <-tick.C:
+			g.probe()
+		case <-timer.C:
+			atCap := g.leave(e, ch)
+			g.m.done(e.Tenant, "timeout", g.clock().Sub(start))
+			if atCap {
+				return errOverShare
+			}
+			return errQueueTimeout
+		case <-ctx.Done():
+			g.leave(e, ch)
+			g.m.done(e.Tenant, "disconnected", g.clock().Sub(start))
+			return ctx.Err()
+		}
+	}
+}
+
+// leave takes a waiting entry out; one released in the same instant
+// passes its release on to the next. It returns whether the tenant is at
+// its in-flight cap.
+func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
+	g.mu.Lock()
+	delete(g.waiters, e.ID)
+	_, waiting := g.q.Remove(e.ID)
+	released := false
+	if !waiting {
+		select {
+		case _, open := <-ch:
+			released = open
+		default:
+		}
+	}
+	if released {
+		g.q.Done(e.Tenant)
+		g.releasing = 0
+	}
+	atCap := g.q.AtCap(e.Tenant)
+	g.mu.Unlock()
+	if released {
+		g.kick()
+	}
+	return atCap
+}
+
+// kick releases the next waiting request when some worker is below the
+// thresholds (or the queue waits only on tenant caps). Called when
+// capacity may have freed: a request's first token, its end, a released
+// request's booking.
+func (g *gate) kick() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastProbe = g.clock()
+	for g.releasing == 0 && g.q.Len() > 0 && !g.router.Saturated(g.cfg.Thresholds) {
+		e, ok := g.q.Pop()
+		if !ok {
+			return
+		}
+		ch, ok := g.waiters[e.ID]
+		if !ok {
+			g.q.Done(e.Tenant) // its waiter is gone; try the next
+			continue
+		}
+		delete(g.waiters, e.ID)
+		ch <- struct{}{}
+		g.releasing = 1
+		return // one at a time: it books, then kicks the next
+	}
+}
+
+// probe kicks unless a kick ran within Recheck.
+func (g *gate) probe() {
+	g.mu.Lock()
+	due := g.clock().Sub(g.lastProbe) >= g.cfg.Recheck
+	g.mu.Unlock()
+	if due {
+		g.kick()
+	}
+}
+
+// done ends ex's count in flight for its tenant.
+func (g *gate) done(ex *exchange) {
+	if !ex.adm.counted {
+		return
+	}
+	ex.adm.counted = false
+	g.mu.Lock()
+	g.q.Done(ex.adm.tenant)
+	g.mu.Unlock()
+	g.kick()
+}
+
+// predictedPrefill is the prompt less the longest cached prefix any
+// worker holds, in tokens (WSPT's size, fair queueing's charge).
+func (g *gate) predictedPrefill(req router.Request) float64 {
+	req.ID = ""
+	d, _ := g.router.Plan(req)
+	best := 0
+	for _, c := range d.Candidates {
+		best = max(best, c.Overlap.Device)
+	}
+	return float64(max(len(req.Tokens)-best*g.router.Config().BlockSize, 1))
+}
+
+// view is the queue's state for the status page.
+func (g *gate) view() admission.View {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.q.View(20)
+}
+
+// writeQueueError answers a queue refusal; false when err is not one.
+func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool) {
+	switch {
+	case errors.Is(err, errOverShare):
+		writeRetryAfter(rw, f.cfg.RetryAfter)
+		writeError(rw, http.StatusTooManyRequests, typeRateLimit, codeOverShare, "", err.Error()+": retry later")
+		return http.StatusTooManyRequests, true
+	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull):
+		code := codeQueueTimeout
+		if errors.Is(err, errQueueFull) {
+			code = codeOverloaded
+		}
+		writeRetryAfter(rw, f.cfg.RetryAfter)
+		writeError(rw, http.StatusServiceUnavailable, typeOverloaded, code, "", "every worker is saturated: "+err.Error()+"; retry later")
+		return http.StatusServiceUnavailable, true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return 499, true // the client left while waiting: nobody to answer
+	}
+	return 0, false
+}
+
+// queueMetrics are the admission queue's collectors.
+type queueMetrics struct {
+	requests *prometheus.CounterVec   // tenant, outcome
+	wait     *prometheus.HistogramVec // outcome
+	known    map[string]bool          // tenants named in the weights
+}
+
+func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *queueMetrics {
+	const ns, sub = "kvrouter", "queue"
+	m := &queueMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, timeout, disconnected, full, over_share, pushed_out."},
+			[]string{"tenant", "outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, disconnected, pushed_out).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"outcome"}),
+		known: map[string]bool{},
+	}
+	for t := range g.cfg.Admission.Weights {
+		m.known[t] = true
+	}
+	for _, t := range keyTenants {
+		m.known[t] = true
+	}
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+		Name: "depth", Help: "Requests waiting in the admission queue."}, func() float64 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return float64(g.q.Len())
+	})
+	reg.MustRegister(m.requests, m.wait, depth)
+	return m
+}
+
+// label bounds the tenant label: tenants named in the weights and API
+// keys' tenants keep their names.
+func (m *queueMetrics) label(tenant string) string {
+	switch {
+	case tenant == "":
+		return "default"
+	case m.known[tenant]:
+		return tenant
+	}
+	return "other"
+}
+
+func (m *queueMetrics) count(tenant, outcome string) {
+	m.requests.WithLabelValues(m.label(tenant), outcome).Inc()
+}
+
+func (m *queueMetrics) done(tenant, outcome string, waited time.Duration) {
+	m.count(tenant, outcome)
+	m.wait.WithLabelValues(outcome).Observe(waited.Seconds())
+}
+
+// queueJSON is the status JSON's "queue" (docs/api.md).
+type queueJSON struct {
+	Policy       string                 `json:"policy"`
+	Waiting      int                    `json:"waiting"`
+	OldestWaitMS float64                `json:"oldest_wait_ms"`
+	Tenants      []admission.TenantView `json:"tenants"`
+}
+
+// queueView is the queue's state for the status page; nil when off.
+func (f *Frontend) queueView(now time.Time) *queueJSON {
+	if f.gate == nil {
+		return nil
+	}
+	v := f.gate.view()
+	q := &queueJSON{Policy: string(f.cfg.Queue.Admission.Policy), Waiting: v.Waiting, Tenants: v.Tenants}
+	if q.Tenants == nil {
+		q.Tenants = []admission.TenantView{}
+	}
+	if !v.OldestArrival.IsZero() {
+		q.OldestWaitMS = float64(now.Sub(v.OldestArrival)) / float64(time.Millisecond)
+	}
+	return q
+}

@@ -1,0 +1,238 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/admission"
+	"github.com/kvrouter/kvrouter/internal/report"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/workload"
+)
+
+// QueueConfig models the front door's admission queue: a request that
+// finds every worker over the queue thresholds waits instead of being
+// routed, and waiting requests are released in the queue's order
+// whenever a request's prefill completes or a request ends and some
+// worker is below them, each routed afresh (by the usual cost, among
+// every worker) when released.
+type QueueConfig struct {
+	// Thresholds say when a worker is saturated.
+	Thresholds scheduler.Thresholds
+	// Admission orders the waiting requests (policy, length, aging,
+	// tenant weights and caps).
+	Admission admission.Config
+	// Timeout is each request's longest wait; past it the request fails
+	// (the front door's 503). 0 is no limit.
+	Timeout time.Duration
+}
+
+func (c *QueueConfig) validate() error {
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w: queue thresholds: %w", ErrConfig, err)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("%w: queue timeout %v is negative", ErrConfig, c.Timeout)
+	}
+	if err := c.Admission.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// QueueStats is what the admission queue did in one run, and every
+// tenant's TTFTs (for fairness comparisons).
+type QueueStats struct {
+	// Queued counts requests that waited.
+	Queued int
+	// TimedOut counts requests that waited past the timeout.
+	TimedOut int
+	// Refused counts requests refused at a full queue or pushed out.
+	Refused int
+	// MaxDepth is the longest the queue grew.
+	MaxDepth int
+	// Wait sums the time requests spent waiting.
+	Wait time.Duration
+	// TenantTTFTs are the TTFTs in ms of each named tenant's requests
+	// (requests without a tenant are not kept here).
+	TenantTTFTs map[string][]float64
+}
+
+// Goodput counts the requests whose TTFT was at most slo (failed ones
+// never count).
+func (o Outcome) Goodput(slo time.Duration) int {
+	lim := float64(slo) / float64(time.Millisecond)
+	n := 0
+	for _, v := range o.TTFTs {
+		if v <= lim {
+			n++
+		}
+	}
+	return n
+}
+
+// waiting is the run's admission queue and what it holds; q is nil when
+// the run has none (then only the tenants' TTFTs are kept).
+type waiting struct {
+	q       *admission.Queue
+	timeout time.Duration
+	th      scheduler.Thresholds
+	reqs    map[string]workload.Request
+	arrived map[string]time.Duration
+	kicked  bool // a prefill completed or a request ended since the last release
+	st      QueueStats
+}
+
+func newWaiting(c *QueueConfig) (*waiting, error) {
+	w := &waiting{st: QueueStats{TenantTTFTs: map[string][]float64{}}}
+	if c == nil {
+		return w, nil
+	}
+	q, err := admission.New(c.Admission)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	w.q, w.timeout, w.th = q, c.Timeout, c.Thresholds
+	w.reqs, w.arrived = map[string]workload.Request{}, map[string]time.Duration{}
+	return w, nil
+}
+
+func (w *waiting) len() int {
+	if w.q == nil {
+		return 0
+	}
+	return w.q.Len()
+}
+
+func (w *waiting) stats() QueueStats {
+	if len(w.st.TenantTTFTs) == 0 {
+		w.st.TenantTTFTs = nil
+	}
+	return w.st
+}
+
+// first notes a request's first token (its prefill left the load).
+func (w *waiting) first(tenant string, ttft time.Duration) {
+	if tenant != "" {
+		w.st.TenantTTFTs[tenant] = append(w.st.TenantTTFTs[tenant], float64(ttft)/float64(time.Millisecond))
+	}
+	w.kicked = true
+}
+
+// done notes the end of a dispatched request.
+func (w *waiting) done(tenant string) {
+	if w.q != nil {
+		w.q.Done(tenant)
+	}
+	w.kicked = true
+}
+
+func (r *run) virtual(d time.Duration) time.Time { return time.Unix(0, 0).Add(d) }
+
+func (r *run) fail(at time.Duration) {
+	r.rec.Add(report.Record{Worker: -1, Issued: at, Failed: true})
+	r.done(1)
+}
+
+// admit routes req at once when nobody waits and some worker is below
+// the queue thresholds, and queues it otherwise.
+func (r *run) admit(req workload.Request) {
+	w := r.wait
+	if w.q.MayBypass(req.Tenant) && !r.rt.Saturated(w.th) {
+		d, err := r.route(req)
+		if err != nil {
+			r.fail(r.now)
+			return
+		}
+		w.q.Begin(req.Tenant)
+		r.dispatch(req, d, r.now)
+		return
+	}
+	id := strconv.Itoa(req.ID)
+	e := admission.Entry{ID: id, Tenant: req.Tenant, Priority: req.Priority, Cost: r.predictedPrefill(req), Arrival: r.virtual(r.now)}
+	if w.timeout > 0 {
+		e.Deadline = e.Arrival.Add(w.timeout)
+	}
+	out, pushed, err := w.q.Push(e)
+	if err != nil {
+		w.st.Refused++
+		r.fail(r.now)
+		return
+	}
+	if pushed {
+		w.st.Refused++
+		r.fail(w.arrived[out.ID])
+		delete(w.reqs, out.ID)
+		delete(w.arrived, out.ID)
+	}
+	w.reqs[id], w.arrived[id] = req, r.now
+	w.st.Queued++
+	w.st.MaxDepth = max(w.st.MaxDepth, w.q.Len())
+	// It may be releasable at once (capacity free but others waiting
+	// on their tenant caps), as the front door's kick after a push.
+	w.kicked = true
+	r.releaseWaiting()
+}
+
+// predictedPrefill is the prompt less the longest cached prefix any
+// worker holds, in tokens: WSPT's size.
+func (r *run) predictedPrefill(req workload.Request) float64 {
+	d, _ := r.rt.Plan(router.Request{ID: "plan", Tokens: req.Prompt})
+	best := 0
+	for _, c := range d.Candidates {
+		best = max(best, c.Overlap.Device)
+	}
+	return float64(max(len(req.Prompt)-best*r.cfg.Engine.BlockSize, 1))
+}
+
+// releaseWaiting routes waiting requests in the queue's order while some
+// worker is below the queue thresholds; one the router still refuses as
+// busy (its own busy thresholds) goes back in its place.
+func (r *run) releaseWaiting() {
+	w := r.wait
+	if w.q == nil || !w.kicked {
+		return
+	}
+	w.kicked = false
+	for w.q.Len() > 0 && !r.rt.Saturated(w.th) {
+		e, ok := w.q.Pop()
+		if !ok {
+			return
+		}
+		req := w.reqs[e.ID]
+		d, err := r.route(req)
+		if errors.Is(err, router.ErrAllBusy) {
+			w.q.Requeue(e)
+			return
+		}
+		arrived := w.arrived[e.ID]
+		delete(w.reqs, e.ID)
+		delete(w.arrived, e.ID)
+		w.st.Wait += r.now - arrived
+		if err != nil {
+			w.q.Done(e.Tenant)
+			r.fail(arrived)
+			continue
+		}
+		r.dispatch(req, d, arrived)
+	}
+}
+
+// expireWaiting fails the requests that waited past the timeout.
+func (r *run) expireWaiting() {
+	w := r.wait
+	if w.q == nil || w.timeout == 0 {
+		return
+	}
+	for _, e := range w.q.Expire(r.virtual(r.now)) {
+		arrived := w.arrived[e.ID]
+		delete(w.reqs, e.ID)
+		delete(w.arrived, e.ID)
+		w.st.TimedOut++
+		w.st.Wait += r.now - arrived
+		r.fail(arrived)
+	}
+}
