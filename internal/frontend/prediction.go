@@ -8,6 +8,7 @@ type predictionJSON struct {
 	PrefillS float64 `json:"prefill_s"`
 	LoadS    float64 `json:"load_s"`
 	KVWaitS  float64 `json:"kv_wait_s"`
+	KVPressS float64 `json:"kv_pressure_s"`
 	TTFTS    float64 `json:"ttft_s"`
 	DecodeS  float64 `json:"decode_s"`
 	TotalS   float64 `json:"total_s"`
@@ -20,5 +21,5 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 		return nil
 	}
 	p := c.Prediction
-	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total}
+	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total}
 }

@@ -43,10 +43,12 @@
 // The kv-time policy (KVTime) compares candidates in seconds instead: per
 // eligible row, from that worker rank's time model (package timemodel),
 //
-//	TTFT   = time of the passes over (booked prefill + own uncached tokens)
-//	       + host/disk blocks × block size × KV bytes per token / bandwidth
-//	decode = decode_weight × running requests × (own prefill passes − the decode steps they displace)
-//	total  = TTFT + decode
+//	TTFT     = time of the passes over (booked prefill + own uncached tokens)
+//	         + host/disk blocks × block size × KV bytes per token / bandwidth
+//	         + KV wait (blocks beyond capacity, freed at the learned residence)
+//	pressure = residence × new blocks / capacity × u/(1 − u), u = KV use
+//	decode   = decode_weight × running requests × (own prefill passes − the decode steps they displace)
+//	total    = TTFT + pressure + decode
 //
 // and picks the lowest total; rows within tolerance × the lowest (+ 1 ms)
 // tie, and the tie goes to the longest cached prefix (all tiers), then the

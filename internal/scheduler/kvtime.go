@@ -44,13 +44,16 @@ type Prediction struct {
 	// KVWait is the time until the worker rank's running requests free
 	// the KV blocks this one needs beyond its capacity (0 when it fits).
 	KVWait float64
+	// KVPressure is the congestion price of the KV blocks this request
+	// adds there (not part of TTFT): see KVTime.kvPressure.
+	KVPressure float64
 	// TTFT is Queue + Prefill + Load + KVWait, the predicted time to first
 	// token.
 	TTFT float64
 	// Decode is the decode term: the weighted delay its prefill adds to
 	// the worker rank's running decodes.
 	Decode float64
-	// Total is TTFT + Decode, what the policy minimises.
+	// Total is TTFT + KVPressure + Decode, what the policy minimises.
 	Total float64
 }
 
@@ -158,12 +161,12 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
 	pr.Load = timemodel.TransferSeconds(tier, p.cfg.KVBytesPerToken, p.cfg.HostBandwidth) +
 		timemodel.TransferSeconds(disk, p.cfg.KVBytesPerToken, p.cfg.DiskBandwidth)
-	pr.KVWait = p.kvWait(m, c)
+	pr.KVWait, pr.KVPressure = p.kvWait(m, c)
 	pr.TTFT = pr.Queue + pr.Prefill + pr.Load + pr.KVWait
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
-	pr.Total = pr.TTFT + pr.Decode
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
 	return pr
 }
 
@@ -179,22 +182,39 @@ func (p *KVTime) decodeDelay(m *timemodel.Model, c *Candidate, own timemodel.Job
 	return max(prefill-passes*m.DecodeStepSeconds(use), 0)
 }
 
-// kvWait predicts how long the request waits for KV room: when the blocks
-// held plus those it adds exceed the usable capacity, running requests
-// must free the excess, and they free their blocks at the rate of one
-// residence time (the model's mean time a request holds its blocks) for
-// all of them: wait = residence × excess / held, at most one residence.
-// Unknown capacity or residence predicts no wait.
-func (p *KVTime) kvWait(m *timemodel.Model, c *Candidate) float64 {
+// kvWait predicts how long the request waits for KV room, and prices the
+// KV blocks it adds. Both use the worker rank's residence R (the model's
+// mean time a request holds its blocks) and its usable capacity C (less
+// the engine's headroom):
+//
+//   - wait: when the blocks held (H) plus the request's exceed C, running
+//     requests must free the excess first, and they free H blocks per R:
+//     wait = R × excess / H, at most R;
+//   - pressure: its n new blocks take n/C of the worker's KV for about R,
+//     at use u = H/C; as in a single-server queue, the delay that much
+//     work adds at utilisation u is R × (n/C) × u/(1 − u) (u at most 0.99).
+//     It keeps KV use even across workers before any of them fills (where
+//     admissions stall and running requests are preempted), and makes a
+//     cache miss cost more on a fuller worker.
+//
+// Unknown capacity or residence predicts neither.
+func (p *KVTime) kvWait(m *timemodel.Model, c *Candidate) (wait, pressure float64) {
 	if c.KVCapacityBlocks <= 0 {
-		return 0
+		return 0, 0
 	}
-	excess := c.DecodeBlocks - float64(c.KVCapacityBlocks)*(1-p.cfg.KVHeadroom)
 	res, ok := m.ResidenceSeconds()
-	if excess <= 0 || !ok {
-		return 0
+	if !ok {
+		return 0, 0
 	}
-	return res * min(excess/max(c.ActiveBlocks, 1), 1)
+	capacity := float64(c.KVCapacityBlocks) * (1 - p.cfg.KVHeadroom)
+	if excess := c.DecodeBlocks - capacity; excess > 0 {
+		wait = res * min(excess/max(c.ActiveBlocks, 1), 1)
+	}
+	if n := c.DecodeBlocks - c.ActiveBlocks; n > 0 {
+		u := min(max(c.ActiveBlocks, 0)/capacity, 0.99)
+		pressure = res * n / capacity * u / (1 - u)
+	}
+	return wait, pressure
 }
 
 // Choose implements Policy: among rows within the tolerance of the lowest

@@ -198,6 +198,8 @@ func TestKVTimeConfigValidate(t *testing.T) {
 // it to 1,040 against 990 usable (1 % headroom), so it waits for 50 of
 // the 900 held blocks to free: 10 × 50 / 900 s. Within capacity, or with
 // no residence known, it waits nothing; the wait is at most one residence.
+// The pressure of its new blocks n at use u = held/990 is
+// 10 × n/990 × u/(1 − u), u at most 0.99.
 func TestKVTimeKVWait(t *testing.T) {
 	m := timemodel.New(timemodel.DefaultConfig())
 	m.ObserveResidence(10*time.Second, time.Unix(0, 0))
@@ -209,14 +211,17 @@ func TestKVTimeKVWait(t *testing.T) {
 		{Worker: w(1), ActiveBlocks: 10, DecodeBlocks: 3000, KVCapacityBlocks: 1000},
 	}
 	want := []float64{10 * 50.0 / 900, 0, 0, 10}
+	u := func(held float64) float64 { return held / 990 / (1 - held/990) }
+	pressure := []float64{10 * 140.0 / 990 * u(900), 0, 10 * 90.0 / 990 * u(900), 10 * 2990.0 / 990 * u(10)}
 	for i, c := range cands {
 		d, err := s.Select(Request{InputTokens: 64, BlockSize: 64, Now: time.Unix(1, 0)}, []Candidate{c}, seeded(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := d.Candidates[0].Prediction
-		if !near(p.KVWait, want[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) {
-			t.Errorf("case %d: prediction %+v, want KV wait %v", i, p, want[i])
+		if !near(p.KVWait, want[i]) || !near(p.KVPressure, pressure[i]) || !near(p.TTFT, p.Queue+p.Prefill+p.Load+p.KVWait) ||
+			!near(p.Total, p.TTFT+p.KVPressure+p.Decode) {
+			t.Errorf("case %d: prediction %+v, want KV wait %v, pressure %v", i, p, want[i], pressure[i])
 		}
 	}
 }
