@@ -31,7 +31,7 @@ func defaultKVTime() KVTime {
 // bindKVTime registers the kv-time flags onto the given fields; serve/up
 // and sim share it.
 func bindKVTime(fs *flag.FlagSet, tolerance, decodeWeight *float64, halfLife *time.Duration) {
-	fs.Float64Var(tolerance, "kv-time-tolerance", *tolerance, "kv-time: relative near-tie band of predicted seconds within which the longest cached prefix wins")
+	fs.Float64Var(tolerance, "kv-time-tolerance", *tolerance, "kv-time: floor of the relative near-tie band of predicted seconds (at least the fastest worker's model error) within which the longest cached prefix wins")
 	fs.Float64Var(decodeWeight, "kv-time-decode-weight", *decodeWeight, "kv-time: weight of the delay a prefill adds to each running decode, against the request's own TTFT")
 	fs.DurationVar(halfLife, "kv-time-half-life", *halfLife, "half-life of the per-worker time models' samples")
 }

@@ -12,6 +12,7 @@ type predictionJSON struct {
 	TTFTS    float64 `json:"ttft_s"`
 	DecodeS  float64 `json:"decode_s"`
 	TotalS   float64 `json:"total_s"`
+	Error    float64 `json:"model_error"`
 }
 
 // predictionOf renders an eligible row's prediction under kv-time; nil
@@ -21,5 +22,5 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 		return nil
 	}
 	p := c.Prediction
-	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total}
+	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total, Error: p.Error}
 }

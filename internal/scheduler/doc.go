@@ -50,7 +50,8 @@
 //	decode   = decode_weight × running requests × (own prefill passes − the decode steps they displace)
 //	total    = TTFT + pressure + decode
 //
-// and picks the lowest total; rows within tolerance × the lowest (+ 1 ms)
-// tie, and the tie goes to the longest cached prefix (all tiers), then the
+// and picks the lowest total; rows within a band of the lowest (the
+// larger of the tolerance and the fastest row's model error, + 1 ms) tie,
+// and the tie goes to the longest cached prefix (all tiers), then the
 // lowest total. Its rows carry the Prediction.
 package scheduler

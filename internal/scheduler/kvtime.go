@@ -55,13 +55,18 @@ type Prediction struct {
 	Decode float64
 	// Total is TTFT + KVPressure + Decode, what the policy minimises.
 	Total float64
+	// Error is the model's typical relative error of a TTFT there.
+	Error float64
 }
 
 // KVTimeConfig holds the kv-time policy's settings.
 type KVTimeConfig struct {
-	// Tolerance is the relative near-tie band: every row whose Total is
-	// within Tolerance × the lowest Total (plus 1 ms) ties, and the tie
-	// goes to the longest cached prefix. Default 0.05.
+	// Tolerance floors the relative near-tie band: every row whose Total
+	// is within the band of the lowest Total (plus 1 ms) ties, and the tie
+	// goes to the longest cached prefix. The band is the larger of
+	// Tolerance and the typical relative error of the fastest row's model
+	// (a difference the model cannot resolve is no reason to move a
+	// prefix). Default 0.05.
 	Tolerance float64
 	// DecodeWeight weighs the decode term: seconds of TTFT traded for one
 	// second of delay added to one running decode. Default 0.1.
@@ -167,6 +172,7 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
 	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Error = m.PrefillError()
 	return pr
 }
 
@@ -221,11 +227,13 @@ func (p *KVTime) kvWait(m *timemodel.Model, c *Candidate) (wait, pressure float6
 // Total, the longest cached prefix (all tiers), then the lowest Total,
 // exact ties at random.
 func (p *KVTime) Choose(rows []Explanation, _ float64, rng *rand.Rand) int {
-	lo := math.Inf(1)
+	lo, tol := math.Inf(1), p.cfg.Tolerance
 	for i := range rows {
-		lo = math.Min(lo, rows[i].Prediction.Total)
+		if t := rows[i].Prediction.Total; t < lo {
+			lo, tol = t, max(p.cfg.Tolerance, rows[i].Prediction.Error)
+		}
 	}
-	band := lo*(1+p.cfg.Tolerance) + 1e-3
+	band := lo*(1+tol) + 1e-3
 	return argmin(rows, func(a, b *Explanation) int {
 		ina, inb := a.Prediction.Total <= band, b.Prediction.Total <= band
 		switch {

@@ -69,16 +69,29 @@ func TestKVTimeWorkedExample(t *testing.T) {
 		}
 	}
 	// Worker 2: 16.50 + 60.73 + 6.74 = 83.97 ms; worker 3, one pass of
-	// 4,260: 16.50 + 64.68 + 7.64 = 88.82 ms, within 83.97 × 1.05 + 1 =
-	// 89.17 ms: a near-tie, and worker 3's prefix is longer; worker 1:
-	// 4 passes ≈ 0.63 s.
+	// 4,260: 16.50 + 64.68 + 7.64 = 88.82 ms. The band is the larger of
+	// the tolerance (5 %) and the fastest row's model error (a cold
+	// model's: 0.1): 83.97 × 1.1 + 1 = 93.37 ms, so worker 3 is a
+	// near-tie, and its prefix is longer; worker 1: 4 passes ≈ 0.63 s.
+	for i, r := range d.Candidates {
+		if r.Prediction.Error != 0.1 {
+			t.Errorf("row %d: cold model error %v, want 0.1", i, r.Prediction.Error)
+		}
+	}
 	if d.Worker != w(3) {
 		t.Fatalf("chose %v with rows %+v, want worker 3 (near-tie, longer prefix)", d.Worker, d.Candidates)
 	}
-	// Without the tolerance the strictly fastest wins.
-	cfg.Tolerance = 0
-	if d, _ := newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(2) {
-		t.Fatalf("tolerance 0 chose %v, want worker 2", d.Worker)
+	// With 2,000 tokens booked worker 3 needs one pass of 5,360 tokens,
+	// 16.50 + 81.38 + 12.10 = 109.98 ms: out of the band, the fastest wins.
+	cands[2].ActivePrefillTokens = 2000
+	if d, _ := s.Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(2) {
+		t.Fatalf("chose %v, want worker 2", d.Worker)
+	}
+	// A tolerance above the model error widens the band: 83.97 × 1.4 + 1
+	// = 118.6 ms takes worker 3 back.
+	cfg.Tolerance = 0.4
+	if d, _ := newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1)); d.Worker != w(3) {
+		t.Fatalf("tolerance 0.4 chose %v, want worker 3", d.Worker)
 	}
 	if d.Policy != PolicyKVTime {
 		t.Fatalf("policy %q", d.Policy)
@@ -158,15 +171,17 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 		if err != nil {
 			return // every candidate down
 		}
-		lo := math.Inf(1)
+		lo, tol := math.Inf(1), cfg.Tolerance
 		for _, r := range d.Candidates {
 			if r.Excluded == Eligible {
-				lo = math.Min(lo, r.Prediction.Total)
+				if r.Prediction.Total < lo {
+					lo, tol = r.Prediction.Total, math.Max(cfg.Tolerance, r.Prediction.Error)
+				}
 			} else if r.Prediction != (Prediction{}) {
 				rt.Fatalf("excluded row has a prediction %+v", r)
 			}
 		}
-		band := lo*(1+cfg.Tolerance) + 1e-3
+		band := lo*(1+tol) + 1e-3
 		ch := d.ChosenRow()
 		if ch.Prediction.Total > band {
 			rt.Fatalf("chose total %v outside the band %v", ch.Prediction.Total, band)

@@ -198,6 +198,11 @@ func (m *Model) DecodeStepSeconds(u float64) float64 {
 	return math.Max(m.decode.predict(&m.dPrior, decodeFeatures(u)), 0) / 1e3
 }
 
+// PrefillError is the prefill fit's typical relative error: the decayed
+// mean absolute relative residual of its samples (with one pseudo-sample
+// at 0.1, at least Config.MinScale).
+func (m *Model) PrefillError() float64 { return m.prefill.scaleOf(&m.cfg) }
+
 // Prefill returns the current per-pass prefill polynomial (milliseconds
 // over tokens).
 func (m *Model) Prefill() Poly {

@@ -60,6 +60,16 @@ func TestColdModelIsThePrior(t *testing.T) {
 	if m.Prefill() != PriorPrefill || m.Decode() != PriorDecode {
 		t.Fatal("cold coefficients are not the prior's")
 	}
+	// No residual yet: the error is the prior pseudo-sample's 0.1. After a
+	// minute of exact samples it is about 0.1 / 22 (22 decayed samples
+	// with residual 0 and the pseudo-sample), floored at MinScale 0.02.
+	if e := m.PrefillError(); e != 0.1 {
+		t.Fatalf("cold error %v", e)
+	}
+	steady(m, 1, 0, 60)
+	if e := m.PrefillError(); e != DefaultConfig().MinScale {
+		t.Fatalf("error after exact samples %v, want the floor", e)
+	}
 }
 
 func TestPassesMatchNaiveWalk(t *testing.T) {
