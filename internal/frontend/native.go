@@ -299,6 +299,8 @@ type rankJSON struct {
 	ActivePrefillTokens int     `json:"active_prefill_tokens"`
 	ActiveBlocks        float64 `json:"active_blocks"`
 	IndexedBlocks       *int    `json:"indexed_blocks"`
+	// TimeModel is the rank's fitted time model, once it has one.
+	TimeModel *timeModelJSON `json:"time_model,omitempty"`
 }
 
 // workerViews merges the directory, the router's worker table and loads.
@@ -342,10 +344,11 @@ func (f *Frontend) workerViews() []workerJSON {
 			w.Mode = "approximate"
 		}
 	}
+	models := timeModelsByRank(f.router.TimeModels())
 	for _, l := range loads {
 		w := add(l.Worker.ID)
 		rk := rankJSON{DPRank: uint32(l.Worker.Rank), ActiveRequests: l.ActiveRequests,
-			ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks}
+			ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks, TimeModel: models[l.Worker]}
 		if counter != nil {
 			n := counter.Indexed(l.Worker)
 			rk.IndexedBlocks = &n

@@ -62,4 +62,33 @@ func TestStreamsFeedTimeModel(t *testing.T) {
 			t.Fatalf("route row without predicted seconds: %s", b)
 		}
 	}
+	// /v1/workers shows the fitted models of the ranks that were observed.
+	resp, b = fl.do(http.MethodGet, "/v1/workers", nil)
+	var ws struct {
+		Workers []struct {
+			Ranks []struct {
+				TimeModel *struct {
+					Prefill1k float64 `json:"prefill_1k_tokens_ms"`
+					Samples   uint64  `json:"prefill_samples"`
+				} `json:"time_model"`
+			} `json:"ranks"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &ws); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("workers: status %d, %v: %s", resp.StatusCode, err, b)
+	}
+	var samples uint64
+	for _, w := range ws.Workers {
+		for _, r := range w.Ranks {
+			if r.TimeModel != nil {
+				if !(r.TimeModel.Prefill1k > 0) {
+					t.Fatalf("time model predicts %v ms for 1,000 tokens: %s", r.TimeModel.Prefill1k, b)
+				}
+				samples += r.TimeModel.Samples
+			}
+		}
+	}
+	if samples != 2 {
+		t.Fatalf("workers show %d prefill samples, want 2: %s", samples, b)
+	}
 }

@@ -1,6 +1,10 @@
 package frontend
 
-import "github.com/kvrouter/kvrouter/internal/scheduler"
+import (
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
+)
 
 // predictionJSON is one candidate's kv-time estimate in seconds.
 type predictionJSON struct {
@@ -23,4 +27,28 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 	}
 	p := c.Prediction
 	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total, Error: p.Error}
+}
+
+// timeModelJSON is one rank's fitted time model (/v1/workers): the
+// per-pass prefill polynomial a + b·n + c·n² in ms over n tokens, the
+// decode-step polynomial in ms over KV use, their sample counts, and what
+// the prefill fit predicts for one pass of 1,000 tokens.
+type timeModelJSON struct {
+	Prefill        [3]float64 `json:"prefill_ms_abc"`
+	Decode         [3]float64 `json:"decode_ms_abc"`
+	Prefill1kMs    float64    `json:"prefill_1k_tokens_ms"`
+	PrefillSamples uint64     `json:"prefill_samples"`
+	DecodeSamples  uint64     `json:"decode_samples"`
+}
+
+func timeModelsByRank(ms []router.TimeModel) map[kvevent.WorkerRank]*timeModelJSON {
+	out := make(map[kvevent.WorkerRank]*timeModelJSON, len(ms))
+	for _, m := range ms {
+		out[m.Worker] = &timeModelJSON{
+			Prefill:     [3]float64{m.Prefill.A, m.Prefill.B, m.Prefill.C},
+			Decode:      [3]float64{m.Decode.A, m.Decode.B, m.Decode.C},
+			Prefill1kMs: m.Prefill.At(1000), PrefillSamples: m.PrefillSamples, DecodeSamples: m.DecodeSamples,
+		}
+	}
+	return out
 }

@@ -8,7 +8,10 @@
 // events take effect when the step ends (its modelled duration after it
 // began), as in the mocker's HTTP worker. KV events are folded into the
 // router's index at that moment (exact mode) unless the fleet is simulated
-// without events (approximate mode).
+// without events (approximate mode). Every flight also feeds the router's
+// per-worker time models (Router.Observe: TTFT with the load booked at
+// send, mean inter-token time, residence), as the front door does online;
+// the kv-time policy reads them.
 //
 // Config.Fleet gives workers their own speed, token budget and KV capacity
 // (a fleet that mixes GPU generations), and Config.SpeedChanges changes the

@@ -27,4 +27,10 @@
 // half-lives. Outliers are down-weighted as they arrive (a Huber weight on
 // the relative residual against the current fit, the threshold a multiple
 // of the decayed mean absolute residual), one reweighting step per sample.
+// That decayed mean absolute residual is also the model's stated precision
+// (PrefillError). A model that gets no samples relaxes toward the prior
+// (Relax, at most once per eighth of a half-life), so that a worker once
+// seen slow is tried again. Besides the fits the model keeps the decayed
+// mean time a request holds its KV blocks (the residence), which prices KV
+// use in the kv-time policy.
 package timemodel
