@@ -83,7 +83,8 @@ type Config struct {
 	// asks the other servers the client knows the same on a connection of
 	// their own, and reconnects to the first that answers (none answering,
 	// as during a cluster-wide election, moves nothing). 0 turns it off;
-	// never with the embedded server. Keep it well under the registry TTL
+	// never with the embedded server, nor while the client knows a single
+	// server. Keep it well under the registry TTL
 	// (a moved worker heartbeats again at once). Default 3 s.
 	FailoverAfter time.Duration
 

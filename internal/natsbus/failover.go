@@ -63,8 +63,10 @@ func (b *Bus) watchJetStream() {
 			return
 		case <-t.C:
 		}
-		if !b.nc.IsConnected() {
-			since = time.Time{} // the client is moving by itself
+		if !b.nc.IsConnected() || len(b.nc.Servers()) < 2 {
+			// Moving by itself, or nowhere to move to (a single server
+			// that announced no others): no probe.
+			since = time.Time{}
 			continue
 		}
 		began := time.Now()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/metricstest"
+	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
@@ -141,5 +142,70 @@ func TestHeartbeatMetricsShared(t *testing.T) {
 	}
 	if n := metricstest.Sum(t, prom, "kvrouter_registry_heartbeat_retries_total", "bucket", "y"); n != 1 {
 		t.Fatalf("retries %v, want 1", n)
+	}
+}
+
+// TestRegistrationSurvivesPartition: an owner whose NATS node is cut off
+// from the cluster used to stay on it, every heartbeat failing, until its
+// registration expired on the majority side. With the bus's failover
+// watch and the lease refreshed on reconnect, the record is put again on
+// the majority while the partition lasts.
+func TestRegistrationSurvivesPartition(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := natsbus.DefaultConfig()
+	nc.URL, nc.ReconnectWait, nc.FailoverAfter = c.URLs(), 50*time.Millisecond, time.Second
+	bus, err := natsbus.Start(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Shutdown(); bus.WaitForShutdown() })
+	ctx := t.Context()
+	cfg := RegistryConfig{Bucket: "part", TTL: 30 * time.Second, Replicas: 3}
+	reg, err := OpenRegistry(ctx, bus.JetStream(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := reg.Register(ctx, rec("w1", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Abandon()
+	l.RefreshOnReconnect(bus.OnReconnect)
+	cut := c.NodeByURL(bus.Conn().ConnectedUrl())
+	var reader *natstest.ClusterNode
+	for _, nd := range c.Nodes() {
+		if nd != cut {
+			reader = nd
+			break
+		}
+	}
+	readerJS, err := jetstream.New(natstest.Connect(t, reader.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := readerJS.KeyValue(ctx, "part")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision := func() uint64 {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		e, err := kv.Get(rctx, RecordKey(fleet.DeriveID("w1")))
+		if err != nil {
+			return 0
+		}
+		return e.Revision()
+	}
+	before := revision()
+	if before == 0 {
+		t.Fatal("no record after Register")
+	}
+	cut.Isolate()
+	// No put lands through the isolated node (no quorum): a new revision
+	// is a put on the majority side, after a move. (If the bucket's leader
+	// was the isolated node, the majority elects another one first.)
+	poll.Until(t, 25*time.Second, func() bool { return revision() > before }, "the record put again on the majority side")
+	if bus.Conn().ConnectedUrl() == cut.URL() {
+		t.Fatal("the owner is still on the isolated node")
 	}
 }
