@@ -94,7 +94,7 @@ func startUp(ctx context.Context, cfg config.Config, fc service.FleetConfig, log
 			svc.Close()
 			return nil, nil, err
 		}
-		fc.Plane, fc.Bus = config.PlaneNATS, svc.Bus()
+		fc.Plane, fc.Bus, fc.Metrics = config.PlaneNATS, svc.Bus(), svc.Registry()
 		fleet, err := service.StartFleet(fc)
 		if err != nil {
 			svc.Close()

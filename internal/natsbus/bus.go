@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,6 +36,12 @@ type Bus struct {
 
 	closed   chan struct{} // closed when the client connection is closed
 	shutOnce sync.Once
+
+	// The failover watch (failover.go).
+	stop      chan struct{} // closed by Shutdown
+	wg        sync.WaitGroup
+	prefer    atomic.Value // string: the host the next reconnect goes to, once
+	failovers atomic.Uint64
 }
 
 // Start starts the embedded server (when cfg.URL is empty) and connects to
@@ -48,7 +55,8 @@ func Start(cfg Config, log *slog.Logger) (*Bus, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	b := &Bus{cfg: cfg, log: log, hooks: map[int]func(){}, closed: make(chan struct{}), url: cfg.URL}
+	b := &Bus{cfg: cfg, log: log, hooks: map[int]func(){}, closed: make(chan struct{}), url: cfg.URL, stop: make(chan struct{})}
+	b.prefer.Store("")
 	if cfg.TokenFile != "" {
 		var err error
 		if cfg.Embedded() {
@@ -98,6 +106,9 @@ func Start(cfg Config, log *slog.Logger) (*Bus, error) {
 			b.log.Warn("nats async error", "subject", subj, "err", err)
 		}),
 	)
+	if cfg.failoverEnabled() {
+		opts = append(opts, nats.ReconnectToServer(b.reconnectTo))
+	}
 	nc, err := connectWithin(b.url, opts, cfg)
 	if err != nil {
 		b.stopServer()
@@ -111,6 +122,10 @@ func Start(cfg Config, log *slog.Logger) (*Bus, error) {
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}
 	b.js = js
+	if cfg.failoverEnabled() {
+		b.wg.Add(1)
+		go b.watchJetStream()
+	}
 	return b, nil
 }
 
@@ -275,6 +290,7 @@ func (b *Bus) runHooks() {
 // does not wait; call WaitForShutdown for that. Safe to call more than once.
 func (b *Bus) Shutdown() {
 	b.shutOnce.Do(func() {
+		close(b.stop)
 		b.nc.Close()
 		if b.srv != nil {
 			b.srv.Shutdown()
@@ -286,6 +302,7 @@ func (b *Bus) Shutdown() {
 // WaitForShutdown blocks until Shutdown has finished: the connection's
 // callbacks are done and the embedded server's goroutines have exited.
 func (b *Bus) WaitForShutdown() {
+	b.wg.Wait()
 	<-b.closed
 	if b.srv != nil {
 		b.srv.WaitForShutdown()

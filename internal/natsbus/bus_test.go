@@ -198,6 +198,7 @@ func TestValidate(t *testing.T) {
 		"zero replicas":           func(c *Config) { c.URL, c.Replicas = "nats://x:4222", 0 },
 		"six replicas":            func(c *Config) { c.URL, c.Replicas = "nats://x:4222", 6 },
 		"replicas while embedded": func(c *Config) { c.Replicas = 3 },
+		"negative failover":       func(c *Config) { c.URL, c.FailoverAfter = "nats://x:4222", -time.Second },
 	}
 	for name, mut := range bad {
 		c := DefaultConfig()
@@ -224,10 +225,10 @@ func TestBindFlags(t *testing.T) {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	c.BindFlags(fs)
-	if err := fs.Parse([]string{"--nats-url", "nats://a:1,nats://b:2", "--nats-token", "t", "--nats-reconnect-wait", "3s", "--nats-replicas", "3"}); err != nil {
+	if err := fs.Parse([]string{"--nats-url", "nats://a:1,nats://b:2", "--nats-token", "t", "--nats-reconnect-wait", "3s", "--nats-replicas", "3", "--nats-failover-after", "0"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.URL != "nats://a:1,nats://b:2" || c.Token != "t" || c.ReconnectWait != 3*time.Second || c.Port != 4222 || c.Host != "127.0.0.1" || c.Replicas != 3 {
+	if c.URL != "nats://a:1,nats://b:2" || c.Token != "t" || c.ReconnectWait != 3*time.Second || c.Port != 4222 || c.Host != "127.0.0.1" || c.Replicas != 3 || c.FailoverAfter != 0 {
 		t.Errorf("after flags: %+v", c)
 	}
 	if err := c.Validate(); err != nil {

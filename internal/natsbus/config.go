@@ -72,6 +72,22 @@ type Config struct {
 	// Default 10 s.
 	StartTimeout time.Duration
 
+	// FailoverAfter is how long JetStream may stop answering through the
+	// connected server of an external cluster before the client moves to
+	// another server that answers (--nats-failover-after): a node cut
+	// off from the others keeps its clients (it still answers pings) but
+	// has no JetStream quorum, so heartbeats, watches and durable
+	// consumers through it stall until the partition heals. The check
+	// asks for JetStream's stream names (answered only with a meta
+	// leader) every FailoverAfter/4; after FailoverAfter of failures it
+	// asks the other servers the client knows the same on a connection of
+	// their own, and reconnects to the first that answers (none answering,
+	// as during a cluster-wide election, moves nothing). 0 turns it off;
+	// never with the embedded server, nor while the client knows a single
+	// server. Keep it well under the registry TTL
+	// (a moved worker heartbeats again at once). Default 3 s.
+	FailoverAfter time.Duration
+
 	// Replicas is how many copies a NATS cluster keeps of each JetStream
 	// asset kvrouter creates: the registry buckets, the durable event
 	// stream and the snapshot object store (--nats-replicas). 1 to 5;
@@ -98,6 +114,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: 5 * time.Second,
 		ReconnectWait:  time.Second,
 		StartTimeout:   10 * time.Second,
+		FailoverAfter:  3 * time.Second,
 		Replicas:       1,
 	}
 }
@@ -125,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if c.ConnectTimeout <= 0 || c.ReconnectWait <= 0 || c.StartTimeout <= 0 {
 		errs = append(errs, errors.New("connect timeout, reconnect wait and start timeout must be positive"))
+	}
+	if c.FailoverAfter < 0 {
+		errs = append(errs, fmt.Errorf("failover after %v: want 0 (off) or more", c.FailoverAfter))
 	}
 	if c.Replicas < 1 || c.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("replicas %d: want 1..%d", c.Replicas, MaxReplicas))

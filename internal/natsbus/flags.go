@@ -5,7 +5,7 @@ import "flag"
 // BindFlags registers the NATS flags on fs, writing into c (whose current
 // values are the defaults shown): --nats-url, --nats-host, --nats-port,
 // --nats-token, --nats-token-file, --nats-user, --nats-password, --nats-creds, --nats-nkey,
-// --nats-tls-ca, --nats-tls-cert, --nats-tls-key, --nats-reconnect-wait, --nats-replicas.
+// --nats-tls-ca, --nats-tls-cert, --nats-tls-key, --nats-reconnect-wait, --nats-failover-after, --nats-replicas.
 // DataDir is left to the caller's shared --data-dir.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "nats-url", c.URL, "external NATS server or cluster URL(s), comma-separated; empty starts the embedded server")
@@ -21,5 +21,6 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCertFile, "nats-tls-cert", c.TLSCertFile, "PEM client certificate for an external NATS server")
 	fs.StringVar(&c.TLSKeyFile, "nats-tls-key", c.TLSKeyFile, "PEM client key for an external NATS server")
 	fs.DurationVar(&c.ReconnectWait, "nats-reconnect-wait", c.ReconnectWait, "pause between NATS reconnect attempts (reconnects forever)")
+	fs.DurationVar(&c.FailoverAfter, "nats-failover-after", c.FailoverAfter, "move to another server of an external NATS cluster once JetStream has not answered through the connected one for this long and another one answers (0: never)")
 	fs.IntVar(&c.Replicas, "nats-replicas", c.Replicas, "JetStream replicas of the registry buckets, durable event stream and snapshot store kvrouter creates (1-5; above 1 needs an external NATS cluster)")
 }

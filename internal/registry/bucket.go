@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,7 @@ type Bucket[T any] struct {
 	name string
 	ttl  time.Duration
 	log  *slog.Logger
+	hb   atomic.Pointer[HeartbeatMetrics] // nil: heartbeats are not counted
 }
 
 // openTimeout bounds OpenBucket when its context has no deadline.
@@ -125,8 +127,10 @@ func (b *Bucket[T]) Delete(ctx context.Context, key string) error {
 }
 
 // Keep puts v under key now and again every TTL/3 until the lease is
-// closed. A failed heartbeat is logged and retried at the next tick (the
-// connection reconnects by itself). The first put must succeed.
+// closed. A failed heartbeat is logged and retried soon after, with a
+// backoff bounded well under the TTL (TTL/40 doubling up to TTL/10, at
+// most 1 s), until a put succeeds; the connection reconnects by itself.
+// The first put must succeed.
 func (b *Bucket[T]) Keep(ctx context.Context, key string, v T) (*Lease[T], error) {
 	if err := b.Put(ctx, key, v); err != nil {
 		return nil, err
@@ -155,30 +159,79 @@ type Lease[T any] struct {
 
 func (l *Lease[T]) run() {
 	defer close(l.done)
-	t := time.NewTicker(max(l.b.ttl/3, 10*time.Millisecond))
+	period := max(l.b.ttl/3, 10*time.Millisecond)
+	t := time.NewTimer(period)
 	defer t.Stop()
+	var backoff time.Duration // the wait before the next retry; 0 while heartbeats succeed
+	failed := 0               // puts failed in a row
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-l.kick:
-			t.Reset(max(l.b.ttl/3, 10*time.Millisecond))
-			l.beat()
 		case <-t.C:
-			l.beat()
 		}
+		if l.beat(failed) {
+			failed, backoff = 0, 0
+			t.Reset(period)
+			continue
+		}
+		failed++
+		backoff = nextRetry(backoff, l.b.ttl)
+		t.Reset(backoff)
 	}
 }
 
-func (l *Lease[T]) beat() {
+// Heartbeat retry bounds: after a failed put the lease retries after
+// TTL/40 (at most retryFirstMax), doubling up to TTL/10 (at most
+// retryMaxWait), until a put succeeds; then it is back to one put every
+// TTL/3. Waiting for the next tick instead lost registrations on a NATS
+// cluster: a JetStream leader election (4–9 s after a node crash) could
+// swallow every tick of a 10 s TTL.
+const (
+	retryFirstMax = 250 * time.Millisecond
+	retryMaxWait  = time.Second
+	// beatTimeoutMax bounds one put: a reply lost in a leader crash
+	// would otherwise hold the lease for TTL/3, a third of what is left.
+	beatTimeoutMax = 2 * time.Second
+)
+
+// nextRetry is the wait before the retry that follows one after prev (0:
+// the first retry after a success) for a record of ttl.
+func nextRetry(prev, ttl time.Duration) time.Duration {
+	limit := max(min(ttl/10, retryMaxWait), time.Millisecond)
+	if prev <= 0 {
+		return max(min(ttl/40, retryFirstMax, limit), time.Millisecond)
+	}
+	return min(2*prev, limit)
+}
+
+// beat puts the record once, after failed puts that failed in a row
+// (logged at the first failure and at the recovery, counted each time).
+// It reports whether the put succeeded.
+func (l *Lease[T]) beat(failed int) bool {
 	l.mu.Lock()
 	v := l.v
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), l.b.ttl/3)
+	ctx, cancel := context.WithTimeout(context.Background(), min(l.b.ttl/3, beatTimeoutMax))
 	defer cancel()
-	if err := l.b.Put(ctx, l.key, v); err != nil {
-		l.b.log.Warn("heartbeat failed", "bucket", l.b.name, "key", l.key, "err", err)
+	hb := l.b.hb.Load()
+	if failed > 0 {
+		hb.retried(l.b.name)
 	}
+	if err := l.b.Put(ctx, l.key, v); err != nil {
+		hb.failed(l.b.name)
+		lvl := slog.LevelDebug
+		if failed == 0 {
+			lvl = slog.LevelWarn
+		}
+		l.b.log.Log(context.Background(), lvl, "heartbeat failed; retrying", "bucket", l.b.name, "key", l.key, "failed_in_a_row", failed+1, "err", err)
+		return false
+	}
+	if failed > 0 {
+		l.b.log.Info("heartbeat put again", "bucket", l.b.name, "key", l.key, "failed_before", failed)
+	}
+	return true
 }
 
 // RefreshOnReconnect makes the lease re-put its record as soon as the

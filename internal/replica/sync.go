@@ -37,7 +37,8 @@ type Sync struct {
 	r     *router.Router
 	log   *slog.Logger
 	core  *Core
-	clock func() time.Time // Config.Clock
+	clock func() time.Time           // Config.Clock
+	hb    *registry.HeartbeatMetrics // counts the membership lease's failed heartbeats; nil without a registry
 
 	q                                    chan Event
 	published, dropped, pubErrs, badMsgs atomic.Uint64
@@ -94,7 +95,11 @@ func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registr
 	// Config.Clock says.
 	s.core = NewCore(r, CoreConfig{Shadows: cfg.Shadows, ShadowTTL: cfg.ShadowTTL, Epoch: uint64(time.Now().UnixNano())}, s.enqueue)
 	if reg != nil {
-		if err := s.register(reg); err != nil {
+		err := s.register(reg)
+		if err == nil {
+			s.hb, err = registry.NewHeartbeatMetrics(reg)
+		}
+		if err != nil {
 			s.core.Detach()
 			s.cancel()
 			return nil, err
@@ -143,6 +148,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("replica sync: %w", err))
 	}
+	bucket.CountHeartbeats(s.hb)
 	sub, err := nc.Subscribe(EventsSubject(s.cfg.Namespace, s.cfg.Component), s.onEvent)
 	if err != nil {
 		return fail(fmt.Errorf("replica sync: subscribing to events: %w", err))

@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/registry"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // FleetConfig describes a fleet of mock vLLM workers on loopback ports, as
@@ -75,6 +76,9 @@ type FleetConfig struct {
 	// (an SGLang prefill worker's bootstrap port is its HTTP port).
 	// Default vllm.
 	PDProtocol string
+	// Metrics, when set, counts Plane nats workers' failed heartbeats and
+	// retries (the router's registry, in `up`). Default nil.
+	Metrics *prometheus.Registry
 }
 
 // role is worker k's role and disaggregation mode.
@@ -173,6 +177,13 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 		reg, err := registry.OpenRegistry(context.Background(), cfg.Bus.JetStream(), cfg.Registry, log)
 		if err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		if cfg.Metrics != nil {
+			hb, err := registry.NewHeartbeatMetrics(cfg.Metrics)
+			if err != nil {
+				return nil, fmt.Errorf("fleet: %w", err)
+			}
+			reg.CountHeartbeats(hb)
 		}
 		f.registry = reg
 	default:

@@ -47,6 +47,8 @@ var (
 		"Requests booked by the router.", nil, nil)
 	routerRejectedDesc = prometheus.NewDesc("kvrouter_router_rejected_total",
 		"Routing decisions that failed (no candidates, all busy, bad request).", nil, nil)
+	routerExpiredDesc = prometheus.NewDesc("kvrouter_router_bookings_expired_total",
+		"Bookings freed by the ledger's expiry (--router-request-expiry) because their Free never came.", nil, nil)
 	dirRefusedDesc = prometheus.NewDesc("kvrouter_discovery_workers_refused_total",
 		"Workers refused because they break the router's contract, by reason (block_size, hash_contract).", []string{"reason"}, nil)
 	dirConflictsDesc = prometheus.NewDesc("kvrouter_discovery_conflicts_total",
@@ -68,7 +70,7 @@ var allStates = []fleet.State{fleet.StateExact, fleet.StateDegraded, fleet.State
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workerStateDesc, workerRoleDesc, indexNodesDesc, indexEntriesDesc, indexBytesDesc, indexWorkersDesc,
-		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexDuplicatesDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc,
+		indexEventsDesc, ingestedDesc, indexBlockOpsDesc, indexDuplicatesDesc, indexRefusedDesc, indexDroppedDesc, routerRoutedDesc, routerRejectedDesc, routerExpiredDesc,
 		dirRefusedDesc, dirConflictsDesc, dirConflictingDesc, dirURLChangesDesc, dirTakeoversDesc, dirInvalidDesc, dirWorkersDesc} {
 		ch <- d
 	}
@@ -113,6 +115,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	rs := c.s.router.Stats()
 	counter(routerRoutedDesc, rs.Routed)
 	counter(routerRejectedDesc, rs.Rejected)
+	counter(routerExpiredDesc, rs.Sequences.Expired)
 	ds := c.s.dir.Stats()
 	for reason, n := range ds.Refused {
 		counter(dirRefusedDesc, n, reason)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
@@ -108,7 +109,7 @@ type Publisher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	pub    zmq4.Socket
-	router zmq4.Socket
+	router *zmtpguard.RouterSock // nil without replay
 	enc    *vllm.Encoder
 	done   chan struct{}
 
@@ -134,7 +135,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "KV event publisher "+cfg.Endpoint, nil)}
-	sctx := zmtpguard.WithOptions(ctx, guard)
 	pubGuard := guard
 	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
 	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
@@ -150,11 +150,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		close(p.done)
 		return p, nil
 	}
-	p.router = zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	p.router = zmtpguard.NewRouterSock(guard, func(sctx context.Context) zmq4.Socket {
+		return zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	})
 	if err := p.router.Listen(zmtpguard.Endpoint(cfg.ReplayEndpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
-		_ = p.router.Close()
+		_ = p.router.Shut(0, 0)
 		return nil, fmt.Errorf("binding KV event replay socket: %w", err)
 	}
 	go p.serveReplay()
@@ -341,10 +343,17 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	err := p.pub.Close()
 	if p.router != nil {
-		if e := p.router.Close(); e != nil && err == nil {
+		if e := p.router.Shut(routerQuiet, routerShutMax); e != nil && err == nil {
 			err = e
 		}
 	}
 	<-p.done
 	return err
 }
+
+// routerQuiet and routerShutMax bound the replay ROUTER's drain at Close
+// (see zmtpguard.RouterSock).
+const (
+	routerQuiet   = 50 * time.Millisecond
+	routerShutMax = time.Second
+)

@@ -87,7 +87,9 @@ func NewConsumer(cfg ConsumerConfig, a recovery.Applier, onState recovery.StateF
 
 // Notify folds a directory notification in: Added dials the worker's
 // event endpoint, then asks each rank for a dump; Removed closes it and
-// drops the worker's blocks.
+// drops the worker's blocks. It does not wait for a dial: a worker whose
+// endpoint is slow, or accepts and never answers, holds neither the
+// caller nor the other workers.
 func (c *Consumer) Notify(n fleet.Notification) {
 	rec := n.Worker.Record
 	switch n.Kind {
@@ -98,38 +100,53 @@ func (c *Consumer) Notify(n fleet.Notification) {
 		if rec.Events.Endpoint == "" {
 			return
 		}
-		if err := c.start(rec); err != nil {
-			c.log.Warn("event plane: cannot follow worker", "worker_id", uint64(rec.ID), "err", err)
-			return
-		}
-		for r := rec.DPStart; r < rec.DPStart+max(rec.DPSize, 1); r++ {
-			c.tracker.Add(kvevent.WorkerRank{ID: rec.ID, Rank: kvevent.DPRank(r)})
-		}
+		c.start(rec)
 	}
 }
 
-func (c *Consumer) start(rec fleet.WorkerRecord) error {
+// start follows rec's worker unless it is followed already: on a
+// goroutine of its own, it dials the SUB, then adds the worker's ranks to
+// the tracker (which asks each for a dump) and reads. The dial ends with
+// stop (its context).
+func (c *Consumer) start(rec fleet.WorkerRecord) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, ok := c.workers[rec.ID]; ok {
-		return nil
+		c.mu.Unlock()
+		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := c.dial(ctx, rec.Events.Endpoint)
-	if err != nil {
-		cancel()
-		return err
-	}
-	c.q.set(rec.ID, rec.Events.Replay)
 	w := &sub{cancel: cancel, done: make(chan struct{})}
 	c.workers[rec.ID] = w
+	c.q.set(rec.ID, rec.Events.Replay)
 	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		defer close(w.done)
+		s, err := c.dial(ctx, rec.Events.Endpoint)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("event plane: cannot follow worker", "worker_id", uint64(rec.ID), "err", err)
+				c.forget(rec.ID, w) // a later Added tries again
+			}
+			return
+		}
+		// Removed waits for this goroutine before it removes the ranks,
+		// so these adds cannot outlive the worker.
+		for r := rec.DPStart; r < rec.DPStart+max(rec.DPSize, 1); r++ {
+			c.tracker.Add(kvevent.WorkerRank{ID: rec.ID, Rank: kvevent.DPRank(r)})
+		}
 		c.read(ctx, rec.ID, rec.Events.Endpoint, s)
 	}()
-	return nil
+}
+
+// forget drops w, the follower of id, if it is still the current one.
+func (c *Consumer) forget(id kvevent.WorkerID, w *sub) {
+	c.mu.Lock()
+	if c.workers[id] == w {
+		delete(c.workers, id)
+	}
+	c.mu.Unlock()
 }
 
 // dial opens a SUB socket on ep. The socket does not reconnect by itself

@@ -58,7 +58,7 @@ type Publisher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	pub    zmq4.Socket
-	router zmq4.Socket
+	router *zmtpguard.RouterSock
 	done   chan struct{}
 
 	mu   sync.Mutex
@@ -85,7 +85,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		done: make(chan struct{}), recs: map[kvevent.WorkerRank]localindex.Recovery{}}
 	guard := zmtpguard.Options{MaxFrameBytes: zmtpguard.Cap(cfg.MaxFrameBytes, zmtpguard.DefaultMaxRequestBytes),
 		Refused: zmtpguard.LogRefusals(p.log, "event publisher "+cfg.Endpoint, nil)}
-	sctx := zmtpguard.WithOptions(ctx, guard)
 	pubGuard := guard
 	pubGuard.MaxConnBytes = zmtpguard.DefaultMaxSubscriberBytes
 	p.pub = zmq4.NewPub(zmtpguard.WithOptions(ctx, pubGuard), zmq4.WithLogger(zmqLogger))
@@ -94,11 +93,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		_ = p.pub.Close()
 		return nil, fmt.Errorf("binding event publisher on %s: %w", cfg.Endpoint, err)
 	}
-	p.router = zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	p.router = zmtpguard.NewRouterSock(guard, func(sctx context.Context) zmq4.Socket {
+		return zmq4.NewRouter(sctx, zmq4.WithLogger(zmqLogger))
+	})
 	if err := p.router.Listen(zmtpguard.Endpoint(cfg.QueryEndpoint)); err != nil {
 		cancel()
 		_ = p.pub.Close()
-		_ = p.router.Close()
+		_ = p.router.Shut(0, 0)
 		return nil, fmt.Errorf("binding recovery socket on %s: %w", cfg.QueryEndpoint, err)
 	}
 	go p.serve()
@@ -202,10 +203,17 @@ func (p *Publisher) serve() {
 	}
 }
 
+// routerQuiet and routerShutMax bound the ROUTER's drain at Close (see
+// zmtpguard.RouterSock).
+const (
+	routerQuiet   = 50 * time.Millisecond
+	routerShutMax = time.Second
+)
+
 // Close unbinds both sockets.
 func (p *Publisher) Close() error {
 	p.cancel()
-	err := errors.Join(p.pub.Close(), p.router.Close())
+	err := errors.Join(p.pub.Close(), p.router.Shut(routerQuiet, routerShutMax))
 	<-p.done
 	return err
 }
