@@ -25,4 +25,9 @@
 // greeting's signature within the handshake timeout (HandshakeTimeout,
 // default 10 s; at most MaxPendingHandshakes wait at once), and every
 // guarded connection whose handshake has not passed by then is closed.
+//
+// Closing a zmq4 socket can leave its per-connection reader goroutines
+// blocked on a full queue. Drain (SUB, DEALER) and RouterSock (ROUTER)
+// empty the socket before closing it, so a closed socket leaves nothing
+// running.
 package zmtpguard
