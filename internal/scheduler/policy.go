@@ -64,7 +64,7 @@ func (KV) Name() string { return PolicyKV }
 // Choose implements Policy.
 func (KV) Choose(rows []Explanation, temperature float64, rng *rand.Rand) int {
 	if temperature <= 0 {
-		return argmin(rows, func(a, b *Explanation) int { return cmp.Compare(a.Cost, b.Cost) }, rng)
+		return argminCost(rows, rng)
 	}
 	return softmax(rows, temperature, rng)
 }
@@ -82,6 +82,29 @@ func argmin(rows []Explanation, compare func(a, b *Explanation) int, rng *rand.R
 			ties++
 			if rng.IntN(ties) == 0 {
 				best = i
+			}
+		}
+	}
+	return best
+}
+
+// argminCost is argmin by cmp.Compare of the rows' Cost, written out: the
+// comparison through a func value is not inlined, and it ran once per
+// worker.
+func argminCost(rows []Explanation, rng *rand.Rand) int {
+	best, ties := 0, 1
+	if len(rows) == 0 {
+		return 0
+	}
+	lo := rows[0].Cost
+	for i := 1; i < len(rows); i++ {
+		switch c := cmp.Compare(rows[i].Cost, lo); {
+		case c < 0:
+			best, ties, lo = i, 1, rows[i].Cost
+		case c == 0:
+			ties++
+			if rng.IntN(ties) == 0 {
+				best, lo = i, rows[i].Cost
 			}
 		}
 	}

@@ -130,15 +130,17 @@ func TestLongerPrefixNeverCostsMore(t *testing.T) {
 }
 
 // TestSelectIntoMatchesSelect: a decision written into reused storage
-// (left dirty by an earlier decision over other candidates) equals the
-// one Select allocates, whatever the policy, temperature, exclusions and
-// busy rows, and uses that storage when it is big enough.
+// (left dirty by an earlier decision over other candidates, then every
+// field of every row set to garbage, since SelectInto does not clear the
+// rows first) equals the one Select allocates, whatever the policy,
+// temperature, exclusions and busy rows, and uses that storage when it
+// is big enough.
 func TestSelectIntoMatchesSelect(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg := DefaultConfig()
 		cfg.Temperature = rapid.SampledFrom([]float64{0, 0.5}).Draw(rt, "temp")
 		cfg.ActivePrefillTokensThreshold = rapid.SampledFrom([]int{0, 5000}).Draw(rt, "busy")
-		name := rapid.SampledFrom([]string{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded}).Draw(rt, "policy")
+		name := rapid.SampledFrom([]string{PolicyKV, PolicyRoundRobin, PolicyRandom, PolicyLeastLoaded, PolicyKVTime}).Draw(rt, "policy")
 		mk := func() *Scheduler {
 			p, _ := NewPolicy(name)
 			s, err := New(cfg, p)
@@ -168,6 +170,11 @@ func TestSelectIntoMatchesSelect(t *testing.T) {
 			cands := draw("r")
 			seed := rapid.Uint64().Draw(rt, "seed")
 			want, werr := a.Select(req, cands, seeded(seed))
+			if round > 0 && rapid.Bool().Draw(rt, "garbage") {
+				for i := range rows[:cap(rows)] {
+					fillGarbage(rt, reflect.ValueOf(&rows[:cap(rows)][i]).Elem())
+				}
+			}
 			got, gerr := b.SelectInto(rows, req, cands, seeded(seed))
 			if (werr == nil) != (gerr == nil) || !reflect.DeepEqual(got, want) {
 				rt.Fatalf("round %d: SelectInto = %+v, %v; Select = %+v, %v", round, got, gerr, want, werr)
@@ -178,4 +185,28 @@ func TestSelectIntoMatchesSelect(t *testing.T) {
 			rows = got.Candidates
 		}
 	})
+}
+
+// fillGarbage sets every field of v, recursively, to a non-zero value,
+// failing on a kind it does not know (so a new field of Explanation is
+// covered or the test says so).
+func fillGarbage(rt *rapid.T, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fillGarbage(rt, v.Field(i))
+		}
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(-7.25)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(-7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.String:
+		v.SetString("garbage")
+	case reflect.Bool:
+		v.SetBool(true)
+	default:
+		rt.Fatalf("fillGarbage: field kind %v not handled", v.Kind())
+	}
 }
