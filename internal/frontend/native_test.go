@@ -47,7 +47,7 @@ func TestNativeAPI(t *testing.T) {
 			if len(chosen) != 1 {
 				t.Fatalf("%d chosen rows", len(chosen))
 			}
-			if c := chosen[0]; c.Worker != cached || c.OverlapBlocks != full || c.Tiers["device"] != full || c.State != "APPROX" {
+			if c := chosen[0]; c.Worker != cached || c.OverlapBlocks != full || c.Tiers.Device != full || c.State != "APPROX" {
 				t.Fatalf("chosen row %+v", c)
 			}
 			for _, c := range d.Candidates {

@@ -13,25 +13,37 @@ import (
 // tiersJSON is an overlap split by storage tier, in blocks.
 type tiersJSON map[string]int
 
+// candidateTiersJSON is a decision row's overlap split by storage tier,
+// in blocks: a struct, not a tiersJSON map, since a decision renders a
+// row per worker (a thousand maps for a thousand workers). Its fields
+// are in the order encoding/json writes a map's keys, so the bytes are
+// those of the map {"device", "disk", "host_pinned", "shared"}.
+type candidateTiersJSON struct {
+	Device     int `json:"device"`
+	Disk       int `json:"disk"`
+	HostPinned int `json:"host_pinned"`
+	Shared     int `json:"shared"`
+}
+
 // candidateJSON is one worker rank's row of a decision explanation.
 type candidateJSON struct {
-	Worker              string    `json:"worker"`
-	WorkerID            uint64    `json:"worker_id"`
-	DPRank              uint32    `json:"dp_rank"`
-	State               string    `json:"state"`
-	Chosen              bool      `json:"chosen"`
-	Excluded            string    `json:"excluded,omitempty"`
-	OverlapBlocks       int       `json:"overlap_blocks"`
-	Tiers               tiersJSON `json:"tiers"`
-	RawPrefillBlocks    float64   `json:"raw_prefill_blocks"`
-	CreditBlocks        float64   `json:"credit_blocks"`
-	AdjustedPrefill     float64   `json:"adjusted_prefill_blocks"`
-	DecodeBlocks        float64   `json:"decode_blocks"`
-	ActiveBlocks        float64   `json:"active_blocks"`
-	ActivePrefillTokens int       `json:"active_prefill_tokens"`
-	ActiveRequests      int       `json:"active_requests"`
-	Cost                float64   `json:"cost"`
-	Probability         float64   `json:"probability"`
+	Worker              string             `json:"worker"`
+	WorkerID            uint64             `json:"worker_id"`
+	DPRank              uint32             `json:"dp_rank"`
+	State               string             `json:"state"`
+	Chosen              bool               `json:"chosen"`
+	Excluded            string             `json:"excluded,omitempty"`
+	OverlapBlocks       int                `json:"overlap_blocks"`
+	Tiers               candidateTiersJSON `json:"tiers"`
+	RawPrefillBlocks    float64            `json:"raw_prefill_blocks"`
+	CreditBlocks        float64            `json:"credit_blocks"`
+	AdjustedPrefill     float64            `json:"adjusted_prefill_blocks"`
+	DecodeBlocks        float64            `json:"decode_blocks"`
+	ActiveBlocks        float64            `json:"active_blocks"`
+	ActivePrefillTokens int                `json:"active_prefill_tokens"`
+	ActiveRequests      int                `json:"active_requests"`
+	Cost                float64            `json:"cost"`
+	Probability         float64            `json:"probability"`
 	// Predicted is the kv-time policy's estimate (absent under others).
 	Predicted *predictionJSON `json:"predicted,omitempty"`
 }
@@ -58,8 +70,8 @@ type decisionJSON struct {
 	PD *pdJSON `json:"pd,omitempty"`
 }
 
-func tiersOf(o router.Overlap) tiersJSON {
-	return tiersJSON{"device": o.Device, "host_pinned": o.Host, "disk": o.Disk, "shared": o.Shared}
+func tiersOf(o router.Overlap) candidateTiersJSON {
+	return candidateTiersJSON{Device: o.Device, HostPinned: o.Host, Disk: o.Disk, Shared: o.Shared}
 }
 
 func scoreTiers(s index.Score) tiersJSON {
