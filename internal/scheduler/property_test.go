@@ -130,9 +130,8 @@ func TestLongerPrefixNeverCostsMore(t *testing.T) {
 }
 
 // TestSelectIntoMatchesSelect: a decision written into reused storage
-// (left dirty by an earlier decision over other candidates, then every
-// field of every row set to garbage, since SelectInto does not clear the
-// rows first) equals the one Select allocates, whatever the policy,
+// (left dirty by an earlier decision over other candidates, or every
+// field of every row set to garbage) equals the one Select allocates, whatever the policy,
 // temperature, exclusions and busy rows, and uses that storage when it
 // is big enough.
 func TestSelectIntoMatchesSelect(t *testing.T) {
@@ -209,4 +208,52 @@ func fillGarbage(rt *rapid.T, v reflect.Value) {
 	default:
 		rt.Fatalf("fillGarbage: field kind %v not handled", v.Kind())
 	}
+}
+
+// kvViaChoose is the kv policy under another type, so the scheduler
+// cannot find its argmin in the cost pass and runs KV.Choose instead.
+type kvViaChoose struct{ KV }
+
+// TestKVArgminInPassMatchesChoose: the kv policy's temperature-0 choice
+// made in the scheduler's cost pass equals KV.Choose's over the eligible
+// rows, draw for draw: same decision from the same seed, with many exact
+// ties, exclusions, busy rows, and the credit decay on or off (off: the
+// pass computes the cost; on: the choice is left to Choose).
+func TestKVArgminInPassMatchesChoose(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.ActivePrefillTokensThreshold = rapid.SampledFrom([]int{0, 3000}).Draw(rt, "busy")
+		cfg.OverlapScoreCreditDecay = rapid.SampledFrom([]float64{0, 0.5}).Draw(rt, "decay")
+		cfg.TrackPrefillTokens = rapid.Bool().Draw(rt, "track")
+		a, err := New(cfg, KV{})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		b, err := New(cfg, kvViaChoose{})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		cands := make([]Candidate, rapid.IntRange(1, 60).Draw(rt, "n"))
+		for i := range cands {
+			cands[i] = Candidate{
+				Worker:              kvevent.WorkerRank{ID: kvevent.WorkerID(i + 1)},
+				Down:                rapid.IntRange(0, 6).Draw(rt, "down") == 0,
+				Overlap:             Overlap{Device: 16 * rapid.IntRange(0, 2).Draw(rt, "dev")},
+				ActivePrefillTokens: 2048 * rapid.IntRange(0, 2).Draw(rt, "apt"),
+				DecodeBlocks:        float64(rapid.IntRange(0, 2).Draw(rt, "dec")),
+				ActiveRequests:      rapid.IntRange(0, 1).Draw(rt, "req"),
+			}
+		}
+		req := Request{InputTokens: 1024, BlockSize: 16}
+		if rapid.Bool().Draw(rt, "pinned") {
+			req.AllowedWorkers = []kvevent.WorkerID{1, 3, 5, 8, 13}
+		}
+		seed := rapid.Uint64().Draw(rt, "seed")
+		got, gerr := a.Select(req, cands, seeded(seed))
+		want, werr := b.Select(req, cands, seeded(seed))
+		want.Policy = got.Policy
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			rt.Fatalf("in the pass: %+v, %v; via Choose: %+v, %v", got, gerr, want, werr)
+		}
+	})
 }

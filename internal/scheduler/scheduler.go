@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -66,11 +67,9 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	if o := req.Overrides.Temperature; o != nil && validKnob(*o) {
 		temp = *o
 	}
-	// Reused rows are not cleared first: the loop below writes every
-	// field of every row (a second pass over a thousand 200-byte rows
-	// was 4 % of a decision).
 	if cap(rows) >= len(cands) {
 		rows = rows[:len(cands)]
+		clear(rows)
 	} else {
 		rows = make([]Explanation, len(cands))
 	}
@@ -83,37 +82,49 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	// rows instead of two).
 	fused := !(s.cfg.TrackPrefillTokens && s.cfg.OverlapScoreCreditDecay > 0)
 	th := s.cfg.Thresholds()
+	// The kv policy at temperature 0 is an argmin of the cost: with the
+	// cost final in this pass it is found here too, over the eligible rows
+	// in order (the same comparisons and tie draws as KV.Choose over them),
+	// instead of a second pass over a thousand rows and a copy of the
+	// eligible ones.
+	_, isKV := s.policy.(KV)
+	inline := fused && isKV && temp <= 0
+	best, ties, lo := -1, 0, 0.0
 	for i := range cands {
-		// Filled in place, field by field: every field is written, the
-		// cost columns zeroed here and computed below for eligible rows.
+		// Filled in place, field by field (the rows are zeroed), and
+		// Excluded written only when set: it is a string, so each write to
+		// the heap row costs a write barrier while the GC runs.
 		c, row := &cands[i], &d.Candidates[i]
 		row.Worker = c.Worker
 		row.Overlap = c.Overlap
-		row.RawPrefillBlocks, row.CreditBlocks, row.AdjustedPrefillBlocks, row.Cost = 0, 0, 0, 0
 		row.DecodeBlocks = c.DecodeBlocks
 		row.ActiveBlocks = c.ActiveBlocks
 		row.ActivePrefillTokens = c.ActivePrefillTokens
 		row.ActiveRequests = c.ActiveRequests
-		row.Probability = 0
-		row.Prediction = Prediction{}
-		ex := eligibility(&req, c)
-		if ex == Eligible {
-			eligible++
-			if ex = th.Busy(c); ex != Eligible {
-				busy++
-			}
-		}
-		// Excluded is a string: each write to the heap row costs a write
-		// barrier while the GC runs, so it is skipped when unchanged.
-		if row.Excluded != ex {
+		if ex := eligibility(&req, c); ex != Eligible {
 			row.Excluded = ex
+			continue
 		}
-		if ex != Eligible {
+		eligible++
+		if ex := th.Busy(c); ex != Eligible {
+			row.Excluded = ex
+			busy++
 			continue
 		}
 		minPrefill = min(minPrefill, c.ActivePrefillTokens)
 		if fused {
 			s.cost(&k, row, minPrefill)
+		}
+		if inline {
+			switch c := cmp.Compare(row.Cost, lo); {
+			case best < 0 || c < 0:
+				best, ties, lo = i, 1, row.Cost
+			case c == 0:
+				ties++
+				if rng.IntN(ties) == 0 {
+					best, lo = i, row.Cost
+				}
+			}
 		}
 	}
 	switch {
@@ -132,7 +143,9 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	if pr, ok := s.policy.(Preparer); ok {
 		pr.Prepare(&req, cands, d.Candidates)
 	}
-	if eligible-busy == len(cands) {
+	if inline {
+		d.Chosen = best
+	} else if eligible-busy == len(cands) {
 		// Everyone is eligible: the policy works on the rows in place.
 		d.Chosen = s.choose(d.Candidates, temp, rng)
 	} else {
