@@ -55,6 +55,7 @@ type nativeRequest struct {
 	Prompt      json.RawMessage `json:"prompt"`
 	Messages    json.RawMessage `json:"messages"`
 	LoRAName    string          `json:"lora_name"`
+	CacheSalt   *string         `json:"cache_salt"`
 	MaxTokens   *int            `json:"max_tokens"`
 }
 
@@ -97,6 +98,9 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 		return nr, nil, err
 	}
 	if err := checkRange("max_tokens", nr.MaxTokens, 1, f.parser.maxOutput); err != nil {
+		return nr, nil, err
+	}
+	if err := checkSalt(nr.CacheSalt); err != nil {
 		return nr, nil, err
 	}
 	n := 0
@@ -172,7 +176,7 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	if f.disaggregated() {
 		d, pd, err = f.planPD(tokens, nr.expectedOutput())
 	} else {
-		d, err = f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+		d, err = f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, Namespace: salt(nr.CacheSalt), ExpectedOutputTokens: nr.expectedOutput()})
 	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {
@@ -225,7 +229,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 	if f.idx != nil {
 		local := nr.BlockHashes
 		if local == nil {
-			local, err = f.router.LocalHashes(router.Request{Tokens: tokens, LoRAName: nr.LoRAName})
+			local, err = f.router.LocalHashes(router.Request{Tokens: tokens, LoRAName: nr.LoRAName, Namespace: salt(nr.CacheSalt)})
 			if err != nil {
 				writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
 				return
@@ -239,7 +243,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		// Plan explains every rank even when it refuses (all busy).
-		d, _ := f.router.Plan(router.Request{ID: "query", Tokens: tokens, LoRAName: nr.LoRAName})
+		d, _ := f.router.Plan(router.Request{ID: "query", Tokens: tokens, LoRAName: nr.LoRAName, Namespace: salt(nr.CacheSalt)})
 		resp.Blocks = d.Blocks
 		for _, c := range d.Candidates {
 			// The plan merges disk and external tiers; they show as disk.

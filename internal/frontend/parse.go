@@ -47,6 +47,10 @@ type requestFields struct {
 	// Priority is vLLM's "priority" (lower first), for the admission
 	// queue.
 	Priority *int
+
+	// CacheSalt is vLLM's cache_salt: the tenant's cache isolation key
+	// (nil when absent; present and empty is refused, as vLLM does).
+	CacheSalt *string
 }
 
 // expectedOutput is the request's max output tokens, 0 when unknown.

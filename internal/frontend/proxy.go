@@ -121,6 +121,8 @@ type exchange struct {
 	stream   bool // the client asked for an SSE stream
 	adm      admitted
 	session  string // the client's session id, for affinity
+	// salt is the request's cache_salt (router.Request.Namespace).
+	salt string
 	// abort: the client's response was committed and cut short; its
 	// connection is aborted so that it cannot take a truncated body for
 	// a whole one.
@@ -161,7 +163,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		endpoint = "chat"
 	}
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput(), stream: fields.Stream}
+		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
 	f.classify(r, ex, &fields)
 	f.serveExchange(rw, r, ex)
@@ -280,7 +282,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	defer f.explanations.Put(expl)
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
-		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected, Explanation: *expl}
+		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, Namespace: ex.salt, ExpectedOutputTokens: ex.expected, Explanation: *expl}
 		if len(excluded) > 0 {
 			req.AllowedWorkers = f.allowedExcept(excluded)
 			if len(req.AllowedWorkers) == 0 {
