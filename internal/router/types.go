@@ -56,6 +56,9 @@ type Request struct {
 	ID string
 	// Tokens are the prompt's token ids.
 	Tokens []uint32
+	// Model names the pool that routes the request (Pools; "" is the
+	// default model). A Router ignores it.
+	Model string
 	// LoRAName and Namespace salt the block hashes (kvhash).
 	LoRAName, Namespace string
 	// MM holds per-block multimodal hashes (kvhash.Options.MM).
