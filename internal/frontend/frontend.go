@@ -32,6 +32,8 @@ type Frontend struct {
 	dir       Directory
 	idx       Index
 	parser    promptParser
+	models    Models
+	extra     parsers
 	reg       *prometheus.Registry
 	log       *slog.Logger
 	clock     func() time.Time
@@ -84,7 +86,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return nil, fmt.Errorf("%w: chat template", ErrDeps)
 	}
 	f := &Frontend{
-		cfg: cfg, router: deps.Router, dir: deps.Directory, idx: deps.Index, reg: deps.Registry,
+		cfg: cfg, router: deps.Router, dir: deps.Directory, idx: deps.Index, models: deps.Models, reg: deps.Registry,
 		log: deps.Logger, clock: deps.Clock, ready: deps.Ready, blockSize: deps.Router.Config().BlockSize,
 	}
 	if f.reg == nil {

@@ -123,6 +123,10 @@ type exchange struct {
 	session  string // the client's session id, for affinity
 	// salt is the request's cache_salt (router.Request.Namespace).
 	salt string
+	// model is the request's pool ("" the default model); approx says its
+	// tokens are textTokens (a model without a tokenizer).
+	model  string
+	approx bool
 	// abort: the client's response was committed and cut short; its
 	// connection is aborted so that it cannot take a truncated body for
 	// a whole one.
@@ -151,7 +155,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		return
 	}
 	fwd := body
-	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
+	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && !p.approx && p.batch == 1 {
 		var err error
 		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
 			writeParseError(rw, err, "")
@@ -163,7 +167,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		endpoint = "chat"
 	}
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), stream: fields.Stream}
+		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), model: p.model, approx: p.approx, stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
 	f.classify(r, ex, &fields)
 	f.serveExchange(rw, r, ex)
@@ -182,7 +186,7 @@ func (f *Frontend) judgeFields(rw http.ResponseWriter, body []byte, param string
 		}
 		return fields, false
 	}
-	if err := f.parser.checkModel(fields.Model); err != nil {
+	if _, _, err := f.parserFor(fields.Model); err != nil {
 		writeParseError(rw, err, param)
 		return fields, false
 	}
@@ -198,21 +202,26 @@ func (f *Frontend) judgeFields(rw http.ResponseWriter, body []byte, param string
 // answered the client.
 func (f *Frontend) openAIPrompt(rw http.ResponseWriter, r *http.Request, fields *requestFields, size int, chat bool, param string) (prompt, bool) {
 	var p prompt
-	var err error
+	pp, model, err := f.parserFor(fields.Model)
+	if err != nil {
+		writeParseError(rw, err, param)
+		return p, false
+	}
 	if chat || fields.promptIDs == nil {
 		release, ok := f.tokenSlot(rw, r, size)
 		if !ok {
 			return p, false
 		}
 		if chat {
-			p, err = f.parser.chatPrompt(fields)
+			p, err = pp.chatPrompt(fields)
 		} else {
-			p, err = f.parser.completionPrompt(fields.Prompt)
+			p, err = pp.completionPrompt(fields.Prompt)
 		}
 		release()
 	} else {
-		p, err = f.parser.idsPrompt(fields.promptIDs)
+		p, err = pp.idsPrompt(fields.promptIDs)
 	}
+	p.model, p.approx = model, pp.approxText() && !p.fromIDs
 	if err != nil {
 		writeParseError(rw, err, param)
 		return p, false
@@ -282,7 +291,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	defer f.explanations.Put(expl)
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
-		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, Namespace: ex.salt, ExpectedOutputTokens: ex.expected, Explanation: *expl}
+		req := f.routerRequest(ex, f.newRequestID(), *expl)
 		if len(excluded) > 0 {
 			req.AllowedWorkers = f.allowedExcept(excluded)
 			if len(req.AllowedWorkers) == 0 {

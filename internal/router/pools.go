@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // ErrUnknownModel refuses a request, or a lookup, for a model no pool
@@ -339,4 +340,52 @@ func (p *Pools) Stats() Stats {
 		s.Sequences.Expired += x.Sequences.Expired
 	}
 	return s
+}
+
+// Observe feeds a measured sample to worker rank w's pool (see
+// Router.Observe); false when w is in no pool.
+func (p *Pools) Observe(w kvevent.WorkerRank, s Sample, now time.Time) bool {
+	p.mu.RLock()
+	m, ok := p.worker[w.ID]
+	r := p.pools[m]
+	p.mu.RUnlock()
+	return ok && r.Observe(w, s, now)
+}
+
+// TimeModels returns every pool's observed worker ranks' models, sorted
+// by worker rank.
+func (p *Pools) TimeModels() []TimeModel {
+	var out []TimeModel
+	for _, r := range p.all() {
+		out = append(out, r.TimeModels()...)
+	}
+	slices.SortFunc(out, func(a, b TimeModel) int {
+		if c := cmpID(a.Worker.ID, b.Worker.ID); c != 0 {
+			return c
+		}
+		return int(a.Worker.Rank) - int(b.Worker.Rank)
+	})
+	return out
+}
+
+// Saturated reports whether every pool is saturated (see
+// Router.Saturated): the admission queue is the front door's, not a
+// model's, so it holds requests only while no pool has room.
+func (p *Pools) Saturated(t scheduler.Thresholds) bool {
+	for _, r := range p.all() {
+		if !r.Saturated(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// RankSaturated judges worker rank w in its pool (see
+// Router.RankSaturated); an unknown rank is saturated.
+func (p *Pools) RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool {
+	p.mu.RLock()
+	m, ok := p.worker[w.ID]
+	r := p.pools[m]
+	p.mu.RUnlock()
+	return !ok || r.RankSaturated(t, w)
 }
