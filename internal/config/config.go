@@ -41,6 +41,13 @@ type Config struct {
 	// Model is the served model name (--model), accepted in requests and
 	// listed on /v1/models. Default "Qwen/Qwen3-0.6B".
 	Model string
+	// Models are the models served besides Model, each with its own
+	// tokenizer folder or none (--model's further entries:
+	// NAME[=DIR],...). A model without a tokenizer still routes token-id
+	// prompts exactly and text prompts by a hash of the text. Workers
+	// declaring an unlisted model get a pool too (without a tokenizer).
+	// Default none.
+	Models []ModelSpec
 	// TokenizerDir is a folder holding the model's tokenizer.json and
 	// tokenizer_config.json (--tokenizer); empty uses the embedded Qwen3
 	// files. Default "".
@@ -412,6 +419,8 @@ func (c Config) Validate() error {
 		return bad("--data-dir is empty")
 	case c.Model == "":
 		return bad("--model is empty")
+	case checkModels(c.Model, c.Models) != nil:
+		return bad("--model: %v", checkModels(c.Model, c.Models))
 	case c.BlockSize <= 0 || c.BlockSize > 1<<16:
 		return bad("--block-size %d out of range [1, 65536]", c.BlockSize)
 	case lvl.UnmarshalText([]byte(c.LogLevel)) != nil:

@@ -23,7 +23,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.Host, "host", c.Host, "address the HTTP front door listens on")
 	fs.IntVar(&c.Port, "port", c.Port, "HTTP port of the front door (0: a free port)")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory where kvrouter keeps its state")
-	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.Var(&modelsValue{c}, "model", "served model name, or a list NAME[=DIR],... whose first entry is the default model and DIR a folder with that model's tokenizer.json and tokenizer_config.json")
 	fs.StringVar(&c.TokenizerDir, "tokenizer", c.TokenizerDir, "folder with the model's tokenizer.json and tokenizer_config.json (empty: embedded Qwen3)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens that every worker must share")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")

@@ -106,7 +106,10 @@ type roleChecker interface {
 	HasRole(role router.Role) bool
 }
 
-var _ roleChecker = (*router.Router)(nil)
+var (
+	_ roleChecker = (*router.Router)(nil)
+	_ roleChecker = (*router.Pools)(nil)
+)
 
 // disaggregated reports whether requests take the PD path: the router
 // knows prefill-role workers.

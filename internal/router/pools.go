@@ -12,8 +12,9 @@ import (
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
-// ErrUnknownModel refuses a request, or a lookup, for a model no pool
-// serves.
+// ErrUnknownModel refuses a request for a model no pool serves (no
+// worker ever declared it). Such errors wrap ErrNoCandidates too: no
+// worker can take the request.
 var ErrUnknownModel = errors.New("unknown model")
 
 // Pools routes a fleet that serves several models: one Router per model
@@ -175,7 +176,7 @@ func (p *Pools) route(req Request) (*Router, bool, error) {
 	defer p.mu.RUnlock()
 	r, ok := p.pools[p.name(req.Model)]
 	if !ok {
-		return nil, false, fmt.Errorf("routing %q: model %q: %w", req.ID, req.Model, ErrUnknownModel)
+		return nil, false, fmt.Errorf("routing %q: model %q: %w: %w", req.ID, req.Model, ErrUnknownModel, ErrNoCandidates)
 	}
 	return r, len(p.pools) > 1, nil
 }
@@ -388,4 +389,15 @@ func (p *Pools) RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool
 	r := p.pools[m]
 	p.mu.RUnlock()
 	return !ok || r.RankSaturated(t, w)
+}
+
+// HasRole reports whether any pool has a worker that takes the role (see
+// Router.HasRole).
+func (p *Pools) HasRole(role Role) bool {
+	for _, r := range p.all() {
+		if r.HasRole(role) {
+			return true
+		}
+	}
+	return false
 }

@@ -86,7 +86,7 @@ func TestPoolsTwoModelsTwoBlockSizes(t *testing.T) {
 			t.Fatalf("worker 4's 16-token blocks scored for a 32-token model: %+v", c)
 		}
 	}
-	if _, err := p.Route(Request{ID: "c", Model: "model-c", Tokens: toks}); !errors.Is(err, ErrUnknownModel) {
+	if _, err := p.Route(Request{ID: "c", Model: "model-c", Tokens: toks}); !errors.Is(err, ErrUnknownModel) || !errors.Is(err, ErrNoCandidates) {
 		t.Fatalf("unknown model: %v", err)
 	}
 	// A worker whose block size differs from its model's pool is refused.

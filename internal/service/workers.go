@@ -24,7 +24,10 @@ type eventRouter interface {
 	SetDown(id kvevent.WorkerID, down bool) bool
 }
 
-var _ eventRouter = (*router.Router)(nil)
+var (
+	_ eventRouter = (*router.Router)(nil)
+	_ eventRouter = (*router.Pools)(nil)
+)
 
 // workerSet owns every worker's state. It turns what the event
 // subscribers, the silence watchdog and the health prober observe into one

@@ -1,0 +1,87 @@
+package service
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/fleet"
+	"github.com/kvrouter/kvrouter/internal/frontend"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/router"
+)
+
+// catalog is the front door's view of the models besides the default
+// (frontend.Models): the tokenizer files of the configured ones (--model
+// NAME=DIR), and every model a worker declared, which has a pool.
+type catalog struct {
+	def   string
+	files map[string]frontend.ModelFiles
+	pools *router.Pools
+	dir   *fleet.Directory
+}
+
+var _ frontend.Models = (*catalog)(nil)
+
+// loadCatalog loads the tokenizer files of cfg's further models.
+func loadCatalog(cfg config.Config) (*catalog, error) {
+	c := &catalog{def: cfg.Model, files: map[string]frontend.ModelFiles{}}
+	for _, m := range cfg.Models {
+		var f frontend.ModelFiles
+		if m.TokenizerDir != "" {
+			mf, err := LoadModel(m.TokenizerDir)
+			if err != nil {
+				return nil, fmt.Errorf("model %q: %w", m.Name, err)
+			}
+			f = frontend.ModelFiles{Tokenizer: mf.Tokenizer, ChatTemplate: mf.Template}
+		}
+		c.files[m.Name] = f
+	}
+	return c, nil
+}
+
+// bind gives the catalog the pools and the directory it reports on.
+func (c *catalog) bind(p *router.Pools, d *fleet.Directory) { c.pools, c.dir = p, d }
+
+// Model implements frontend.Models: a configured model, or one a worker
+// declared (no tokenizer then).
+func (c *catalog) Model(name string) (frontend.ModelFiles, bool) {
+	if f, ok := c.files[name]; ok {
+		return f, true
+	}
+	if name == "" || name == c.def {
+		return frontend.ModelFiles{}, false // the default is the front door's own
+	}
+	_, ok := c.pools.Pool(name)
+	return frontend.ModelFiles{}, ok
+}
+
+// Routable implements frontend.Models: the models with a worker that is
+// neither DOWN nor REFUSED.
+func (c *catalog) Routable() []string {
+	infos, down := c.pools.Workers()
+	var out []string
+	for i, w := range infos {
+		if down[i] {
+			continue
+		}
+		if fw, ok := c.dir.Get(w.ID); ok && (fw.Status.State == fleet.StateDown || fw.Status.State == fleet.StateRefused) {
+			continue
+		}
+		m, ok := c.pools.ModelOf(w.ID)
+		if ok && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ModelOf implements frontend.Models ("" for the default model).
+func (c *catalog) ModelOf(id kvevent.WorkerID) (string, bool) {
+	m, ok := c.pools.ModelOf(id)
+	if m == c.def {
+		m = ""
+	}
+	return m, ok
+}

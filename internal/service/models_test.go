@@ -1,0 +1,127 @@
+package service
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/poll"
+)
+
+// One router, two models with different block sizes, each with its own
+// mock workers publishing vLLM events: a model's requests reach only its
+// workers and find their cached prefix at the model's block size, and
+// /v1/models and /v1/workers show both models.
+func TestTwoModelsOneRouter(t *testing.T) {
+	const other = "org/other-model"
+	r := newRig(t, rigOpt{workers: 4, models: []FleetModel{{Name: "Qwen/Qwen3-0.6B", BlockSize: 16}, {Name: other, BlockSize: 32}},
+		cfg: func(c *config.Config) { c.Models = []config.ModelSpec{{Name: other}} }})
+	byModel := map[string][]string{}
+	for _, w := range r.fleet.Workers {
+		byModel[w.Model] = append(byModel[w.Model], w.Name)
+	}
+	if len(byModel[other]) != 2 || len(byModel["Qwen/Qwen3-0.6B"]) != 2 {
+		t.Fatalf("fleet split %v", byModel)
+	}
+
+	code, body := r.get("/v1/models")
+	var ml struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &ml); err != nil || code != http.StatusOK {
+		t.Fatalf("/v1/models: %d %s", code, body)
+	}
+	var ids []string
+	for _, m := range ml.Data {
+		ids = append(ids, m.ID)
+	}
+	if !slices.Equal(ids, []string{"Qwen/Qwen3-0.6B", other}) {
+		t.Fatalf("/v1/models lists %v", ids)
+	}
+
+	complete := func(model string, tokens []uint32) (string, int) {
+		t.Helper()
+		resp, body := r.post("/v1/completions", map[string]any{"model": model, "prompt": tokens, "max_tokens": 2})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", model, resp.StatusCode, body)
+		}
+		n, _ := strconv.Atoi(resp.Header.Get("X-Kvrouter-Overlap-Blocks"))
+		return resp.Header.Get("X-Kvrouter-Worker"), n
+	}
+	ps := prompts(4, 9)
+	for i, p := range ps {
+		model := "Qwen/Qwen3-0.6B"
+		bs := 16
+		if i%2 == 1 {
+			model, bs = other, 32
+		}
+		w, _ := complete(model, p)
+		if !slices.Contains(byModel[model], w) {
+			t.Fatalf("a %s request reached %s (its workers: %v)", model, w, byModel[model])
+		}
+		// Once the worker's stored events are in, the same prompt finds
+		// its blocks there, counted at its model's block size.
+		want := len(p) / bs
+		poll.UntilState(t, 5*time.Second, func() (bool, string) {
+			q := r.queryModel(model, p)
+			return q[w] == want, "query " + strconv.Itoa(q[w]) + " blocks on " + w
+		}, "the prompt's blocks indexed")
+		w2, n := complete(model, p)
+		if w2 != w || n != want {
+			t.Fatalf("%s again: %s with %d blocks, want %s with %d", model, w2, n, w, want)
+		}
+	}
+
+	code, body = r.get("/v1/workers")
+	var wv struct {
+		Workers []struct {
+			Worker    string `json:"worker"`
+			Model     string `json:"model"`
+			BlockSize int    `json:"block_size"`
+		} `json:"workers"`
+		Models []struct {
+			Model       string `json:"model"`
+			TextRouting string `json:"text_routing"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(body), &wv); err != nil || code != http.StatusOK {
+		t.Fatalf("/v1/workers: %d %s", code, body)
+	}
+	for _, w := range wv.Workers {
+		wantBS := 16
+		if w.Model == other {
+			wantBS = 32
+		}
+		if !slices.Contains(byModel[w.Model], w.Worker) || w.BlockSize != wantBS {
+			t.Fatalf("/v1/workers row %+v", w)
+		}
+	}
+	if len(wv.Models) != 2 || wv.Models[1].Model != other || wv.Models[1].TextRouting != "approximate" {
+		t.Fatalf("/v1/workers models %+v", wv.Models)
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "no bookings left")
+}
+
+// queryModel is query for model's workers.
+func (r *rig) queryModel(model string, tokens []uint32) map[string]int {
+	r.t.Helper()
+	resp, body := r.post("/v1/query", map[string]any{"model": model, "tokens": tokens})
+	if resp.StatusCode != http.StatusOK {
+		r.t.Fatalf("query: %d %s", resp.StatusCode, body)
+	}
+	var q queryResp
+	if err := json.Unmarshal([]byte(body), &q); err != nil {
+		r.t.Fatalf("query body %q: %v", body, err)
+	}
+	out := map[string]int{}
+	for _, w := range q.Workers {
+		out[w.Worker] = w.OverlapBlocks
+	}
+	return out
+}
