@@ -127,6 +127,8 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
 	bindFleet(fs, &u.Fleet)
 	bindUpPD(fs, u)
+
+	fs.Var(&modelsValue{&u.Config}, "models", "models the mock workers serve, NAME[=DIR],... (the same list as --model): worker k serves model k mod N; model i's block size is --block-size × 2^i")
 }
 
 // Validate checks the fleet and the router it runs.
@@ -142,6 +144,12 @@ func (u *Up) Validate() error {
 	}
 	if len(u.Workers) > 0 {
 		return errors.New("up runs its own mock workers; use 'kvrouter serve' with --worker for real ones")
+	}
+	if n := 1 + len(u.Models); u.MockWorkers < n {
+		return fmt.Errorf("--mock-workers %d: fewer than the %d models", u.MockWorkers, n)
+	}
+	if u.BlockSize<<len(u.Models) > 1<<16 {
+		return fmt.Errorf("--block-size %d doubled for each of %d more models exceeds 65536", u.BlockSize, len(u.Models))
 	}
 	e := u.FleetEngine()
 	if err := e.Validate(); err != nil {
@@ -163,6 +171,21 @@ func (u *Up) Router() Config {
 		c.EventPlane.Kind = PlaneNone
 	}
 	return c
+}
+
+// FleetModels is the models the mock workers serve with their block
+// sizes: the default model at --block-size, each further one at twice the
+// one before (so that no two share a block size); nil for one model.
+func (u *Up) FleetModels() (names []string, blockSizes []int) {
+	if len(u.Models) == 0 {
+		return nil, nil
+	}
+	names, blockSizes = []string{u.Model}, []int{u.BlockSize}
+	for i, m := range u.Models {
+		names = append(names, m.Name)
+		blockSizes = append(blockSizes, u.BlockSize<<(i+1))
+	}
+	return names, blockSizes
 }
 
 // FleetEngine is the mock engines' configuration, with the router's block
