@@ -177,6 +177,8 @@ func (f *Frontend) routes() http.Handler {
 	handle("POST /v1/completions", "completions", accessFront, f.handleCompletions)
 	handle("POST /v1/chat/completions", "chat_completions", accessFront, f.handleChat)
 	handle("GET /v1/models", "models", accessFront, f.handleModels)
+	handle("POST /tokenize", "tokenize", accessFront, f.handleTokenize)
+	handle("POST /detokenize", "detokenize", accessFront, f.handleDetokenize)
 	handle("POST /v1/route", "route", accessAdmin, f.handleRoute)
 	handle("POST /v1/query", "query", accessAdmin, f.handleQuery)
 	handle("GET /v1/workers", "workers", accessAdmin, f.handleWorkers)
@@ -187,6 +189,7 @@ func (f *Frontend) routes() http.Handler {
 	allow := map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/v1/route": "POST",
 		"/v1/query": "POST", "/v1/workers": "GET", "/health": "GET", "/ready": "GET", "/metrics": "GET", "/": "GET",
+		"/tokenize": "POST", "/detokenize": "POST",
 	}
 	handle("/", "other", accessOpen, func(rw http.ResponseWriter, r *http.Request) {
 		if m, ok := allow[r.URL.Path]; ok {
