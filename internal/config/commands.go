@@ -368,6 +368,7 @@ type Mocker struct {
 	// Default 1, at most 1024.
 	NumWorkers int
 	// Server is each worker's configuration: --model, --served-model-name,
+	// --lora-adapters (the LoRA adapters it has loaded),
 	// --max-model-len (tokens), --data-parallel-size, --worker-id, the
 	// engine (--block-size in tokens, default 16 like serve's;
 	// --num-gpu-blocks-override, --num-cpu-blocks in blocks;
@@ -440,6 +441,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&m.NumWorkers, "num-workers", m.NumWorkers, "independent workers in this process, on consecutive ports")
 	fs.StringVar(&s.Model, "model", s.Model, "model name or path")
 	fs.StringVar(&s.ServedModelName, "served-model-name", s.ServedModelName, "model name clients use (default: --model)")
+	fs.Var((*listValue)(&s.LoRAAdapters), "lora-adapters", "comma-separated LoRA adapter names the workers have loaded: listed on /v1/models, accepted as a request's model, their blocks hashed apart")
 	fs.IntVar(&s.MaxModelLen, "max-model-len", s.MaxModelLen, "max prompt + output tokens (0: what the KV cache holds)")
 	fs.IntVar(&s.DataParallelSize, "data-parallel-size", s.DataParallelSize, "engine ranks per worker, each with its own KV cache, scheduler and event stream")
 	fs.Uint64Var(&s.WorkerID, "worker-id", s.WorkerID, "worker id of the first worker in its KV events (then +1 per worker)")

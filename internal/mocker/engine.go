@@ -36,6 +36,11 @@ type Request struct {
 	// last prompt token is computed, and the received blocks are cached
 	// (and reported stored) as computed ones are.
 	Remote bool
+	// LoRA names the LoRA adapter the request runs with ("" none). Its
+	// blocks are hashed apart from the base model's (vLLM puts the
+	// adapter's name in every block's extra keys) and its stored events
+	// carry the name.
+	LoRA string
 }
 
 // Output is what one request produced in a step: one new token.
@@ -102,6 +107,7 @@ func (s Stats) Usage() float64 {
 type request struct {
 	id          uint64
 	tokens      []uint32 // prompt then generated tokens
+	lora        string
 	promptLen   int
 	maxTokens   int
 	seq         []uint64 // router sequence hashes of full blocks, as far as computed
@@ -215,7 +221,7 @@ func (e *Engine) Add(req Request) error {
 	}
 	toks := make([]uint32, len(req.Tokens), len(req.Tokens)+req.MaxTokens)
 	copy(toks, req.Tokens)
-	r := &request{id: req.ID, tokens: toks, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks),
+	r := &request{id: req.ID, tokens: toks, lora: req.LoRA, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks),
 		hold: req.Hold, remote: req.Remote}
 	e.byID[r.id] = r
 	e.waiting = append(e.waiting, r)
@@ -297,7 +303,7 @@ func (e *Engine) CachedHashes(tier kvevent.Tier, dst []uint64) []uint64 {
 func (e *Engine) hashUpTo(r *request, n int) {
 	bs := e.cfg.BlockSize
 	for i := len(r.seq); i < n; i++ {
-		l := kvhash.LocalHash(r.tokens[i*bs:(i+1)*bs], kvhash.Seed)
+		l := kvhash.LocalHash(r.tokens[i*bs:(i+1)*bs], kvhash.SaltedSeed(r.lora, ""))
 		if i == 0 {
 			r.seq = append(r.seq, l)
 		} else {
@@ -517,8 +523,8 @@ func (e *Engine) cacheBlock(r *request, i int, b int32) {
 		parent = r.seq[i-1]
 	}
 	toks := r.tokens[i*bs : (i+1)*bs]
-	e.pool.cache(b, r.seq[i], parent, i > 0, toks)
-	e.log.stored(kvevent.TierDevice, EngineHash(r.seq[i], e.cfg.HashSeed), EngineHash(parent, e.cfg.HashSeed), i > 0, toks)
+	e.pool.cache(b, r.seq[i], parent, i > 0, toks, r.lora)
+	e.log.stored(kvevent.TierDevice, EngineHash(r.seq[i], e.cfg.HashSeed), EngineHash(parent, e.cfg.HashSeed), i > 0, toks, r.lora)
 }
 
 // fill caches the blocks r filled while its computed tokens grew from old.

@@ -163,6 +163,13 @@ func rawEvent(e mocker.Event) vllm.RawEvent {
 		if e.HasParent {
 			s.ParentBlockHash = vllm.UintHash(e.Parent)
 		}
+		if e.LoRAName != "" {
+			// vLLM: the adapter's name, and first in every block's extra keys.
+			s.LoRAName = vllm.Str(e.LoRAName)
+			for i := range s.ExtraKeys {
+				s.ExtraKeys[i] = vllm.ExtraKey{e.LoRAName}
+			}
+		}
 		return s
 	case kvevent.Removed:
 		return vllm.BlockRemoved{BlockHashes: hashes(e.Hashes), Medium: medium(e.Tier), GroupIdx: vllm.Int(0)}
