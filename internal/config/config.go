@@ -181,6 +181,11 @@ type Events struct {
 	HealthInterval time.Duration
 	// HealthTimeout bounds one probe (--worker-health-timeout). Default 2 s.
 	HealthTimeout time.Duration
+	// LoRARefresh is how often each worker's /v1/models is read to learn
+	// the LoRA adapters it has loaded (--lora-refresh-interval); a worker
+	// is also read when it joins and when it answers 404 to an adapter's
+	// request. 0 never reads them. Default 30 s.
+	LoRARefresh time.Duration
 	// HealthFailures is how many failed probes in a row mark a worker DOWN
 	// (--worker-health-failures). Default 2.
 	HealthFailures int
@@ -364,6 +369,7 @@ func Default() Config {
 			ReadyTimeout:   30 * time.Second,
 			HealthInterval: 5 * time.Second,
 			HealthTimeout:  2 * time.Second,
+			LoRARefresh:    30 * time.Second,
 			HealthFailures: 2,
 		},
 		EventPlane: EventPlane{
@@ -445,6 +451,8 @@ func (c Config) Validate() error {
 		return bad("--ready-timeout %v is negative", c.Events.ReadyTimeout)
 	case c.Events.HealthInterval < 0:
 		return bad("--worker-health-interval %v is negative", c.Events.HealthInterval)
+	case c.Events.LoRARefresh < 0:
+		return bad("--lora-refresh-interval %v is negative", c.Events.LoRARefresh)
 	case c.Events.HealthTimeout <= 0:
 		return bad("--worker-health-timeout %v must be positive", c.Events.HealthTimeout)
 	case c.Events.HealthFailures < 1:

@@ -62,6 +62,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.DurationVar(&e.ReadyTimeout, "ready-timeout", e.ReadyTimeout, "give up waiting for initial replays after this and report ready")
 	fs.DurationVar(&e.HealthInterval, "worker-health-interval", e.HealthInterval, "how often each worker's /health is probed (0: never)")
 	fs.DurationVar(&e.HealthTimeout, "worker-health-timeout", e.HealthTimeout, "bound on one health probe")
+	fs.DurationVar(&e.LoRARefresh, "lora-refresh-interval", e.LoRARefresh, "how often each worker's /v1/models is read for its loaded LoRA adapters (also on join and on a 404; 0: never)")
 	fs.IntVar(&e.HealthFailures, "worker-health-failures", e.HealthFailures, "failed probes in a row that mark a worker DOWN")
 
 	f := &c.Frontend

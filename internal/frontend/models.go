@@ -26,6 +26,17 @@ type Models interface {
 	Routable() []string
 	// ModelOf returns the model worker id serves ("" for the default).
 	ModelOf(id kvevent.WorkerID) (string, bool)
+	// Adapter reports whether name is a LoRA adapter some worker has
+	// loaded, with its base model ("" for the default) and the workers
+	// that have it loaded now.
+	Adapter(name string) (base string, loaded []kvevent.WorkerID, ok bool)
+	// AdapterMissing says worker id answered 404 to a request for
+	// adapter name: what it has loaded is to be learned again. It must
+	// not block.
+	AdapterMissing(id kvevent.WorkerID, name string)
+	// Adapters lists the adapters loaded on at least one routable
+	// worker, sorted.
+	Adapters() []string
 }
 
 var _ Router = (*router.Pools)(nil)
@@ -61,7 +72,18 @@ func (f *Frontend) parserFor(name string) (*promptParser, string, error) {
 	}
 	files, ok := f.models.Model(name)
 	if !ok {
-		return nil, "", err
+		base, _, isAdapter := f.models.Adapter(name)
+		if !isAdapter || base == name {
+			return nil, "", err
+		}
+		// An adapter: its base model's tokenizer and pool.
+		if base == "" {
+			return &f.parser, "", nil
+		}
+		if files, ok = f.models.Model(base); !ok {
+			return nil, "", err
+		}
+		name = base
 	}
 	f.extra.mu.Lock()
 	defer f.extra.mu.Unlock()
@@ -108,10 +130,44 @@ func textTokens(text string) []uint32 {
 // approxText reports whether p routes text by textTokens.
 func (p *promptParser) approxText() bool { return p.tok == nil }
 
-// routerRequest is the router's request for attempt id of ex.
+// loraOf returns the LoRA adapter a request's model names, or "".
+func (f *Frontend) loraOf(name string) string {
+	if f.models == nil || f.parser.checkModel(name) == nil {
+		return ""
+	}
+	if _, ok := f.models.Model(name); ok {
+		return ""
+	}
+	if _, _, ok := f.models.Adapter(name); ok {
+		return name
+	}
+	return ""
+}
+
+// adapterWorkers restricts an adapter's request to the workers that have
+// it loaded, when any has; nil (every worker of the base model, which
+// would load it) otherwise.
+func (f *Frontend) adapterWorkers(lora string) []kvevent.WorkerID {
+	if lora == "" || f.models == nil {
+		return nil
+	}
+	_, loaded, _ := f.models.Adapter(lora)
+	return loaded
+}
+
+// adapterMissing passes a worker's 404 to an adapter request on.
+func (f *Frontend) adapterMissing(id kvevent.WorkerID, lora string) {
+	if lora != "" && f.models != nil {
+		f.models.AdapterMissing(id, lora)
+	}
+}
+
+// routerRequest is the router's request for attempt id of ex: an
+// adapter's blocks are hashed with its name (as the engine does), and it
+// is placed on a worker that has it loaded when there is one.
 func (f *Frontend) routerRequest(ex *exchange, id string, expl []router.Explanation) router.Request {
-	req := router.Request{ID: id, Model: ex.model, Tokens: ex.tokens, Namespace: ex.salt,
-		ExpectedOutputTokens: ex.expected, Explanation: expl}
+	req := router.Request{ID: id, Model: ex.model, Tokens: ex.tokens, LoRAName: ex.lora, Namespace: ex.salt,
+		ExpectedOutputTokens: ex.expected, Explanation: expl, AllowedWorkers: f.adapterWorkers(ex.lora)}
 	if ex.approx {
 		req.Namespace = textNamespace + ex.salt
 		req.RecordDecision = true
@@ -135,6 +191,12 @@ func (f *Frontend) modelIDs() []string {
 		if m != "" && !seen[m] && utf8.ValidString(m) {
 			seen[m] = true
 			more = append(more, m)
+		}
+	}
+	for _, a := range f.models.Adapters() {
+		if !seen[a] && utf8.ValidString(a) {
+			seen[a] = true
+			more = append(more, a)
 		}
 	}
 	sort.Strings(more)

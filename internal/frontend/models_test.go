@@ -215,3 +215,7 @@ func TestModelsRouteToTheirWorkers(t *testing.T) {
 		return busy == 0, strconv.Itoa(busy) + " requests booked"
 	}, "every request freed")
 }
+
+func (testModels) Adapter(string) (string, []kvevent.WorkerID, bool) { return "", nil, false }
+func (testModels) AdapterMissing(kvevent.WorkerID, string)           {}
+func (testModels) Adapters() []string                                { return nil }

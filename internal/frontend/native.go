@@ -60,12 +60,17 @@ type nativeRequest struct {
 	// pool is the model's pool ("" the default model); approx says the
 	// tokens are textTokens.
 	pool   string
+	lora   string
 	approx bool
 }
 
 // request is the router's request for nr's tokens.
 func (nr *nativeRequest) request(id string, tokens []uint32) router.Request {
-	req := router.Request{ID: id, Model: nr.pool, Tokens: tokens, LoRAName: nr.LoRAName, Namespace: salt(nr.CacheSalt),
+	lora := nr.LoRAName
+	if nr.lora != "" {
+		lora = nr.lora
+	}
+	req := router.Request{ID: id, Model: nr.pool, Tokens: tokens, LoRAName: lora, Namespace: salt(nr.CacheSalt),
 		ExpectedOutputTokens: nr.expectedOutput()}
 	if nr.approx {
 		req.Namespace = textNamespace + req.Namespace
@@ -112,7 +117,7 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 	if err != nil {
 		return nr, nil, err
 	}
-	nr.pool = pool
+	nr.pool, nr.lora = pool, f.loraOf(nr.Model)
 	if err := checkRange("max_tokens", nr.MaxTokens, 1, f.parser.maxOutput); err != nil {
 		return nr, nil, err
 	}

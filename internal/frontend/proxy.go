@@ -124,8 +124,10 @@ type exchange struct {
 	// salt is the request's cache_salt (router.Request.Namespace).
 	salt string
 	// model is the request's pool ("" the default model); approx says its
-	// tokens are textTokens (a model without a tokenizer).
+	// tokens are textTokens (a model without a tokenizer); lora is the
+	// LoRA adapter its model names ("" none).
 	model  string
+	lora   string
 	approx bool
 	// abort: the client's response was committed and cut short; its
 	// connection is aborted so that it cannot take a truncated body for
@@ -167,7 +169,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		endpoint = "chat"
 	}
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), model: p.model, approx: p.approx, stream: fields.Stream}
+		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), model: p.model, lora: f.loraOf(fields.Model), approx: p.approx, stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
 	f.classify(r, ex, &fields)
 	f.serveExchange(rw, r, ex)
@@ -293,7 +295,7 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
 		req := f.routerRequest(ex, f.newRequestID(), *expl)
 		if len(excluded) > 0 {
-			req.AllowedWorkers = f.allowedExcept(excluded)
+			req.AllowedWorkers = f.allowedExcept(excluded, req.AllowedWorkers)
 			if len(req.AllowedWorkers) == 0 {
 				break
 			}
@@ -521,12 +523,13 @@ func stateOrder(state string) int {
 	return 2
 }
 
-// allowedExcept lists the router's workers minus the excluded ones.
-func (f *Frontend) allowedExcept(excluded []kvevent.WorkerID) []kvevent.WorkerID {
+// allowedExcept lists the router's workers (those of within, when it is
+// not empty) minus the excluded ones.
+func (f *Frontend) allowedExcept(excluded, within []kvevent.WorkerID) []kvevent.WorkerID {
 	infos, down := f.router.Workers()
 	out := make([]kvevent.WorkerID, 0, len(infos))
 	for i, w := range infos {
-		if !down[i] && !slices.Contains(excluded, w.ID) {
+		if !down[i] && !slices.Contains(excluded, w.ID) && (len(within) == 0 || slices.Contains(within, w.ID)) {
 			out = append(out, w.ID)
 		}
 	}
@@ -571,6 +574,9 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
+		if resp.StatusCode == http.StatusNotFound {
+			f.adapterMissing(d.Worker.ID, ex.lora)
+		}
 		return a.workerError(resp)
 	}
 	bp := bufPool.Get().(*[]byte)

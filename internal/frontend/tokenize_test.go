@@ -185,3 +185,7 @@ func FuzzTokenizeRequests(f *testing.F) {
 		}
 	})
 }
+
+func (stubModels) Adapter(string) (string, []kvevent.WorkerID, bool) { return "", nil, false }
+func (stubModels) AdapterMissing(kvevent.WorkerID, string)           {}
+func (stubModels) Adapters() []string                                { return nil }

@@ -17,8 +17,9 @@ import (
 type catalog struct {
 	def   string
 	files map[string]frontend.ModelFiles
-	pools *router.Pools
-	dir   *fleet.Directory
+	pools    *router.Pools
+	dir      *fleet.Directory
+	adapters *adapterSet
 }
 
 var _ frontend.Models = (*catalog)(nil)
@@ -40,8 +41,11 @@ func loadCatalog(cfg config.Config) (*catalog, error) {
 	return c, nil
 }
 
-// bind gives the catalog the pools and the directory it reports on.
-func (c *catalog) bind(p *router.Pools, d *fleet.Directory) { c.pools, c.dir = p, d }
+// bind gives the catalog the pools, the directory and the adapters it
+// reports on.
+func (c *catalog) bind(p *router.Pools, d *fleet.Directory, a *adapterSet) {
+	c.pools, c.dir, c.adapters = p, d, a
+}
 
 // Model implements frontend.Models: a configured model, or one a worker
 // declared (no tokenizer then).
@@ -56,11 +60,10 @@ func (c *catalog) Model(name string) (frontend.ModelFiles, bool) {
 	return frontend.ModelFiles{}, ok
 }
 
-// Routable implements frontend.Models: the models with a worker that is
-// neither DOWN nor REFUSED.
-func (c *catalog) Routable() []string {
+// routable returns the workers that are neither DOWN nor REFUSED.
+func (c *catalog) routable() map[kvevent.WorkerID]bool {
 	infos, down := c.pools.Workers()
-	var out []string
+	out := make(map[kvevent.WorkerID]bool, len(infos))
 	for i, w := range infos {
 		if down[i] {
 			continue
@@ -68,9 +71,54 @@ func (c *catalog) Routable() []string {
 		if fw, ok := c.dir.Get(w.ID); ok && (fw.Status.State == fleet.StateDown || fw.Status.State == fleet.StateRefused) {
 			continue
 		}
-		m, ok := c.pools.ModelOf(w.ID)
+		out[w.ID] = true
+	}
+	return out
+}
+
+// Routable implements frontend.Models: the models with a worker that is
+// neither DOWN nor REFUSED.
+func (c *catalog) Routable() []string {
+	var out []string
+	for id := range c.routable() {
+		m, ok := c.pools.ModelOf(id)
 		if ok && !slices.Contains(out, m) {
 			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Adapter implements frontend.Models: an adapter some worker has loaded
+// (per its /v1/models), its base model (the first such worker's), and
+// the routable workers of that model that have it loaded.
+func (c *catalog) Adapter(name string) (string, []kvevent.WorkerID, bool) {
+	holders := c.adapters.holders(name)
+	if len(holders) == 0 {
+		return "", nil, false
+	}
+	base, _ := c.ModelOf(holders[0])
+	ok := c.routable()
+	var loaded []kvevent.WorkerID
+	for _, id := range holders {
+		if m, _ := c.ModelOf(id); m == base && ok[id] {
+			loaded = append(loaded, id)
+		}
+	}
+	return base, loaded, true
+}
+
+// AdapterMissing implements frontend.Models: the worker is read again.
+func (c *catalog) AdapterMissing(id kvevent.WorkerID, _ string) { c.adapters.kick(id) }
+
+// Adapters implements frontend.Models.
+func (c *catalog) Adapters() []string {
+	ok := c.routable()
+	var out []string
+	for name, ids := range c.adapters.all() {
+		if slices.ContainsFunc(ids, func(id kvevent.WorkerID) bool { return ok[id] }) {
+			out = append(out, name)
 		}
 	}
 	slices.Sort(out)

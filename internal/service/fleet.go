@@ -97,6 +97,8 @@ type FleetModel struct {
 	Name string
 	// BlockSize is its workers' KV block size; 0 means Engine's.
 	BlockSize int
+	// LoRAAdapters are the LoRA adapters its workers have loaded.
+	LoRAAdapters []string
 }
 
 // DefaultFleetConfig returns 4 workers with default engines; the
@@ -297,6 +299,7 @@ func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *
 	if len(cfg.Models) > 0 {
 		m := cfg.Models[k%len(cfg.Models)]
 		sc.Model = m.Name
+		sc.LoRAAdapters = m.LoRAAdapters
 		if m.BlockSize > 0 {
 			sc.Engine.BlockSize = m.BlockSize
 		}

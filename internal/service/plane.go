@@ -215,6 +215,7 @@ func (s *Service) onNote(n fleet.Notification) {
 			s.log.Warn("removing worker", "worker", rec.Name, "err", err)
 		}
 		s.workers.remove(rec.ID)
+		s.adapters.forget(rec.ID)
 		s.log.Info("worker deregistered or expired: removed, its blocks dropped", "worker", rec.Name, "worker_id", uint64(rec.ID))
 		return
 	case fleet.Updated:

@@ -54,9 +54,10 @@ type Service struct {
 	idx *liveindex.Index
 	// pools routes every model (one router core per model); router is
 	// the default model's, which replica sync shares with peers.
-	pools   *router.Pools
-	router  *router.Router
-	catalog *catalog
+	pools    *router.Pools
+	router   *router.Router
+	catalog  *catalog
+	adapters *adapterSet
 	dir     *fleet.Directory
 	workers *workerSet
 	front   *frontend.Frontend
@@ -206,7 +207,8 @@ func (s *Service) buildCore() error {
 		return fmt.Errorf("building the router: %w", err)
 	}
 	s.router, _ = s.pools.Pool("")
-	s.catalog.bind(s.pools, s.dir)
+	s.adapters = newAdapterSet()
+	s.catalog.bind(s.pools, s.dir, s.adapters)
 	s.workers = newWorkerSet(s.dir, s.pools, s.clock, s.log, s.cfg.Events.SilentAfter)
 	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
 		return fmt.Errorf("registering event metrics: %w", err)
@@ -303,6 +305,7 @@ func (s *Service) addWorker(rec fleet.WorkerRecord, origin fleet.Origin) error {
 		return fmt.Errorf("worker %q: %w", rec.Name, err)
 	}
 	w := s.workers.add(rec, src)
+	s.adapters.kick(rec.ID)
 	if src != sourceEngine {
 		return nil
 	}
@@ -438,6 +441,9 @@ func (s *Service) startBackground(bg context.Context, wg *sync.WaitGroup, fatal 
 	wg.Go(func() { s.silenceLoop(bg) })
 	if s.cfg.Events.HealthInterval > 0 {
 		wg.Go(func() { s.healthLoop(bg) })
+	}
+	if s.cfg.Events.LoRARefresh > 0 {
+		wg.Go(func() { s.adapterLoop(bg) })
 	}
 	return nil
 }
