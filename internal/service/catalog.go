@@ -15,8 +15,8 @@ import (
 // (frontend.Models): the tokenizer files of the configured ones (--model
 // NAME=DIR), and every model a worker declared, which has a pool.
 type catalog struct {
-	def   string
-	files map[string]frontend.ModelFiles
+	def      string
+	files    map[string]frontend.ModelFiles
 	pools    *router.Pools
 	dir      *fleet.Directory
 	adapters *adapterSet

@@ -58,11 +58,11 @@ type Service struct {
 	router   *router.Router
 	catalog  *catalog
 	adapters *adapterSet
-	dir     *fleet.Directory
-	workers *workerSet
-	front   *frontend.Frontend
-	ranks   []*rankState
-	zm      *vllmzmq.Metrics
+	dir      *fleet.Directory
+	workers  *workerSet
+	front    *frontend.Frontend
+	ranks    []*rankState
+	zm       *vllmzmq.Metrics
 
 	// The event plane (see plane.go); each nil when not configured.
 	bus         *natsbus.Bus
