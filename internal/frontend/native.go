@@ -199,7 +199,9 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	if f.disaggregated() {
 		d, pd, err = f.planPD(tokens, nr.expectedOutput())
 	} else {
-		d, err = f.router.Plan(nr.request("plan", tokens))
+		req := nr.request("plan", tokens)
+		req.AllowedWorkers = f.adapterWorkers(nr.lora)
+		d, err = f.router.Plan(req)
 	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/config"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
 
@@ -124,4 +126,53 @@ func (r *rig) queryModel(model string, tokens []uint32) map[string]int {
 		out[w.Worker] = w.OverlapBlocks
 	}
 	return out
+}
+
+// A registered worker that comes back serving another model (its record
+// re-put with a new model) leaves the old model's pool: its blocks stop
+// counting for the old model, the old model's requests go elsewhere, and
+// /v1/workers and /v1/models show it under the new one.
+func TestWorkerSwitchesModel(t *testing.T) {
+	const other = "org/other-model"
+	r := newRig(t, rigOpt{workers: 2, plane: config.PlaneNATS})
+	r.waitExact()
+	p := prompts(1, 5)[0]
+	w := r.complete(p, 2)
+	want := len(p) / blockSize
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		n := r.query(p)[w]
+		return n == want, strconv.Itoa(n) + " blocks on " + w
+	}, "the prompt indexed on its worker")
+
+	var fw *FleetWorker
+	for _, x := range r.fleet.Workers {
+		if x.Name == w {
+			fw = x
+		}
+	}
+	rec := fleet.WorkerRecord{ID: fleet.DeriveID(fw.Name), Name: fw.Name, Model: other, URL: fw.URL, BlockSize: fw.BlockSize,
+		DPSize: 1, KVCapacityBlocks: uint64(fw.KVBlocks), Events: fleet.EventSource{Kind: fleet.EventsNATS}, Hash: fleet.DefaultHashContract()}
+	if err := fw.lease.Update(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
+		m, _ := r.svc.Pools().ModelOf(rec.ID)
+		return m == other, "in pool " + m
+	}, "the worker in the new model's pool")
+	if _, ok := r.query(p)[w]; ok {
+		t.Fatalf("%s still answers for the old model", w)
+	}
+	if n := r.queryModel(other, p)[w]; n != 0 {
+		t.Fatalf("%s kept %d blocks of the old model in the new model's pool", w, n)
+	}
+	for range 4 {
+		if got := r.complete(prompts(1, 6)[0], 2); got == w {
+			t.Fatalf("an old-model request reached %s after it switched", got)
+		}
+	}
+	code, body := r.get("/v1/models")
+	if code != http.StatusOK || !strings.Contains(body, `"`+other+`"`) {
+		t.Fatalf("/v1/models: %d %s", code, body)
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "no bookings left")
 }
