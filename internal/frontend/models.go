@@ -130,6 +130,11 @@ func textTokens(text string) []uint32 {
 // approxText reports whether p routes text by textTokens.
 func (p *promptParser) approxText() bool { return p.tok == nil }
 
+// approxChat reports whether p's chat prompts are approximate: no
+// tokenizer, or no chat template (the conversation is then encoded as
+// sent, which is not what the engine computes).
+func (p *promptParser) approxChat() bool { return p.tok == nil || p.tmpl == nil }
+
 // loraOf returns the LoRA adapter a request's model names, or "".
 func (f *Frontend) loraOf(name string) string {
 	if f.models == nil || f.parser.checkModel(name) == nil {

@@ -159,7 +159,7 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 			return nr, nil, fmt.Errorf("invalid JSON body: %v: %w", err, ErrBadRequest)
 		}
 		p, err := pp.chatPrompt(&fields)
-		nr.approx = pp.approxText()
+		nr.approx = pp.approxChat()
 		return nr, p.tokens, err
 	}
 }

@@ -223,7 +223,7 @@ func (f *Frontend) openAIPrompt(rw http.ResponseWriter, r *http.Request, fields 
 	} else {
 		p, err = pp.idsPrompt(fields.promptIDs)
 	}
-	p.model, p.approx = model, pp.approxText() && !p.fromIDs
+	p.model, p.approx = model, !p.fromIDs && (pp.approxText() || (chat && pp.approxChat()))
 	if err != nil {
 		writeParseError(rw, err, param)
 		return p, false

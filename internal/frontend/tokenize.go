@@ -110,6 +110,9 @@ func (p *promptParser) tokenize(req *tokenizeRequest) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.tmpl == nil {
+		return nil, &fieldError{param: "messages", msg: fmt.Sprintf("model %q has no chat template in the router", p.model)}
+	}
 	o := cr.Options()
 	o.Preprocess = chattemplate.PreprocessVLLM
 	text, err := p.tmpl.Render(cr.Messages, cr.Tools, o)

@@ -8,6 +8,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/frontend"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/modelfiles"
 	"github.com/kvrouter/kvrouter/internal/router"
 )
 
@@ -30,11 +31,14 @@ func loadCatalog(cfg config.Config) (*catalog, error) {
 	for _, m := range cfg.Models {
 		var f frontend.ModelFiles
 		if m.TokenizerDir != "" {
-			mf, err := LoadModel(m.TokenizerDir)
+			mf, err := modelfiles.LoadDir(m.TokenizerDir)
 			if err != nil {
 				return nil, fmt.Errorf("model %q: %w", m.Name, err)
 			}
-			f = frontend.ModelFiles{Tokenizer: mf.Tokenizer, ChatTemplate: mf.Template}
+			f.Tokenizer = mf.Tokenizer
+			if mf.Template != nil { // a nil *Template must not become a non-nil interface
+				f.ChatTemplate = mf.Template
+			}
 		}
 		c.files[m.Name] = f
 	}

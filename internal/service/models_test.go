@@ -1,7 +1,12 @@
 package service
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"net/http"
 	"slices"
 	"strconv"
@@ -173,6 +178,60 @@ func TestWorkerSwitchesModel(t *testing.T) {
 	code, body := r.get("/v1/models")
 	if code != http.StatusOK || !strings.Contains(body, `"`+other+`"`) {
 		t.Fatalf("/v1/models: %d %s", code, body)
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "no bookings left")
+}
+
+// A second model with its own Hugging Face tokenizer folder (--model
+// NAME=DIR): the router tokenizes its prompts with that folder's files —
+// /tokenize shows Llama 3.1's ids, the default model's stay Qwen3's — and
+// its text requests reach only its workers.
+func TestModelTokenizerFolder(t *testing.T) {
+	const llama = "meta-llama/Llama-3.1-8B-Instruct"
+	dir := t.TempDir()
+	gz, err := os.ReadFile("../modelfiles/testdata/llama3.1/tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := os.ReadFile("../modelfiles/testdata/llama3.1/tokenizer_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o600) != nil || os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tc, 0o600) != nil {
+		t.Fatal("writing the model folder")
+	}
+	r := newRig(t, rigOpt{workers: 2, models: []FleetModel{{Name: "Qwen/Qwen3-0.6B", BlockSize: 16}, {Name: llama, BlockSize: 32}},
+		cfg: func(c *config.Config) { c.Models = []config.ModelSpec{{Name: llama, TokenizerDir: dir}} }})
+	tokenize := func(model string) []uint32 {
+		t.Helper()
+		resp, body := r.post("/tokenize", map[string]any{"model": model, "prompt": "Hello world"})
+		var v struct {
+			Tokens []uint32 `json:"tokens"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/tokenize %s: %d %s", model, resp.StatusCode, body)
+		}
+		return v.Tokens
+	}
+	// <|begin_of_text|> "Hello" " world", as Hugging Face's tokenizer gives.
+	if got := tokenize(llama); !slices.Equal(got, []uint32{128000, 9906, 1917}) {
+		t.Fatalf("Llama 3.1 ids %v", got)
+	}
+	if got := tokenize("Qwen/Qwen3-0.6B"); !slices.Equal(got, []uint32{9707, 1879}) {
+		t.Fatalf("Qwen3 ids %v", got)
+	}
+	resp, body := r.post("/v1/chat/completions", map[string]any{"model": llama, "max_tokens": 2,
+		"messages": []map[string]string{{"role": "user", "content": "Hi there"}}})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Kvrouter-Worker") != r.fleet.Workers[1].Name {
+		t.Fatalf("llama chat: %d on %q: %s", resp.StatusCode, resp.Header.Get("X-Kvrouter-Worker"), body)
 	}
 	poll.UntilState(t, 5*time.Second, r.noBookings, "no bookings left")
 }
