@@ -125,7 +125,7 @@ func (l *eventLog) finish() []Event {
 // tokens (kvhash, salted with the LoRA name only), as a router does on receipt. The result owns
 // its slices.
 func (e Event) KVEvent(w kvevent.WorkerRank) kvevent.Event {
-	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent}
+	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent, LoRAName: e.LoRAName}
 	switch e.Kind {
 	case kvevent.Stored:
 		out.Blocks = make([]kvevent.Block, len(e.Hashes))

@@ -56,6 +56,28 @@ func (a *adapterSet) set(id kvevent.WorkerID, names []string) {
 	a.byWorker[id] = names
 }
 
+// note records that worker id stored blocks under adapter name (a KV
+// event's lora_name): it has the adapter loaded. Cheap when known.
+func (a *adapterSet) note(id kvevent.WorkerID, name string) {
+	if name == "" || len(name) > maxAdapterNameByte {
+		return
+	}
+	a.mu.RLock()
+	_, known := slices.BinarySearch(a.byWorker[id], name)
+	a.mu.RUnlock()
+	if known {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	names := a.byWorker[id]
+	i, found := slices.BinarySearch(names, name)
+	if found || len(names) >= maxAdaptersPerWkr {
+		return
+	}
+	a.byWorker[id] = slices.Insert(slices.Clone(names), i, name)
+}
+
 // forget drops worker id (removed from the fleet).
 func (a *adapterSet) forget(id kvevent.WorkerID) { a.set(id, nil) }
 

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -110,4 +111,39 @@ func TestParseAdapters(t *testing.T) {
 	if h := a.holders("b-lora"); len(h) != 0 {
 		t.Fatalf("a forgotten worker still holds b-lora: %v", h)
 	}
+}
+
+// With /v1/models never read (--lora-refresh-interval 0), the router
+// still learns an adapter from the lora_name of a worker's KV events: a
+// request sent to the worker directly makes it store adapter blocks, and
+// the router then lists the adapter and routes it there.
+func TestAdapterLearnedFromEvents(t *testing.T) {
+	const base, lora = "Qwen/Qwen3-0.6B", "sql-lora"
+	r := newRig(t, rigOpt{workers: 2, models: []FleetModel{{Name: base, LoRAAdapters: []string{lora}}, {Name: base}},
+		cfg: func(c *config.Config) { c.Events.LoRARefresh = 0 }})
+	holder := r.fleet.Workers[0]
+	if resp, body := r.post("/v1/completions", map[string]any{"model": lora, "prompt": prompts(1, 3)[0], "max_tokens": 1}); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("an adapter nobody announced: %d %s", resp.StatusCode, body)
+	}
+	direct := map[string]any{"model": lora, "prompt": prompts(1, 4)[0], "max_tokens": 1}
+	b, _ := json.Marshal(direct)
+	resp, err := http.Post(holder.URL+"/v1/completions", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("direct adapter request: %s", resp.Status)
+	}
+	poll.UntilState(t, 10*time.Second, func() (bool, string) {
+		_, body := r.get("/v1/models")
+		return strings.Contains(body, `"`+lora+`"`), body
+	}, "the adapter learned from the worker's events")
+	for _, p := range prompts(4, 8) {
+		resp, body := r.post("/v1/completions", map[string]any{"model": lora, "prompt": p, "max_tokens": 1})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Kvrouter-Worker") != holder.Name {
+			t.Fatalf("adapter request: %d on %q: %s", resp.StatusCode, resp.Header.Get("X-Kvrouter-Worker"), body)
+		}
+	}
+	poll.UntilState(t, 5*time.Second, r.noBookings, "no bookings left")
 }

@@ -210,6 +210,7 @@ func (s *Service) buildCore() error {
 	s.adapters = newAdapterSet()
 	s.catalog.bind(s.pools, s.dir, s.adapters)
 	s.workers = newWorkerSet(s.dir, s.pools, s.clock, s.log, s.cfg.Events.SilentAfter)
+	s.workers.adapters = s.adapters
 	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
 		return fmt.Errorf("registering event metrics: %w", err)
 	}

@@ -51,6 +51,9 @@ type workerSet struct {
 	live sync.Map
 	// ingested counts the KV events each transport handed in (applier).
 	ingested [numTransports]atomic.Uint64
+	// adapters learns the LoRA adapters named by the workers' KV events;
+	// nil learns nothing.
+	adapters *adapterSet
 }
 
 // workerState is what the service tracks about one worker beyond its
