@@ -64,3 +64,45 @@ func TestLoRABlocksApart(t *testing.T) {
 		t.Fatalf("the base model's second request: %d cached tokens, want 16", c)
 	}
 }
+
+// A cache salt isolates like an adapter: the same prompt under another
+// salt misses, and the stored events carry the salt, their local hashes
+// salted with it as the router's namespace.
+func TestCacheSaltBlocksApart(t *testing.T) {
+	e := mustEngine(t, testConfig())
+	prompt := seqTokens(900, 17)
+	run := func(id uint64, salt string) (cached int, local []uint64) {
+		t.Helper()
+		if err := e.Add(Request{ID: id, Tokens: prompt, MaxTokens: 1, CacheSalt: salt}); err != nil {
+			t.Fatal(err)
+		}
+		for !e.Idle() {
+			res := e.Step()
+			for _, o := range res.Outputs {
+				if o.First {
+					cached = o.CachedTokens
+				}
+			}
+			for _, ev := range res.Events {
+				if ev.Kind == kvevent.Stored {
+					if ev.CacheSalt != salt {
+						t.Fatalf("event salt %q, want %q", ev.CacheSalt, salt)
+					}
+					for _, b := range ev.KVEvent(kvevent.WorkerRank{ID: 1}).Blocks {
+						local = append(local, b.LocalHash)
+					}
+				}
+			}
+		}
+		return cached, local
+	}
+	_, _ = run(1, "tenant-a")
+	c, local := run(2, "tenant-b")
+	want, _ := kvhash.LocalHashes(prompt, kvhash.Options{BlockSize: 4, Namespace: "tenant-b"}, nil)
+	if c != 0 || !slices.Equal(local, want) {
+		t.Fatalf("tenant-b: %d cached, local hashes %v, want 0 and %v", c, local, want)
+	}
+	if c, _ := run(3, "tenant-a"); c != 16 {
+		t.Fatalf("tenant-a again: %d cached, want 16", c)
+	}
+}

@@ -67,6 +67,7 @@ type commonRequest struct {
 	N                *int           `json:"n"`
 	DPRank           *int           `json:"data_parallel_rank"`
 	pdFields
+	CacheSalt *string `json:"cache_salt"`
 }
 
 type completionRequest struct {
@@ -162,6 +163,10 @@ func (w *Worker) decodeBody(rw http.ResponseWriter, req *http.Request, v any) bo
 func (w *Worker) checkCommon(rw http.ResponseWriter, req *http.Request, c *commonRequest, def int) (int, int, bool) {
 	if c.Model != "" && c.Model != w.cfg.servedName() && !w.cfg.adapter(c.Model) {
 		writeError(rw, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", c.Model))
+		return 0, 0, false
+	}
+	if c.CacheSalt != nil && *c.CacheSalt == "" {
+		writeError(rw, http.StatusBadRequest, "Parameter 'cache_salt' must be a non-empty string if provided.")
 		return 0, 0, false
 	}
 	if c.N != nil && *c.N != 1 {
@@ -443,6 +448,9 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 	if w.cfg.adapter(c.Model) {
 		g.lora = c.Model
 	}
+	if c.CacheSalt != nil {
+		g.salt = *c.CacheSalt
+	}
 	if err := g.submit(req.Context(), prompts, maxTok); err != nil {
 		writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
 		return
@@ -496,6 +504,7 @@ type generation struct {
 	chat    bool
 	pd      pdPlan
 	lora    string // the LoRA adapter, "" for the base model
+	salt    string // the cache_salt, "" for none
 
 	// Set by start.
 	sse        *sseWriter // nil when the answer is sent whole
@@ -509,7 +518,7 @@ type generation struct {
 func (g *generation) submit(ctx context.Context, prompts [][]uint32, maxTok int) error {
 	g.choices = make([]*choiceState, len(prompts))
 	for i, p := range prompts {
-		id, st, err := g.w.submit(ctx, g.rank, mocker.Request{Tokens: p, MaxTokens: maxTok, Hold: g.pd.hold, Remote: g.pd.remote, LoRA: g.lora}, g.notify)
+		id, st, err := g.w.submit(ctx, g.rank, mocker.Request{Tokens: p, MaxTokens: maxTok, Hold: g.pd.hold, Remote: g.pd.remote, LoRA: g.lora, CacheSalt: g.salt}, g.notify)
 		if err != nil {
 			for _, ch := range g.choices[:i] {
 				g.w.abort(g.rank, ch.id)

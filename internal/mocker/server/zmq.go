@@ -170,6 +170,10 @@ func rawEvent(e mocker.Event) vllm.RawEvent {
 				s.ExtraKeys[i] = vllm.ExtraKey{e.LoRAName}
 			}
 		}
+		if e.CacheSalt != "" && !e.HasParent && len(s.ExtraKeys) > 0 {
+			// vLLM: the salt ends the first block's extra keys only.
+			s.ExtraKeys[0] = append(s.ExtraKeys[0], e.CacheSalt)
+		}
 		return s
 	case kvevent.Removed:
 		return vllm.BlockRemoved{BlockHashes: hashes(e.Hashes), Medium: medium(e.Tier), GroupIdx: vllm.Int(0)}
