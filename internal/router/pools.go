@@ -28,7 +28,9 @@ var ErrUnknownModel = errors.New("unknown model")
 // pool first, blocks and running requests included.
 //
 // A pool is made by AddModel, or on the first worker that declares an
-// unknown model (its block size is then that worker's). Its methods are
+// unknown model (its block size is then that worker's); a pool made that
+// way goes with its last worker, and at most MaxPools exist, so workers
+// cycling through model names cannot grow the router. Its methods are
 // safe for concurrent use; like Router it does no I/O and reads no clock.
 type Pools struct {
 	idx      Index
@@ -39,6 +41,8 @@ type Pools struct {
 
 	mu     sync.RWMutex
 	pools  map[string]*Router
+	kept   map[string]bool // pools made by NewPools or AddModel: never dropped
+	count  map[string]int  // workers per pool
 	names  []string // sorted
 	worker map[kvevent.WorkerID]string
 	// reqs maps a booked request to its pool, for Free and friends; only
@@ -52,7 +56,8 @@ type Pools struct {
 // size). idx, clock and observer are as for New.
 func NewPools(def string, cfg Config, idx Index, clock func() time.Time, observer Observer) (*Pools, error) {
 	p := &Pools{idx: idx, clock: clock, observer: observer, base: cfg, def: def,
-		pools: map[string]*Router{}, worker: map[kvevent.WorkerID]string{}, reqs: map[string]*Router{}}
+		pools: map[string]*Router{}, kept: map[string]bool{}, count: map[string]int{},
+		worker: map[kvevent.WorkerID]string{}, reqs: map[string]*Router{}}
 	if err := p.AddModel(def, cfg); err != nil {
 		return nil, err
 	}
@@ -68,12 +73,25 @@ func (p *Pools) AddModel(name string, cfg Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, err := p.addLocked(name, cfg)
+	if err == nil {
+		p.kept[name] = true
+	}
 	return err
 }
+
+// MaxPools bounds the pools Pools keeps.
+const MaxPools = 1024
+
+// ErrTooManyModels refuses a worker whose model would make more than
+// MaxPools pools.
+var ErrTooManyModels = errors.New("too many models")
 
 func (p *Pools) addLocked(name string, cfg Config) (*Router, error) {
 	if r, ok := p.pools[name]; ok {
 		return r, nil
+	}
+	if len(p.pools) >= MaxPools {
+		return nil, fmt.Errorf("model %q: %d pools already: %w", name, len(p.pools), ErrTooManyModels)
 	}
 	r, err := New(cfg, p.idx, p.clock, p.observer)
 	if err != nil {
@@ -135,16 +153,42 @@ func (p *Pools) AddWorker(model string, info WorkerInfo) error {
 		}
 	}
 	if old, ok := p.worker[info.ID]; ok && old != model {
-		if err := p.pools[old].RemoveWorker(info.ID); err != nil {
+		if err := p.leaveLocked(info.ID, old); err != nil {
 			return fmt.Errorf("moving worker %d from model %q: %w", info.ID, old, err)
 		}
-		delete(p.worker, info.ID)
 	}
 	if err := r.AddWorker(info); err != nil {
+		p.dropIfEmptyLocked(model)
 		return err
+	}
+	if _, ok := p.worker[info.ID]; !ok {
+		p.count[model]++
 	}
 	p.worker[info.ID] = model
 	return nil
+}
+
+// leaveLocked removes worker id from pool m, dropping the pool when it
+// was made for workers and this was its last.
+func (p *Pools) leaveLocked(id kvevent.WorkerID, m string) error {
+	delete(p.worker, id)
+	p.count[m]--
+	err := p.pools[m].RemoveWorker(id)
+	p.dropIfEmptyLocked(m)
+	return err
+}
+
+// dropIfEmptyLocked forgets pool m when it has no worker and was not
+// configured.
+func (p *Pools) dropIfEmptyLocked(m string) {
+	if p.kept[m] || p.count[m] > 0 {
+		return
+	}
+	delete(p.pools, m)
+	delete(p.count, m)
+	if i, ok := slices.BinarySearch(p.names, m); ok {
+		p.names = slices.Delete(p.names, i, i+1)
+	}
 }
 
 // RemoveWorker removes worker id from its pool (see Router.RemoveWorker).
@@ -155,8 +199,7 @@ func (p *Pools) RemoveWorker(id kvevent.WorkerID) error {
 	if !ok {
 		return p.idx.RemoveWorker(id)
 	}
-	delete(p.worker, id)
-	return p.pools[m].RemoveWorker(id)
+	return p.leaveLocked(id, m)
 }
 
 // SetDown marks worker id DOWN or back up in its pool; false when unknown.

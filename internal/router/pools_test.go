@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -176,5 +177,41 @@ func TestPoolsWorkerSwitchesModel(t *testing.T) {
 	}
 	if p.SetDown(1, true) {
 		t.Fatal("SetDown found a removed worker")
+	}
+}
+
+// Pools made for workers go with their last worker, and their number is
+// bounded: a worker cycling through model names, or many workers each
+// naming its own model, cannot grow the router without bound.
+func TestPoolsBounded(t *testing.T) {
+	p := newPools(t, serialIndex(t))
+	addWorkers(t, p, "", 16, 1)
+	for i := range 3000 {
+		if err := p.AddWorker(fmt.Sprint("model-", i), WorkerInfo{ID: 2, BlockSize: 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.Models(); !slices.Equal(got, []string{"model-2999", "model-a"}) {
+		t.Fatalf("after cycling: %d pools %v", len(got), got[:min(len(got), 5)])
+	}
+	if err := p.RemoveWorker(2); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Models(); !slices.Equal(got, []string{"model-a"}) {
+		t.Fatalf("after the last worker left: %v", got)
+	}
+	var err error
+	for i := 0; err == nil && i < 2*MaxPools; i++ {
+		err = p.AddWorker(fmt.Sprint("own-", i), WorkerInfo{ID: kvevent.WorkerID(100 + i), BlockSize: 16})
+	}
+	if !errors.Is(err, ErrTooManyModels) || len(p.Models()) != MaxPools {
+		t.Fatalf("%d pools, last error %v", len(p.Models()), err)
+	}
+	// The default model's pool stays even without workers.
+	if err := p.RemoveWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Pool(""); !ok {
+		t.Fatal("the default pool went with its last worker")
 	}
 }
