@@ -43,7 +43,7 @@ type Pools struct {
 	pools  map[string]*Router
 	kept   map[string]bool // pools made by NewPools or AddModel: never dropped
 	count  map[string]int  // workers per pool
-	names  []string // sorted
+	names  []string        // sorted
 	worker map[kvevent.WorkerID]string
 	// reqs maps a booked request to its pool, for Free and friends; only
 	// kept while more than one pool exists (one pool needs no lookup).
