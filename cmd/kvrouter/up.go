@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/service"
@@ -68,6 +69,10 @@ func upFleetConfig(u config.Up, cfg config.Config, model service.Model, log *slo
 	fc.Workers = u.FleetWorkers()
 	fc.PrefillWorkers, fc.DecodeWorkers, fc.PDProtocol = u.PrefillWorkers, u.DecodeWorkers, cfg.Frontend.PD.Protocol
 	fc.Model = cfg.Model
+	names, sizes := u.FleetModels()
+	for i, n := range names {
+		fc.Models = append(fc.Models, service.FleetModel{Name: n, BlockSize: sizes[i]})
+	}
 	fc.Engine = u.FleetEngine()
 	fc.PerWorker = u.Fleet
 	fc.Tokenizer = model.Tokenizer
@@ -124,7 +129,7 @@ func startUp(ctx context.Context, cfg config.Config, fc service.FleetConfig, log
 // printUpBanner tells the user where the router listens and how to try it.
 func printUpBanner(stdout io.Writer, workers int, cfg config.Config, svc *service.Service, url string) {
 	fmt.Fprintf(stdout, `
-kvrouter is up: %d mock workers behind the router at %s (model %s)
+kvrouter is up: %d mock workers behind the router at %s (%s)
   events       %s
 
   status page  %s/
@@ -137,7 +142,19 @@ kvrouter is up: %d mock workers behind the router at %s (model %s)
 
 Ctrl-C stops everything.
 
-`, workers, url, cfg.Model, eventsLine(cfg, svc), url, url, url, url, cfg.Model)
+`, workers, url, modelsLine(cfg), eventsLine(cfg, svc), url, url, url, url, cfg.Model)
+}
+
+// modelsLine names the served models for the banner.
+func modelsLine(cfg config.Config) string {
+	if len(cfg.Models) == 0 {
+		return "model " + cfg.Model
+	}
+	names := []string{cfg.Model}
+	for _, m := range cfg.Models {
+		names = append(names, m.Name)
+	}
+	return "models " + strings.Join(names, ", ")
 }
 
 // eventsLine describes the event plane for the banner.

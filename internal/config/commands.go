@@ -127,6 +127,8 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
 	bindFleet(fs, &u.Fleet)
 	bindUpPD(fs, u)
+
+	fs.Var(&modelsValue{&u.Config}, "models", "models the mock workers serve, NAME[=DIR],... (the same list as --model): worker k serves model k mod N; model i's block size is --block-size × 2^i")
 }
 
 // Validate checks the fleet and the router it runs.
@@ -142,6 +144,12 @@ func (u *Up) Validate() error {
 	}
 	if len(u.Workers) > 0 {
 		return errors.New("up runs its own mock workers; use 'kvrouter serve' with --worker for real ones")
+	}
+	if n := 1 + len(u.Models); u.MockWorkers < n {
+		return fmt.Errorf("--mock-workers %d: fewer than the %d models", u.MockWorkers, n)
+	}
+	if u.BlockSize<<len(u.Models) > 1<<16 {
+		return fmt.Errorf("--block-size %d doubled for each of %d more models exceeds 65536", u.BlockSize, len(u.Models))
 	}
 	e := u.FleetEngine()
 	if err := e.Validate(); err != nil {
@@ -163,6 +171,21 @@ func (u *Up) Router() Config {
 		c.EventPlane.Kind = PlaneNone
 	}
 	return c
+}
+
+// FleetModels is the models the mock workers serve with their block
+// sizes: the default model at --block-size, each further one at twice the
+// one before (so that no two share a block size); nil for one model.
+func (u *Up) FleetModels() (names []string, blockSizes []int) {
+	if len(u.Models) == 0 {
+		return nil, nil
+	}
+	names, blockSizes = []string{u.Model}, []int{u.BlockSize}
+	for i, m := range u.Models {
+		names = append(names, m.Name)
+		blockSizes = append(blockSizes, u.BlockSize<<(i+1))
+	}
+	return names, blockSizes
 }
 
 // FleetEngine is the mock engines' configuration, with the router's block
@@ -345,6 +368,7 @@ type Mocker struct {
 	// Default 1, at most 1024.
 	NumWorkers int
 	// Server is each worker's configuration: --model, --served-model-name,
+	// --lora-adapters (the LoRA adapters it has loaded),
 	// --max-model-len (tokens), --data-parallel-size, --worker-id, the
 	// engine (--block-size in tokens, default 16 like serve's;
 	// --num-gpu-blocks-override, --num-cpu-blocks in blocks;
@@ -417,6 +441,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&m.NumWorkers, "num-workers", m.NumWorkers, "independent workers in this process, on consecutive ports")
 	fs.StringVar(&s.Model, "model", s.Model, "model name or path")
 	fs.StringVar(&s.ServedModelName, "served-model-name", s.ServedModelName, "model name clients use (default: --model)")
+	fs.Var((*listValue)(&s.LoRAAdapters), "lora-adapters", "comma-separated LoRA adapter names the workers have loaded: listed on /v1/models, accepted as a request's model, their blocks hashed apart")
 	fs.IntVar(&s.MaxModelLen, "max-model-len", s.MaxModelLen, "max prompt + output tokens (0: what the KV cache holds)")
 	fs.IntVar(&s.DataParallelSize, "data-parallel-size", s.DataParallelSize, "engine ranks per worker, each with its own KV cache, scheduler and event stream")
 	fs.Uint64Var(&s.WorkerID, "worker-id", s.WorkerID, "worker id of the first worker in its KV events (then +1 per worker)")

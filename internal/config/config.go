@@ -41,6 +41,13 @@ type Config struct {
 	// Model is the served model name (--model), accepted in requests and
 	// listed on /v1/models. Default "Qwen/Qwen3-0.6B".
 	Model string
+	// Models are the models served besides Model, each with its own
+	// tokenizer folder or none (--model's further entries:
+	// NAME[=DIR],...). A model without a tokenizer still routes token-id
+	// prompts exactly and text prompts by a hash of the text. Workers
+	// declaring an unlisted model get a pool too (without a tokenizer).
+	// Default none.
+	Models []ModelSpec
 	// TokenizerDir is a folder holding the model's tokenizer.json and
 	// tokenizer_config.json (--tokenizer); empty uses the embedded Qwen3
 	// files. Default "".
@@ -174,6 +181,11 @@ type Events struct {
 	HealthInterval time.Duration
 	// HealthTimeout bounds one probe (--worker-health-timeout). Default 2 s.
 	HealthTimeout time.Duration
+	// LoRARefresh is how often each worker's /v1/models is read to learn
+	// the LoRA adapters it has loaded (--lora-refresh-interval); a worker
+	// is also read when it joins and when it answers 404 to an adapter's
+	// request. 0 never reads them. Default 30 s.
+	LoRARefresh time.Duration
 	// HealthFailures is how many failed probes in a row mark a worker DOWN
 	// (--worker-health-failures). Default 2.
 	HealthFailures int
@@ -357,6 +369,7 @@ func Default() Config {
 			ReadyTimeout:   30 * time.Second,
 			HealthInterval: 5 * time.Second,
 			HealthTimeout:  2 * time.Second,
+			LoRARefresh:    30 * time.Second,
 			HealthFailures: 2,
 		},
 		EventPlane: EventPlane{
@@ -412,6 +425,8 @@ func (c Config) Validate() error {
 		return bad("--data-dir is empty")
 	case c.Model == "":
 		return bad("--model is empty")
+	case checkModels(c.Model, c.Models) != nil:
+		return bad("--model: %v", checkModels(c.Model, c.Models))
 	case c.BlockSize <= 0 || c.BlockSize > 1<<16:
 		return bad("--block-size %d out of range [1, 65536]", c.BlockSize)
 	case lvl.UnmarshalText([]byte(c.LogLevel)) != nil:
@@ -436,6 +451,8 @@ func (c Config) Validate() error {
 		return bad("--ready-timeout %v is negative", c.Events.ReadyTimeout)
 	case c.Events.HealthInterval < 0:
 		return bad("--worker-health-interval %v is negative", c.Events.HealthInterval)
+	case c.Events.LoRARefresh < 0:
+		return bad("--lora-refresh-interval %v is negative", c.Events.LoRARefresh)
 	case c.Events.HealthTimeout <= 0:
 		return bad("--worker-health-timeout %v must be positive", c.Events.HealthTimeout)
 	case c.Events.HealthFailures < 1:

@@ -23,7 +23,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.StringVar(&c.Host, "host", c.Host, "address the HTTP front door listens on")
 	fs.IntVar(&c.Port, "port", c.Port, "HTTP port of the front door (0: a free port)")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory where kvrouter keeps its state")
-	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.Var(&modelsValue{c}, "model", "served model name, or a list NAME[=DIR],... whose first entry is the default model and DIR a folder with that model's tokenizer.json and tokenizer_config.json")
 	fs.StringVar(&c.TokenizerDir, "tokenizer", c.TokenizerDir, "folder with the model's tokenizer.json and tokenizer_config.json (empty: embedded Qwen3)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens that every worker must share")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -62,6 +62,7 @@ func (c *Config) bindRouter(fs *flag.FlagSet) {
 	fs.DurationVar(&e.ReadyTimeout, "ready-timeout", e.ReadyTimeout, "give up waiting for initial replays after this and report ready")
 	fs.DurationVar(&e.HealthInterval, "worker-health-interval", e.HealthInterval, "how often each worker's /health is probed (0: never)")
 	fs.DurationVar(&e.HealthTimeout, "worker-health-timeout", e.HealthTimeout, "bound on one health probe")
+	fs.DurationVar(&e.LoRARefresh, "lora-refresh-interval", e.LoRARefresh, "how often each worker's /v1/models is read for its loaded LoRA adapters (also on join and on a 404; 0: never)")
 	fs.IntVar(&e.HealthFailures, "worker-health-failures", e.HealthFailures, "failed probes in a row that mark a worker DOWN")
 
 	f := &c.Frontend

@@ -307,7 +307,7 @@ func setFromNode(f *flag.Flag, v *yaml.Node) error {
 		}
 		return f.Value.Set(v.Value)
 	case yaml.SequenceNode:
-		if _, ok := f.Value.(*listValue); !ok {
+		if _, ok := f.Value.(listFlag); !ok {
 			return errors.New("a list is not accepted here")
 		}
 		var parts []string

@@ -236,6 +236,11 @@ type Expect struct {
 	// BlockSize is the router's KV block size in tokens; 0 accepts any
 	// (each worker is then indexed with its own).
 	BlockSize int
+	// Model, when set, is the router's default model: BlockSize applies
+	// to workers of that model (or of none), and a worker of another model
+	// is held to its model's pool's block size by the router instead.
+	// Empty holds every worker to BlockSize.
+	Model string
 	// Hash is the router's hash contract; a worker publishing hashes over
 	// NATS must match it. ZMQ workers are hashed by the router itself, so
 	// their contract is not checked.
@@ -252,7 +257,7 @@ type Expect struct {
 // ErrBlockSizeMismatch or ErrHashContractMismatch whose text is the reason
 // shown to operators ("block size 32 ≠ 16").
 func (e Expect) Check(rec WorkerRecord) error {
-	if e.BlockSize > 0 && rec.BlockSize != e.BlockSize {
+	if e.BlockSize > 0 && rec.BlockSize != e.BlockSize && (e.Model == "" || rec.Model == "" || rec.Model == e.Model) {
 		return fmt.Errorf("%w: block size %d ≠ %d", ErrBlockSizeMismatch, rec.BlockSize, e.BlockSize)
 	}
 	if rec.Events.Kind == EventsNATS && rec.Hash != e.Hash {

@@ -163,6 +163,9 @@ type Deps struct {
 	// Index answers /v1/query directly; nil makes /v1/query use the
 	// router's Plan (and refuse "block_hashes").
 	Index Index
+	// Models describes the models besides Config.Model (see Models); nil
+	// serves Config.Model alone.
+	Models Models
 	// Registry receives the front door's metrics; nil means a fresh one
 	// (never the global registry). /metrics serves this registry.
 	Registry *prometheus.Registry

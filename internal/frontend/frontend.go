@@ -32,6 +32,8 @@ type Frontend struct {
 	dir       Directory
 	idx       Index
 	parser    promptParser
+	models    Models
+	extra     parsers
 	reg       *prometheus.Registry
 	log       *slog.Logger
 	clock     func() time.Time
@@ -84,7 +86,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return nil, fmt.Errorf("%w: chat template", ErrDeps)
 	}
 	f := &Frontend{
-		cfg: cfg, router: deps.Router, dir: deps.Directory, idx: deps.Index, reg: deps.Registry,
+		cfg: cfg, router: deps.Router, dir: deps.Directory, idx: deps.Index, models: deps.Models, reg: deps.Registry,
 		log: deps.Logger, clock: deps.Clock, ready: deps.Ready, blockSize: deps.Router.Config().BlockSize,
 	}
 	if f.reg == nil {
@@ -175,6 +177,8 @@ func (f *Frontend) routes() http.Handler {
 	handle("POST /v1/completions", "completions", accessFront, f.handleCompletions)
 	handle("POST /v1/chat/completions", "chat_completions", accessFront, f.handleChat)
 	handle("GET /v1/models", "models", accessFront, f.handleModels)
+	handle("POST /tokenize", "tokenize", accessFront, f.handleTokenize)
+	handle("POST /detokenize", "detokenize", accessFront, f.handleDetokenize)
 	handle("POST /v1/route", "route", accessAdmin, f.handleRoute)
 	handle("POST /v1/query", "query", accessAdmin, f.handleQuery)
 	handle("GET /v1/workers", "workers", accessAdmin, f.handleWorkers)
@@ -185,6 +189,7 @@ func (f *Frontend) routes() http.Handler {
 	allow := map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/v1/route": "POST",
 		"/v1/query": "POST", "/v1/workers": "GET", "/health": "GET", "/ready": "GET", "/metrics": "GET", "/": "GET",
+		"/tokenize": "POST", "/detokenize": "POST",
 	}
 	handle("/", "other", accessOpen, func(rw http.ResponseWriter, r *http.Request) {
 		if m, ok := allow[r.URL.Path]; ok {

@@ -62,6 +62,9 @@ func TestBadInput(t *testing.T) {
 		{"route max_tokens absurd", "/v1/route", `{"prompt": "hi", "max_tokens": 9223372036854775807}`, 400, typeInvalidRequest, codeAboveMax, "max_tokens"},
 		{"route max_tokens a string", "/v1/route", `{"prompt": "hi", "max_tokens": "x"}`, 400, typeInvalidRequest, codeInvalidType, "max_tokens"},
 		{"query tokens wrong", "/v1/query", `{"tokens": [1, -1]}`, 400, typeInvalidRequest, "", "tokens"},
+		{"cache_salt empty", "/v1/completions", `{"prompt": "hi", "cache_salt": ""}`, 400, typeInvalidRequest, codeInvalidType, "cache_salt"},
+		{"cache_salt a number", "/v1/chat/completions", `{"messages": [{"role":"user","content":"hi"}], "cache_salt": 7}`, 400, typeInvalidRequest, codeInvalidType, "cache_salt"},
+		{"route cache_salt empty", "/v1/route", `{"prompt": "hi", "cache_salt": ""}`, 400, typeInvalidRequest, codeInvalidType, "cache_salt"},
 		{"unknown path", "/v2/nothing", `{}`, 404, typeNotFound, "not_found", ""},
 		{"wrong method", "/v1/models", `{}`, 405, typeInvalidRequest, "method_not_allowed", ""},
 	}

@@ -336,6 +336,8 @@ func parseFields(body []byte) (requestFields, error) {
 			dst = &f.AddGenerationPrompt
 		case "continue_final_message":
 			dst = &f.ContinueFinalMessage
+		case "cache_salt":
+			dst, want = &f.CacheSalt, "a string"
 		default:
 			return nil
 		}

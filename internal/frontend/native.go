@@ -23,9 +23,9 @@ func (f *Frontend) handleModels(rw http.ResponseWriter, _ *http.Request) {
 		OwnedBy string `json:"owned_by"`
 	}
 	created := f.clock().Unix()
-	list := []model{{ID: f.cfg.Model, Object: "model", Created: created, OwnedBy: "kvrouter"}}
-	for _, a := range f.cfg.Aliases {
-		list = append(list, model{ID: a, Object: "model", Created: created, OwnedBy: "kvrouter"})
+	var list []model
+	for _, id := range f.modelIDs() {
+		list = append(list, model{ID: id, Object: "model", Created: created, OwnedBy: "kvrouter"})
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": list})
 }
@@ -55,7 +55,27 @@ type nativeRequest struct {
 	Prompt      json.RawMessage `json:"prompt"`
 	Messages    json.RawMessage `json:"messages"`
 	LoRAName    string          `json:"lora_name"`
+	CacheSalt   *string         `json:"cache_salt"`
 	MaxTokens   *int            `json:"max_tokens"`
+	// pool is the model's pool ("" the default model); approx says the
+	// tokens are textTokens.
+	pool   string
+	lora   string
+	approx bool
+}
+
+// request is the router's request for nr's tokens.
+func (nr *nativeRequest) request(id string, tokens []uint32) router.Request {
+	lora := nr.LoRAName
+	if nr.lora != "" {
+		lora = nr.lora
+	}
+	req := router.Request{ID: id, Model: nr.pool, Tokens: tokens, LoRAName: lora, Namespace: salt(nr.CacheSalt),
+		ExpectedOutputTokens: nr.expectedOutput()}
+	if nr.approx {
+		req.Namespace = textNamespace + req.Namespace
+	}
+	return req
 }
 
 // promptParam is the field that carries the request's prompt, for errors.
@@ -93,10 +113,15 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 		}
 		return nr, nil, fmt.Errorf("invalid JSON body: %v: %w", err, ErrBadRequest)
 	}
-	if err := f.parser.checkModel(nr.Model); err != nil {
+	pp, pool, err := f.parserFor(nr.Model)
+	if err != nil {
 		return nr, nil, err
 	}
+	nr.pool, nr.lora = pool, f.loraOf(nr.Model)
 	if err := checkRange("max_tokens", nr.MaxTokens, 1, f.parser.maxOutput); err != nil {
+		return nr, nil, err
+	}
+	if err := checkSalt(nr.CacheSalt); err != nil {
 		return nr, nil, err
 	}
 	n := 0
@@ -123,16 +148,18 @@ func (f *Frontend) nativeTokens(body []byte, allowHashes bool) (nr nativeRequest
 		if err != nil {
 			return nr, nil, fmt.Errorf("tokens: %w", err)
 		}
-		return nr, ids, f.parser.checkCount(len(ids))
+		return nr, ids, pp.checkCount(len(ids))
 	case present(nr.Prompt):
-		p, err := f.parser.completionPrompt(nr.Prompt)
+		p, err := pp.completionPrompt(nr.Prompt)
+		nr.approx = pp.approxText() && !p.fromIDs
 		return nr, p.tokens, err
 	default:
 		fields, err := parseFields(body)
 		if err != nil {
 			return nr, nil, fmt.Errorf("invalid JSON body: %v: %w", err, ErrBadRequest)
 		}
-		p, err := f.parser.chatPrompt(&fields)
+		p, err := pp.chatPrompt(&fields)
+		nr.approx = pp.approxChat()
 		return nr, p.tokens, err
 	}
 }
@@ -172,7 +199,9 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	if f.disaggregated() {
 		d, pd, err = f.planPD(tokens, nr.expectedOutput())
 	} else {
-		d, err = f.router.Plan(router.Request{ID: "plan", Tokens: tokens, LoRAName: nr.LoRAName, ExpectedOutputTokens: nr.expectedOutput()})
+		req := nr.request("plan", tokens)
+		req.AllowedWorkers = f.adapterWorkers(nr.lora)
+		d, err = f.router.Plan(req)
 	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())
 	if err != nil {
@@ -217,15 +246,17 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		writeParseError(rw, err, nr.promptParam())
 		return
 	}
-	resp := queryResponse{BlockSize: f.blockSize, Workers: []queryRank{}}
+	resp := queryResponse{BlockSize: f.poolBlockSize(nr.pool), Workers: []queryRank{}}
 	byRank := map[kvevent.WorkerRank]queryRank{}
 	for _, l := range f.router.Loads() {
-		byRank[l.Worker] = f.queryRow(l.Worker, 0, scoreTiers(index.Score{}))
+		if f.inPool(l.Worker.ID, nr.pool) {
+			byRank[l.Worker] = f.queryRow(l.Worker, 0, scoreTiers(index.Score{}))
+		}
 	}
 	if f.idx != nil {
 		local := nr.BlockHashes
 		if local == nil {
-			local, err = f.router.LocalHashes(router.Request{Tokens: tokens, LoRAName: nr.LoRAName})
+			local, err = f.router.LocalHashes(nr.request("", tokens))
 			if err != nil {
 				writeError(rw, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
 				return
@@ -235,11 +266,13 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		var sc index.Scores
 		f.idx.Query(local, &sc)
 		for _, s := range sc.List {
-			byRank[s.Worker] = f.queryRow(s.Worker, s.Blocks, scoreTiers(s))
+			if f.inPool(s.Worker.ID, nr.pool) {
+				byRank[s.Worker] = f.queryRow(s.Worker, s.Blocks, scoreTiers(s))
+			}
 		}
 	} else {
 		// Plan explains every rank even when it refuses (all busy).
-		d, _ := f.router.Plan(router.Request{ID: "query", Tokens: tokens, LoRAName: nr.LoRAName})
+		d, _ := f.router.Plan(nr.request("query", tokens))
 		resp.Blocks = d.Blocks
 		for _, c := range d.Candidates {
 			// The plan merges disk and external tiers; they show as disk.
@@ -279,6 +312,7 @@ func (f *Frontend) queryRow(w kvevent.WorkerRank, blocks int, tiers tiersJSON) q
 type workerJSON struct {
 	Worker           string     `json:"worker"`
 	WorkerID         uint64     `json:"worker_id"`
+	Model            string     `json:"model,omitempty"`
 	URL              string     `json:"url"`
 	State            string     `json:"state"`
 	Reason           string     `json:"reason,omitempty"`
@@ -315,7 +349,7 @@ func (f *Frontend) workerViews() []workerJSON {
 			return &out[i]
 		}
 		e, _ := f.dir.Lookup(id)
-		w := workerJSON{Worker: e.Name, WorkerID: uint64(id), URL: e.URL, State: e.Status.State.String(),
+		w := workerJSON{Worker: e.Name, WorkerID: uint64(id), Model: f.workerModel(id), URL: e.URL, State: e.Status.State.String(),
 			Reason: e.Status.Reason, Ranks: []rankJSON{}}
 		if w.Worker == "" {
 			w.Worker = fmt.Sprint(uint64(id))
@@ -360,6 +394,9 @@ func (f *Frontend) workerViews() []workerJSON {
 
 func (f *Frontend) handleWorkers(rw http.ResponseWriter, r *http.Request) {
 	views := f.workerViews()
-	writeJSON(rw, http.StatusOK, map[string]any{"block_size": f.blockSize, "total": len(views),
-		"workers": pageWorkers(views, r.URL.Query())})
+	v := map[string]any{"block_size": f.blockSize, "total": len(views), "workers": pageWorkers(views, r.URL.Query())}
+	if m := f.modelViews(views); m != nil {
+		v["models"] = m
+	}
+	writeJSON(rw, http.StatusOK, v)
 }

@@ -47,6 +47,10 @@ type requestFields struct {
 	// Priority is vLLM's "priority" (lower first), for the admission
 	// queue.
 	Priority *int
+
+	// CacheSalt is vLLM's cache_salt: the tenant's cache isolation key
+	// (nil when absent; present and empty is refused, as vLLM does).
+	CacheSalt *string
 }
 
 // expectedOutput is the request's max output tokens, 0 when unknown.
@@ -67,6 +71,10 @@ type prompt struct {
 	// batch is the number of prompts in the request (only the first one
 	// is routed on).
 	batch int
+	// model is the pool that routes it ("" the default model); approx
+	// says tokens are textTokens (the model has no tokenizer).
+	model  string
+	approx bool
 }
 
 // promptParser turns request bodies into token ids within the limits.
@@ -118,6 +126,9 @@ func (p *promptParser) checkCount(n int) error {
 // encode tokenizes text within the limits; a tokenizer that can stop
 // counting at the limit does (see limitedEncoder).
 func (p *promptParser) encode(text string, special bool) ([]uint32, error) {
+	if p.tok == nil {
+		return textTokens(text), nil // bounded by the body size
+	}
 	if err := p.checkTextBound(len(text)); err != nil {
 		return nil, err
 	}
@@ -344,6 +355,12 @@ func (p *promptParser) chatPrompt(f *requestFields) (prompt, error) {
 	}
 	if err := p.checkModel(cr.Model); err != nil {
 		return prompt{}, err
+	}
+	if p.tmpl == nil {
+		// No template: the conversation as sent, which a longer
+		// conversation extends.
+		ids, err := p.encode(string(cr.Messages), false)
+		return prompt{tokens: ids, batch: 1}, err
 	}
 	o := cr.Options()
 	o.Preprocess = chattemplate.PreprocessVLLM

@@ -106,7 +106,10 @@ type roleChecker interface {
 	HasRole(role router.Role) bool
 }
 
-var _ roleChecker = (*router.Router)(nil)
+var (
+	_ roleChecker = (*router.Router)(nil)
+	_ roleChecker = (*router.Pools)(nil)
+)
 
 // disaggregated reports whether requests take the PD path: the router
 // knows prefill-role workers.
@@ -148,9 +151,10 @@ func (f *Frontend) choosePrefill(ex *exchange, excluded []kvevent.WorkerID) *pre
 		p.bypass, p.view.Bypassed, p.view.Reason = true, true, reason
 		return p
 	}
-	req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: 1, Phase: router.PhasePrefill}
+	req := f.routerRequest(ex, f.newRequestID(), nil) // the request's model, salt and adapter
+	req.ExpectedOutputTokens, req.Phase = 1, router.PhasePrefill
 	if len(excluded) > 0 {
-		if req.AllowedWorkers = f.allowedExcept(excluded); len(req.AllowedWorkers) == 0 {
+		if req.AllowedWorkers = f.allowedExcept(excluded, req.AllowedWorkers); len(req.AllowedWorkers) == 0 {
 			return skip("no prefill worker left")
 		}
 	}
@@ -203,9 +207,10 @@ func (f *Frontend) forwardPD(rw http.ResponseWriter, r *http.Request, ex *exchan
 		if pre.bypass {
 			phase = router.PhaseWhole
 		}
-		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected, Explanation: *expl, Phase: phase}
+		req := f.routerRequest(ex, f.newRequestID(), *expl)
+		req.Phase = phase
 		if len(exD) > 0 {
-			if req.AllowedWorkers = f.allowedExcept(exD); len(req.AllowedWorkers) == 0 {
+			if req.AllowedWorkers = f.allowedExcept(exD, req.AllowedWorkers); len(req.AllowedWorkers) == 0 {
 				pre.free()
 				break
 			}

@@ -121,6 +121,14 @@ type exchange struct {
 	stream   bool // the client asked for an SSE stream
 	adm      admitted
 	session  string // the client's session id, for affinity
+	// salt is the request's cache_salt (router.Request.Namespace).
+	salt string
+	// model is the request's pool ("" the default model); approx says its
+	// tokens are textTokens (a model without a tokenizer); lora is the
+	// LoRA adapter its model names ("" none).
+	model  string
+	lora   string
+	approx bool
 	// abort: the client's response was committed and cut short; its
 	// connection is aborted so that it cannot take a truncated body for
 	// a whole one.
@@ -149,7 +157,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		return
 	}
 	fwd := body
-	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && p.batch == 1 {
+	if !chat && f.cfg.ForwardTokenIDs && !p.fromIDs && !p.approx && p.batch == 1 {
 		var err error
 		if fwd, err = withTokenIDs(body, p.tokens); err != nil {
 			writeParseError(rw, err, "")
@@ -161,7 +169,7 @@ func (f *Frontend) serveOpenAI(rw http.ResponseWriter, r *http.Request, chat boo
 		endpoint = "chat"
 	}
 	ex := &exchange{start: start, endpoint: endpoint, path: r.URL.Path, body: fwd, tokens: p.tokens,
-		expected: fields.expectedOutput(), stream: fields.Stream}
+		expected: fields.expectedOutput(), salt: salt(fields.CacheSalt), model: p.model, lora: f.loraOf(fields.Model), approx: p.approx, stream: fields.Stream}
 	ex.rec = record{Time: start, Endpoint: endpoint, InputTokens: len(p.tokens), Actual: -1}
 	f.classify(r, ex, &fields)
 	f.serveExchange(rw, r, ex)
@@ -180,7 +188,7 @@ func (f *Frontend) judgeFields(rw http.ResponseWriter, body []byte, param string
 		}
 		return fields, false
 	}
-	if err := f.parser.checkModel(fields.Model); err != nil {
+	if _, _, err := f.parserFor(fields.Model); err != nil {
 		writeParseError(rw, err, param)
 		return fields, false
 	}
@@ -196,21 +204,26 @@ func (f *Frontend) judgeFields(rw http.ResponseWriter, body []byte, param string
 // answered the client.
 func (f *Frontend) openAIPrompt(rw http.ResponseWriter, r *http.Request, fields *requestFields, size int, chat bool, param string) (prompt, bool) {
 	var p prompt
-	var err error
+	pp, model, err := f.parserFor(fields.Model)
+	if err != nil {
+		writeParseError(rw, err, param)
+		return p, false
+	}
 	if chat || fields.promptIDs == nil {
 		release, ok := f.tokenSlot(rw, r, size)
 		if !ok {
 			return p, false
 		}
 		if chat {
-			p, err = f.parser.chatPrompt(fields)
+			p, err = pp.chatPrompt(fields)
 		} else {
-			p, err = f.parser.completionPrompt(fields.Prompt)
+			p, err = pp.completionPrompt(fields.Prompt)
 		}
 		release()
 	} else {
-		p, err = f.parser.idsPrompt(fields.promptIDs)
+		p, err = pp.idsPrompt(fields.promptIDs)
 	}
+	p.model, p.approx = model, !p.fromIDs && (pp.approxText() || (chat && pp.approxChat()))
 	if err != nil {
 		writeParseError(rw, err, param)
 		return p, false
@@ -280,9 +293,9 @@ func (f *Frontend) forward(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	defer f.explanations.Put(expl)
 	for attempt := 0; attempt <= f.cfg.MaxRetries; attempt++ {
-		req := router.Request{ID: f.newRequestID(), Tokens: ex.tokens, ExpectedOutputTokens: ex.expected, Explanation: *expl}
+		req := f.routerRequest(ex, f.newRequestID(), *expl)
 		if len(excluded) > 0 {
-			req.AllowedWorkers = f.allowedExcept(excluded)
+			req.AllowedWorkers = f.allowedExcept(excluded, req.AllowedWorkers)
 			if len(req.AllowedWorkers) == 0 {
 				break
 			}
@@ -510,12 +523,13 @@ func stateOrder(state string) int {
 	return 2
 }
 
-// allowedExcept lists the router's workers minus the excluded ones.
-func (f *Frontend) allowedExcept(excluded []kvevent.WorkerID) []kvevent.WorkerID {
+// allowedExcept lists the router's workers (those of within, when it is
+// not empty) minus the excluded ones.
+func (f *Frontend) allowedExcept(excluded, within []kvevent.WorkerID) []kvevent.WorkerID {
 	infos, down := f.router.Workers()
 	out := make([]kvevent.WorkerID, 0, len(infos))
 	for i, w := range infos {
-		if !down[i] && !slices.Contains(excluded, w.ID) {
+		if !down[i] && !slices.Contains(excluded, w.ID) && (len(within) == 0 || slices.Contains(within, w.ID)) {
 			out = append(out, w.ID)
 		}
 	}
@@ -560,6 +574,9 @@ func (f *Frontend) attempt(rw http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
+		if resp.StatusCode == http.StatusNotFound {
+			f.adapterMissing(d.Worker.ID, ex.lora)
+		}
 		return a.workerError(resp)
 	}
 	bp := bufPool.Get().(*[]byte)

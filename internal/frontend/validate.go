@@ -87,7 +87,36 @@ func (p *promptParser) checkFields(f *requestFields) error {
 	if err := checkRange("max_completion_tokens", f.MaxCompletionTokens, 1, p.maxOutput); err != nil {
 		return err
 	}
+	if err := checkSalt(f.CacheSalt); err != nil {
+		return err
+	}
 	return checkRange("n", f.N, 1, maxChoices)
+}
+
+// maxCacheSalt bounds cache_salt: it is hashed on every request.
+const maxCacheSalt = 1024
+
+// checkSalt refuses a cache_salt that is given but empty (vLLM refuses it
+// too: "must be a non-empty string if provided") or longer than
+// maxCacheSalt bytes.
+func checkSalt(s *string) error {
+	switch {
+	case s == nil:
+		return nil
+	case *s == "":
+		return &fieldError{param: "cache_salt", code: codeInvalidType, msg: "invalid 'cache_salt': must be a non-empty string if provided"}
+	case len(*s) > maxCacheSalt:
+		return &fieldError{param: "cache_salt", code: codeInvalidType, msg: fmt.Sprintf("invalid 'cache_salt': longer than %d bytes", maxCacheSalt)}
+	}
+	return nil
+}
+
+// salt is a checked cache_salt's value ("" when absent).
+func salt(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // clientMessage is err's text for a client: without the sentinel's own

@@ -81,6 +81,11 @@ type Event struct {
 	Blocks []Block
 	// Removed are the engine hashes of removed blocks (Removed only).
 	Removed []uint64
+	// LoRAName is the LoRA adapter the stored blocks were computed with,
+	// when the source says (vLLM's lora_name); "" otherwise. Their local
+	// hashes are already salted with it: this only tells the router which
+	// adapters the worker has loaded.
+	LoRAName string
 }
 
 // Tier is a KV cache storage tier.

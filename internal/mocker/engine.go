@@ -36,7 +36,19 @@ type Request struct {
 	// last prompt token is computed, and the received blocks are cached
 	// (and reported stored) as computed ones are.
 	Remote bool
+	// LoRA names the LoRA adapter the request runs with ("" none). Its
+	// blocks are hashed apart from the base model's (vLLM puts the
+	// adapter's name in every block's extra keys) and its stored events
+	// carry the name.
+	LoRA string
+	// CacheSalt is vLLM's cache_salt ("" none): the request's blocks are
+	// hashed apart from every other salt's (vLLM puts it in block 0's extra
+	// keys, so the whole chain differs) and its stored events carry it.
+	CacheSalt string
 }
+
+// blockSalt is what a block was hashed with besides its tokens.
+type blockSalt struct{ lora, cache string }
 
 // Output is what one request produced in a step: one new token.
 type Output struct {
@@ -102,6 +114,7 @@ func (s Stats) Usage() float64 {
 type request struct {
 	id          uint64
 	tokens      []uint32 // prompt then generated tokens
+	salt        blockSalt
 	promptLen   int
 	maxTokens   int
 	seq         []uint64 // router sequence hashes of full blocks, as far as computed
@@ -215,7 +228,7 @@ func (e *Engine) Add(req Request) error {
 	}
 	toks := make([]uint32, len(req.Tokens), len(req.Tokens)+req.MaxTokens)
 	copy(toks, req.Tokens)
-	r := &request{id: req.ID, tokens: toks, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks),
+	r := &request{id: req.ID, tokens: toks, salt: blockSalt{req.LoRA, req.CacheSalt}, promptLen: len(toks), maxTokens: req.MaxTokens, outSeed: outputSeed(toks),
 		hold: req.Hold, remote: req.Remote}
 	e.byID[r.id] = r
 	e.waiting = append(e.waiting, r)
@@ -297,7 +310,7 @@ func (e *Engine) CachedHashes(tier kvevent.Tier, dst []uint64) []uint64 {
 func (e *Engine) hashUpTo(r *request, n int) {
 	bs := e.cfg.BlockSize
 	for i := len(r.seq); i < n; i++ {
-		l := kvhash.LocalHash(r.tokens[i*bs:(i+1)*bs], kvhash.Seed)
+		l := kvhash.LocalHash(r.tokens[i*bs:(i+1)*bs], kvhash.SaltedSeed(r.salt.lora, r.salt.cache))
 		if i == 0 {
 			r.seq = append(r.seq, l)
 		} else {
@@ -517,8 +530,8 @@ func (e *Engine) cacheBlock(r *request, i int, b int32) {
 		parent = r.seq[i-1]
 	}
 	toks := r.tokens[i*bs : (i+1)*bs]
-	e.pool.cache(b, r.seq[i], parent, i > 0, toks)
-	e.log.stored(kvevent.TierDevice, EngineHash(r.seq[i], e.cfg.HashSeed), EngineHash(parent, e.cfg.HashSeed), i > 0, toks)
+	e.pool.cache(b, r.seq[i], parent, i > 0, toks, r.salt)
+	e.log.stored(kvevent.TierDevice, EngineHash(r.seq[i], e.cfg.HashSeed), EngineHash(parent, e.cfg.HashSeed), i > 0, toks, r.salt)
 }
 
 // fill caches the blocks r filled while its computed tokens grew from old.

@@ -27,6 +27,11 @@ type Event struct {
 	Tokens []uint32
 	// BlockSize is the number of tokens per block.
 	BlockSize int
+	// LoRAName is the LoRA adapter the stored blocks were computed with
+	// ("" none).
+	LoRAName string
+	// CacheSalt is the cache_salt of the request that computed them ("" none).
+	CacheSalt string
 }
 
 // eventLog collects one step's events in the order the pool changed. Hashes
@@ -48,6 +53,7 @@ type eventRec struct {
 	parent    uint64
 	h0, h1    int // hashes[h0:h1]
 	t0, t1    int // tokens[t0:t1]
+	salt      blockSalt
 }
 
 func (l *eventLog) reset() {
@@ -75,7 +81,7 @@ func (l *eventLog) removed(h uint64, tier kvevent.Tier) {
 
 // stored records one stored block, appended to the previous event when
 // that one is a store on the same tier ending with this block's parent.
-func (l *eventLog) stored(tier kvevent.Tier, h, parent uint64, hasParent bool, tokens []uint32) {
+func (l *eventLog) stored(tier kvevent.Tier, h, parent uint64, hasParent bool, tokens []uint32, s blockSalt) {
 	if !l.enabled {
 		return
 	}
@@ -83,7 +89,7 @@ func (l *eventLog) stored(tier kvevent.Tier, h, parent uint64, hasParent bool, t
 	l.tokens = append(l.tokens, tokens...)
 	if n := len(l.recs); n > 0 && hasParent {
 		last := &l.recs[n-1]
-		if last.kind == kvevent.Stored && last.tier == tier && last.h1 == len(l.hashes)-1 &&
+		if last.kind == kvevent.Stored && last.tier == tier && last.salt == s && last.h1 == len(l.hashes)-1 &&
 			l.hashes[last.h1-1] == parent && last.t1 == len(l.tokens)-len(tokens) {
 			last.h1++
 			last.t1 = len(l.tokens)
@@ -91,7 +97,7 @@ func (l *eventLog) stored(tier kvevent.Tier, h, parent uint64, hasParent bool, t
 		}
 	}
 	l.recs = append(l.recs, eventRec{kind: kvevent.Stored, tier: tier, hasParent: hasParent, parent: parent,
-		h0: len(l.hashes) - 1, h1: len(l.hashes), t0: len(l.tokens) - len(tokens), t1: len(l.tokens)})
+		h0: len(l.hashes) - 1, h1: len(l.hashes), t0: len(l.tokens) - len(tokens), t1: len(l.tokens), salt: s})
 }
 
 func (l *eventLog) cleared() {
@@ -104,7 +110,7 @@ func (l *eventLog) cleared() {
 func (l *eventLog) finish() []Event {
 	l.events = l.events[:0]
 	for _, r := range l.recs {
-		e := Event{Kind: r.kind, Tier: r.tier, HasParent: r.hasParent, Parent: r.parent, BlockSize: l.bs}
+		e := Event{Kind: r.kind, Tier: r.tier, HasParent: r.hasParent, Parent: r.parent, BlockSize: l.bs, LoRAName: r.salt.lora, CacheSalt: r.salt.cache}
 		if r.h1 > r.h0 {
 			e.Hashes = l.hashes[r.h0:r.h1:r.h1]
 		}
@@ -118,17 +124,17 @@ func (l *eventLog) finish() []Event {
 
 // KVEvent converts the event to the router's engine-neutral model for a
 // worker rank: stored blocks get their local hash computed from their
-// tokens (kvhash, unsalted), as a router does on receipt. The result owns
+// tokens (kvhash, salted with the LoRA name and cache salt), as a router does on receipt. The result owns
 // its slices.
 func (e Event) KVEvent(w kvevent.WorkerRank) kvevent.Event {
-	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent}
+	out := kvevent.Event{Worker: w, Tier: e.Tier, Kind: e.Kind, HasParent: e.HasParent, Parent: e.Parent, LoRAName: e.LoRAName}
 	switch e.Kind {
 	case kvevent.Stored:
 		out.Blocks = make([]kvevent.Block, len(e.Hashes))
 		for i, h := range e.Hashes {
 			var local uint64
 			if e.BlockSize > 0 && (i+1)*e.BlockSize <= len(e.Tokens) {
-				local = kvhash.LocalHash(e.Tokens[i*e.BlockSize:(i+1)*e.BlockSize], kvhash.Seed)
+				local = kvhash.LocalHash(e.Tokens[i*e.BlockSize:(i+1)*e.BlockSize], kvhash.SaltedSeed(e.LoRAName, e.CacheSalt))
 			}
 			out.Blocks[i] = kvevent.Block{EngineHash: h, LocalHash: local}
 		}

@@ -25,7 +25,8 @@ type gpuPool struct {
 	lruLen   int
 	empty    []int32
 	byHash   map[uint64]int32
-	tokens   []uint32 // per block token ids, kept only when the CPU tier is on
+	tokens   []uint32    // per block token ids, kept only when the CPU tier is on
+	salt     []blockSalt // per block LoRA adapter and cache salt
 	bs       int
 	emit     *eventLog
 	cpu      *cpuPool // nil when the tier is off
@@ -38,6 +39,7 @@ func newGPUPool(n, bs int, keepTokens bool, emit *eventLog, cpu *cpuPool, hashSe
 		seq:      make([]uint64, n),
 		parent:   make([]uint64, n),
 		hasPar:   make([]bool, n),
+		salt:     make([]blockSalt, n),
 		cached:   make([]bool, n),
 		prev:     make([]int32, n),
 		next:     make([]int32, n),
@@ -127,7 +129,7 @@ func (p *gpuPool) evict(b int32) {
 	// the block on no tier (which, by prefix semantics, would drop every
 	// block below it).
 	if p.cpu != nil {
-		p.cpu.offload(h, p.parent[b], p.hasPar[b], p.tokens[int(b)*p.bs:(int(b)+1)*p.bs])
+		p.cpu.offload(h, p.parent[b], p.hasPar[b], p.tokens[int(b)*p.bs:(int(b)+1)*p.bs], p.salt[b])
 	}
 	p.emit.removed(engineHash(h, p.hashSeed), kvevent.TierDevice)
 }
@@ -147,8 +149,9 @@ func (p *gpuPool) release(b int32) {
 }
 
 // cache gives a block that a request just filled its hash.
-func (p *gpuPool) cache(b int32, seq, parent uint64, hasParent bool, tokens []uint32) {
+func (p *gpuPool) cache(b int32, seq, parent uint64, hasParent bool, tokens []uint32, s blockSalt) {
 	p.seq[b] = seq
+	p.salt[b] = s
 	p.parent[b], p.hasPar[b] = parent, hasParent
 	p.cached[b] = true
 	p.byHash[seq] = b
@@ -224,7 +227,7 @@ func (c *cpuPool) has(seq uint64) bool {
 // offload copies an evicted device block into the tier (a stored event
 // with the CPU medium), evicting the tier's least recently used block for
 // good when it is full. A block already there is only refreshed.
-func (c *cpuPool) offload(seq, parent uint64, hasParent bool, tokens []uint32) {
+func (c *cpuPool) offload(seq, parent uint64, hasParent bool, tokens []uint32, s blockSalt) {
 	if c.has(seq) {
 		return
 	}
@@ -243,7 +246,7 @@ func (c *cpuPool) offload(seq, parent uint64, hasParent bool, tokens []uint32) {
 	c.seq[i] = seq
 	c.byHash[seq] = i
 	c.pushTail(i)
-	c.emit.stored(kvevent.TierHostPinned, engineHash(seq, c.seed), engineHash(parent, c.seed), hasParent, tokens)
+	c.emit.stored(kvevent.TierHostPinned, engineHash(seq, c.seed), engineHash(parent, c.seed), hasParent, tokens, s)
 }
 
 func (c *cpuPool) clear() {

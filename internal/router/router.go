@@ -340,7 +340,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	d.Booked = true
 	r.stats.Routed++
 	switch {
-	case r.ranks[d.Chosen].ws.info.Mode == Approximate:
+	case r.ranks[d.Chosen].ws.info.Mode == Approximate || req.RecordDecision:
 		r.indexErr(r.idx.Record(d.Worker, slices.Clone(sc.local), now))
 	case r.cfg.PredictOnRoute:
 		r.indexErr(r.idx.Predict(d.Worker, slices.Clone(sc.local), now))

@@ -56,8 +56,16 @@ type Request struct {
 	ID string
 	// Tokens are the prompt's token ids.
 	Tokens []uint32
+	// Model names the pool that routes the request (Pools; "" is the
+	// default model). A Router ignores it.
+	Model string
 	// LoRAName and Namespace salt the block hashes (kvhash).
 	LoRAName, Namespace string
+	// RecordDecision records the booked decision in the index as an
+	// approximate worker's is (with the approximate TTL), whatever the
+	// chosen worker's mode: for prompts no engine event can confirm
+	// (routed by a hash of their text).
+	RecordDecision bool
 	// MM holds per-block multimodal hashes (kvhash.Options.MM).
 	MM [][]uint64
 	// ExpectedOutputTokens is the expected output length; 0 = unknown.

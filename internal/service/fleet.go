@@ -29,6 +29,9 @@ type FleetConfig struct {
 	Workers int
 	// Model is the served model name. Default "Qwen/Qwen3-0.6B".
 	Model string
+	// Models, when set, replaces Model: worker k serves Models[k mod
+	// len(Models)], with that model's block size. Default none.
+	Models []FleetModel
 	// Engine configures every worker's engine core (block size, KV blocks,
 	// speedup...). Default mocker.DefaultConfig().
 	Engine mocker.Config
@@ -92,6 +95,16 @@ func (cfg FleetConfig) role(k int) (fleet.Role, string) {
 	return "", server.ModeAgg
 }
 
+// FleetModel is one model a mixed fleet serves.
+type FleetModel struct {
+	// Name is the served model name.
+	Name string
+	// BlockSize is its workers' KV block size; 0 means Engine's.
+	BlockSize int
+	// LoRAAdapters are the LoRA adapters its workers have loaded.
+	LoRAAdapters []string
+}
+
 // DefaultFleetConfig returns 4 workers with default engines; the
 // tokenizer is still to be set.
 func DefaultFleetConfig() FleetConfig {
@@ -116,6 +129,8 @@ type Fleet struct {
 type FleetWorker struct {
 	// Name is the worker's name ("mock-1").
 	Name string
+	// Model is the model it serves.
+	Model string
 	// URL is its HTTP base URL.
 	URL string
 	// Events and Replay are its ZMQ endpoints (Replay empty without one).
@@ -229,7 +244,7 @@ func (f *Fleet) startMock(cfg FleetConfig, k int, log *slog.Logger, httpAddr, ev
 		return nil, fmt.Errorf("fleet %s: %w", name, err)
 	}
 	fw.URL = "http://" + ln.Addr().String()
-	fw.BlockSize, fw.KVBlocks, fw.BatchTokens, fw.Worker = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, sc.Engine.MaxNumBatchedTokens, mw
+	fw.BlockSize, fw.KVBlocks, fw.BatchTokens, fw.Worker, fw.Model = sc.Engine.BlockSize, sc.Engine.NumGPUBlocks, sc.Engine.MaxNumBatchedTokens, mw, sc.Model
 	fw.Role, _ = cfg.role(k)
 	if fw.Role == fleet.RolePrefill && sc.Disagg.Protocol == server.ProtocolSGLang {
 		fw.BootstrapPort = ln.Addr().(*net.TCPAddr).Port
@@ -292,6 +307,14 @@ func mockConfig(cfg FleetConfig, k int, id uint64, sink server.EventSink, wlog *
 		sc.Model = cfg.Model
 	}
 	sc.Engine = cfg.PerWorker.Engine(cfg.Engine, k)
+	if len(cfg.Models) > 0 {
+		m := cfg.Models[k%len(cfg.Models)]
+		sc.Model = m.Name
+		sc.LoRAAdapters = m.LoRAAdapters
+		if m.BlockSize > 0 {
+			sc.Engine.BlockSize = m.BlockSize
+		}
+	}
 	sc.Engine.HashSeed = cfg.Engine.HashSeed + uint64(k) // engines need not share a seed
 	sc.WorkerID = id
 	sc.Tokenizer = cfg.Tokenizer
@@ -361,7 +384,7 @@ func (w *FleetWorker) RestartEngine(ctx context.Context) error {
 // Static returns the worker as a static worker entry for the router
 // (workers on the NATS plane register themselves instead).
 func (w *FleetWorker) Static() fleet.StaticWorker {
-	return fleet.StaticWorker{Name: w.Name, URL: w.URL, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
+	return fleet.StaticWorker{Name: w.Name, URL: w.URL, Model: w.Model, Events: w.Events, Replay: w.Replay, Topic: w.Topic,
 		BlockSize: w.BlockSize, KVBlocks: uint64(w.KVBlocks), MaxBatchedTokens: uint64(w.BatchTokens), Role: string(w.Role),
 		BootstrapPort: w.BootstrapPort}
 }

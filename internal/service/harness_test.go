@@ -68,6 +68,8 @@ type rigOpt struct {
 	// speaking pdProtocol.
 	prefill, decode int
 	pdProtocol      string
+	// models, when set, makes a mixed fleet (FleetConfig.Models).
+	models []FleetModel
 }
 
 func newRig(t *testing.T, o rigOpt) *rig {
@@ -93,6 +95,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	fc.Logger = log.With("side", "mock")
 	fc.Plane = o.plane
 	fc.PrefillWorkers, fc.DecodeWorkers, fc.PDProtocol = o.prefill, o.decode, o.pdProtocol
+	fc.Models = o.models
 	cfg := config.Default()
 	// The default event plane (embedded NATS, on a free port): the engines'
 	// own ZMQ streams are read under it as under --event-plane none.
@@ -316,7 +319,7 @@ func (r *rig) metric(name string, labels ...string) float64 {
 // noBookings checks that the router holds no request on any worker.
 func (r *rig) noBookings() (bool, string) {
 	var busy []string
-	for _, l := range r.svc.Router().Loads() {
+	for _, l := range r.svc.Pools().Loads() {
 		if l.ActiveRequests != 0 {
 			busy = append(busy, l.Worker.String())
 		}

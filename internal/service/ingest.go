@@ -52,6 +52,9 @@ func (a applier) ApplyEvent(ev kvevent.Event) error {
 	a.count.Add(1)
 	err := a.router.ApplyEvent(ev)
 	a.workers.touched(ev.Worker.ID)
+	if ev.LoRAName != "" && a.workers.adapters != nil {
+		a.workers.adapters.note(ev.Worker.ID, ev.LoRAName)
+	}
 	return err
 }
 

@@ -112,7 +112,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(indexDroppedDesc, is.Evicted, "evicted")
 	counter(indexDroppedDesc, is.Expired, "expired")
 	counter(indexDroppedDesc, is.Pruned, "pruned")
-	rs := c.s.router.Stats()
+	rs := c.s.pools.Stats()
 	counter(routerRoutedDesc, rs.Routed)
 	counter(routerRejectedDesc, rs.Rejected)
 	counter(routerExpiredDesc, rs.Sequences.Expired)

@@ -211,17 +211,18 @@ func (s *Service) onNote(n fleet.Notification) {
 		s.log.Debug("registered worker added", "worker", rec.Name, "worker_id", uint64(rec.ID), "url", rec.URL, "events", string(rec.Events.Kind))
 	case fleet.Removed:
 		s.notifyPlane(n) // drops its blocks first
-		if err := s.router.RemoveWorker(rec.ID); err != nil {
+		if err := s.pools.RemoveWorker(rec.ID); err != nil {
 			s.log.Warn("removing worker", "worker", rec.Name, "err", err)
 		}
 		s.workers.remove(rec.ID)
+		s.adapters.forget(rec.ID)
 		s.log.Info("worker deregistered or expired: removed, its blocks dropped", "worker", rec.Name, "worker_id", uint64(rec.ID))
 		return
 	case fleet.Updated:
 		// Capacity, ranks or URL may have changed; the event source is
 		// the one the worker was added with.
 		src, _ := s.sourceOf(rec, n.Worker.Origin)
-		if err := s.router.AddWorker(workerInfo(rec, src)); err != nil {
+		if err := s.pools.AddWorker(rec.Model, workerInfo(rec, src)); err != nil {
 			s.log.Warn("updated worker record not applied", "worker", rec.Name, "err", err)
 		}
 		s.workers.updated(rec)

@@ -51,13 +51,18 @@ type Service struct {
 	reg   *prometheus.Registry
 	clock func() time.Time
 
-	idx     *liveindex.Index
-	router  *router.Router
-	dir     *fleet.Directory
-	workers *workerSet
-	front   *frontend.Frontend
-	ranks   []*rankState
-	zm      *vllmzmq.Metrics
+	idx *liveindex.Index
+	// pools routes every model (one router core per model); router is
+	// the default model's, which replica sync shares with peers.
+	pools    *router.Pools
+	router   *router.Router
+	catalog  *catalog
+	adapters *adapterSet
+	dir      *fleet.Directory
+	workers  *workerSet
+	front    *frontend.Frontend
+	ranks    []*rankState
+	zm       *vllmzmq.Metrics
 
 	// The event plane (see plane.go); each nil when not configured.
 	bus         *natsbus.Bus
@@ -103,6 +108,9 @@ func New(cfg config.Config, o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.catalog, err = loadCatalog(cfg); err != nil {
+		return nil, err
+	}
 	if f := cfg.Frontend; f.TLSCertFile != "" {
 		if _, err := tls.LoadX509KeyPair(f.TLSCertFile, f.TLSKeyFile); err != nil {
 			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
@@ -145,7 +153,7 @@ func (s *Service) buildDirectory() ([]fleet.Notification, error) {
 	if err != nil {
 		return nil, fmt.Errorf("static workers: %w", err)
 	}
-	expect := fleet.Expect{BlockSize: s.cfg.BlockSize, Hash: fleet.DefaultHashContract(), Takeover: s.cfg.EventPlane.Registry.TTL / 2}
+	expect := fleet.Expect{BlockSize: s.cfg.BlockSize, Model: s.cfg.Model, Hash: fleet.DefaultHashContract(), Takeover: s.cfg.EventPlane.Registry.TTL / 2}
 	dir, notes, err := fleet.NewDirectory(expect, recs, s.log, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("building the worker directory: %w", err)
@@ -195,10 +203,14 @@ func (s *Service) buildCore() error {
 	if s.cfg.EventPlane.ReplicaSync && rc.RouterID == 0 {
 		rc.RouterID = replica.NewRouterID()
 	}
-	if s.router, err = router.New(rc, s.idx, s.clock, nil); err != nil {
+	if s.pools, err = router.NewPools(s.cfg.Model, rc, s.idx, s.clock, nil); err != nil {
 		return fmt.Errorf("building the router: %w", err)
 	}
-	s.workers = newWorkerSet(s.dir, s.router, s.clock, s.log, s.cfg.Events.SilentAfter)
+	s.router, _ = s.pools.Pool("")
+	s.adapters = newAdapterSet()
+	s.catalog.bind(s.pools, s.dir, s.adapters)
+	s.workers = newWorkerSet(s.dir, s.pools, s.clock, s.log, s.cfg.Events.SilentAfter)
+	s.workers.adapters = s.adapters
 	if s.zm, err = vllmzmq.NewMetrics(s.reg); err != nil {
 		return fmt.Errorf("registering event metrics: %w", err)
 	}
@@ -248,7 +260,7 @@ func (s *Service) prepareEvents(notes []fleet.Notification) error {
 func (s *Service) buildFront(model Model) error {
 	var err error
 	s.front, err = frontend.New(s.cfg.FrontendConfig(), frontend.Deps{
-		Router: s.router, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template,
+		Router: s.pools, Directory: s.workers, Tokenizer: model.Tokenizer, ChatTemplate: model.Template, Models: s.catalog,
 		Index: s.idx, Registry: s.reg, Logger: s.log, Clock: s.clock, Ready: s.Ready,
 	})
 	if err != nil {
@@ -290,10 +302,11 @@ func (s *Service) addWorker(rec fleet.WorkerRecord, origin fleet.Origin) error {
 	if why != "" {
 		s.log.Warn("worker declares KV events this router does not read: routed in approximate mode", "worker", rec.Name, "reason", why)
 	}
-	if err := s.router.AddWorker(workerInfo(rec, src)); err != nil {
+	if err := s.pools.AddWorker(rec.Model, workerInfo(rec, src)); err != nil {
 		return fmt.Errorf("worker %q: %w", rec.Name, err)
 	}
 	w := s.workers.add(rec, src)
+	s.adapters.kick(rec.ID)
 	if src != sourceEngine {
 		return nil
 	}
@@ -430,6 +443,9 @@ func (s *Service) startBackground(bg context.Context, wg *sync.WaitGroup, fatal 
 	if s.cfg.Events.HealthInterval > 0 {
 		wg.Go(func() { s.healthLoop(bg) })
 	}
+	if s.cfg.Events.LoRARefresh > 0 {
+		wg.Go(func() { s.adapterLoop(bg) })
+	}
 	return nil
 }
 
@@ -471,7 +487,7 @@ func (s *Service) drain(srv *frontend.Server, errc chan error) error {
 // the peers' bookings too).
 func (s *Service) inFlight() int {
 	n := 0
-	for _, l := range s.router.Loads() {
+	for _, l := range s.pools.Loads() {
 		n += l.ActiveRequests
 	}
 	return n
@@ -541,8 +557,11 @@ func (s *Service) Ready() error {
 // Handler returns the front door's HTTP handler (what Run serves).
 func (s *Service) Handler() http.Handler { return s.front.Handler() }
 
-// Router returns the router core.
+// Router returns the default model's router core.
 func (s *Service) Router() *router.Router { return s.router }
+
+// Pools returns the router cores of every model.
+func (s *Service) Pools() *router.Pools { return s.pools }
 
 // Index returns the prefix index.
 func (s *Service) Index() *liveindex.Index { return s.idx }
@@ -569,7 +588,7 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if freed := s.router.Sweep(); len(freed) > 0 {
+			if freed := s.pools.Sweep(); len(freed) > 0 {
 				s.log.Warn("freed expired bookings (a Free was lost)", "count", len(freed))
 			}
 		}
@@ -588,7 +607,7 @@ func (s *Service) silenceLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			active := map[kvevent.WorkerID]int{}
-			for _, l := range s.router.Loads() {
+			for _, l := range s.pools.Loads() {
 				active[l.Worker.ID] += l.ActiveRequests
 			}
 			s.workers.checkSilence(active, s.clock())

@@ -24,7 +24,10 @@ type eventRouter interface {
 	SetDown(id kvevent.WorkerID, down bool) bool
 }
 
-var _ eventRouter = (*router.Router)(nil)
+var (
+	_ eventRouter = (*router.Router)(nil)
+	_ eventRouter = (*router.Pools)(nil)
+)
 
 // workerSet owns every worker's state. It turns what the event
 // subscribers, the silence watchdog and the health prober observe into one
@@ -48,6 +51,9 @@ type workerSet struct {
 	live sync.Map
 	// ingested counts the KV events each transport handed in (applier).
 	ingested [numTransports]atomic.Uint64
+	// adapters learns the LoRA adapters named by the workers' KV events;
+	// nil learns nothing.
+	adapters *adapterSet
 }
 
 // workerState is what the service tracks about one worker beyond its

@@ -238,7 +238,7 @@ func (d *Decoder) stored(e *BlockStored) (kvevent.Event, Reason, string) {
 	}
 	seed := kvhash.SaltedSeed(lora, salt)
 
-	ev := kvevent.Event{Worker: d.cfg.Worker, Tier: tier(e.Medium), Kind: kvevent.Stored,
+	ev := kvevent.Event{Worker: d.cfg.Worker, Tier: tier(e.Medium), Kind: kvevent.Stored, LoRAName: loraName(e),
 		HasParent: hasParent, Parent: parent, Blocks: make([]kvevent.Block, n)}
 	for i := range n {
 		blk := toks[i*bs : (i+1)*bs]
@@ -285,3 +285,12 @@ func duplicate(ids []uint64) (uint64, bool) {
 }
 
 func isTooLarge(err error) bool { return errors.Is(err, ErrTooLarge) }
+
+// loraName is the event's adapter name as vLLM sent it ("" for none, or
+// for the deprecated id alone: no name to route by).
+func loraName(e *BlockStored) string {
+	if e.LoRAName == nil {
+		return ""
+	}
+	return *e.LoRAName
+}

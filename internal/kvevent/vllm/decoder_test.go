@@ -77,12 +77,12 @@ func TestDecodeWorkedHashes(t *testing.T) {
 	saltedChildLocal := kvhash.LocalHash(seq(4, 4), kvhash.SaltedSeed("adapter-a", "tenant-a"))
 	want := []kvevent.Event{
 		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 10, LocalHash: local0}, {EngineHash: 11, LocalHash: local1}}},
-		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: loraLocal0}}},
-		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: loraNSLocal0}}},
-		{Worker: w, Kind: kvevent.Stored, HasParent: true, Parent: 2, Blocks: []kvevent.Block{{EngineHash: 3, LocalHash: saltedChildLocal}}},
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 1, LocalHash: loraLocal0}}, LoRAName: "adapter-a"},
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 2, LocalHash: loraNSLocal0}}, LoRAName: "adapter-a"},
+		{Worker: w, Kind: kvevent.Stored, HasParent: true, Parent: 2, Blocks: []kvevent.Block{{EngineHash: 3, LocalHash: saltedChildLocal}}, LoRAName: "adapter-a"},
 		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 4, LocalHash: mm42Local0}}},
 		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 5, LocalHash: local0}}},
-		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 6, LocalHash: loraNSLocal0}}},
+		{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 6, LocalHash: loraNSLocal0}}, LoRAName: "adapter-a"},
 		{Worker: w, Tier: kvevent.TierHostPinned, Kind: kvevent.Removed, Removed: []uint64{11}},
 		{Worker: w, Kind: kvevent.Cleared},
 	}
@@ -100,7 +100,7 @@ func TestDecodeWorkedHashes(t *testing.T) {
 		if f.Encoding == EncodingArray {
 			// The array form has no cache_salt field: SGLang's salt is lost.
 			wantF = append([]kvevent.Event(nil), want...)
-			wantF[6] = kvevent.Event{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 6, LocalHash: loraLocal0}}}
+			wantF[6] = kvevent.Event{Worker: w, Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: 6, LocalHash: loraLocal0}}, LoRAName: "adapter-a"}
 		}
 		if diff := cmp.Diff(wantF, res.Events); diff != "" {
 			t.Errorf("%v: (-want +got)\n%s", f.Encoding, diff)

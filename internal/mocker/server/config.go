@@ -20,6 +20,11 @@ type Config struct {
 	// ServedModelName is the name clients use; empty means Model
 	// (--served-model-name).
 	ServedModelName string
+	// LoRAAdapters are the LoRA adapters the worker has loaded
+	// (--lora-adapters): listed on /v1/models with the served model as
+	// parent, accepted as a request's model, their blocks hashed apart
+	// and their KV events carrying the adapter's name. Default none.
+	LoRAAdapters []string
 	// Engine configures every rank's engine core.
 	Engine mocker.Config
 	// DataParallelSize is the number of engine ranks (--data-parallel-size).
@@ -100,6 +105,13 @@ func (c Config) Validate() error {
 	if err := c.Disagg.normal().validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	seen := map[string]bool{c.servedName(): true}
+	for _, a := range c.LoRAAdapters {
+		if a == "" || len(a) > 256 || seen[a] {
+			return bad("LoRA adapter %q: empty, longer than 256 bytes, repeated or the served model's name", a)
+		}
+		seen[a] = true
+	}
 	switch {
 	case c.Model == "":
 		return bad("model name is empty")
@@ -117,6 +129,16 @@ func (c Config) Validate() error {
 		return bad("negative fault setting")
 	}
 	return nil
+}
+
+// adapter reports whether name is one of the loaded LoRA adapters.
+func (c Config) adapter(name string) bool {
+	for _, a := range c.LoRAAdapters {
+		if a == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (c Config) servedName() string {

@@ -67,6 +67,7 @@ type commonRequest struct {
 	N                *int           `json:"n"`
 	DPRank           *int           `json:"data_parallel_rank"`
 	pdFields
+	CacheSalt *string `json:"cache_salt"`
 }
 
 type completionRequest struct {
@@ -160,8 +161,12 @@ func (w *Worker) decodeBody(rw http.ResponseWriter, req *http.Request, v any) bo
 // checkCommon validates the shared fields and returns max tokens (def when
 // unset) and the requested rank (-1: any).
 func (w *Worker) checkCommon(rw http.ResponseWriter, req *http.Request, c *commonRequest, def int) (int, int, bool) {
-	if c.Model != "" && c.Model != w.cfg.servedName() {
+	if c.Model != "" && c.Model != w.cfg.servedName() && !w.cfg.adapter(c.Model) {
 		writeError(rw, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", c.Model))
+		return 0, 0, false
+	}
+	if c.CacheSalt != nil && *c.CacheSalt == "" {
+		writeError(rw, http.StatusBadRequest, "Parameter 'cache_salt' must be a non-empty string if provided.")
 		return 0, 0, false
 	}
 	if c.N != nil && *c.N != 1 {
@@ -440,6 +445,12 @@ func (w *Worker) generate(rw http.ResponseWriter, req *http.Request, c *commonRe
 			maxTok = 1 // an SGLang prefill server only prefills
 		}
 	}
+	if w.cfg.adapter(c.Model) {
+		g.lora = c.Model
+	}
+	if c.CacheSalt != nil {
+		g.salt = *c.CacheSalt
+	}
 	if err := g.submit(req.Context(), prompts, maxTok); err != nil {
 		writeError(rw, http.StatusServiceUnavailable, "worker unavailable: "+err.Error())
 		return
@@ -492,6 +503,8 @@ type generation struct {
 	choices []*choiceState
 	chat    bool
 	pd      pdPlan
+	lora    string // the LoRA adapter, "" for the base model
+	salt    string // the cache_salt, "" for none
 
 	// Set by start.
 	sse        *sseWriter // nil when the answer is sent whole
@@ -505,7 +518,7 @@ type generation struct {
 func (g *generation) submit(ctx context.Context, prompts [][]uint32, maxTok int) error {
 	g.choices = make([]*choiceState, len(prompts))
 	for i, p := range prompts {
-		id, st, err := g.w.submit(ctx, g.rank, mocker.Request{Tokens: p, MaxTokens: maxTok, Hold: g.pd.hold, Remote: g.pd.remote}, g.notify)
+		id, st, err := g.w.submit(ctx, g.rank, mocker.Request{Tokens: p, MaxTokens: maxTok, Hold: g.pd.hold, Remote: g.pd.remote, LoRA: g.lora, CacheSalt: g.salt}, g.notify)
 		if err != nil {
 			for _, ch := range g.choices[:i] {
 				g.w.abort(g.rank, ch.id)
@@ -691,10 +704,15 @@ func (s *sseWriter) done() {
 }
 
 func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+	data := []any{map[string]any{
 		"id": w.cfg.servedName(), "object": "model", "created": w.started.Unix(), "owned_by": "vllm",
 		"root": w.cfg.Model, "parent": nil, "max_model_len": w.cfg.maxModelLen(),
-	}}})
+	}}
+	for _, a := range w.cfg.LoRAAdapters { // as vLLM lists loaded adapters
+		data = append(data, map[string]any{"id": a, "object": "model", "created": w.started.Unix(), "owned_by": "vllm",
+			"root": a, "parent": w.cfg.servedName(), "max_model_len": w.cfg.maxModelLen()})
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
@@ -707,7 +725,7 @@ func (w *Worker) handleTokenize(rw http.ResponseWriter, req *http.Request) {
 	if !w.decodeBody(rw, req, &body) {
 		return
 	}
-	if body.Model != "" && body.Model != w.cfg.servedName() {
+	if body.Model != "" && body.Model != w.cfg.servedName() && !w.cfg.adapter(body.Model) {
 		writeError(rw, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", body.Model))
 		return
 	}

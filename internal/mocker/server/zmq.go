@@ -163,6 +163,17 @@ func rawEvent(e mocker.Event) vllm.RawEvent {
 		if e.HasParent {
 			s.ParentBlockHash = vllm.UintHash(e.Parent)
 		}
+		if e.LoRAName != "" {
+			// vLLM: the adapter's name, and first in every block's extra keys.
+			s.LoRAName = vllm.Str(e.LoRAName)
+			for i := range s.ExtraKeys {
+				s.ExtraKeys[i] = vllm.ExtraKey{e.LoRAName}
+			}
+		}
+		if e.CacheSalt != "" && !e.HasParent && len(s.ExtraKeys) > 0 {
+			// vLLM: the salt ends the first block's extra keys only.
+			s.ExtraKeys[0] = append(s.ExtraKeys[0], e.CacheSalt)
+		}
 		return s
 	case kvevent.Removed:
 		return vllm.BlockRemoved{BlockHashes: hashes(e.Hashes), Medium: medium(e.Tier), GroupIdx: vllm.Int(0)}
