@@ -218,6 +218,10 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 		rcfg.Policy = "kv" // the router only books; the sim picks the worker
 	}
 	rcfg.BlockSize = cfg.Engine.BlockSize
+	if cfg.PrefillWorkers > 0 {
+		// kv-time predicts a decode hop's transfer as the engines model it.
+		rcfg.KVTime.TransferBandwidth, rcfg.KVTime.KVBytesPerToken = cfg.Engine.KVTransferBandwidth, cfg.Engine.KVBytesPerToken
+	}
 	x, err := index.New(index.DefaultConfig())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("building index: %w", err)
