@@ -466,4 +466,3 @@ func (f *Frontend) observePrefill(ex *exchange, pre *prefillHop, ttft time.Durat
 		TTFT:                ttft,
 	}, f.clock())
 }
-
