@@ -235,21 +235,54 @@ func (c *cluster) checkHolds(t *testing.T, stats *counters) {
 			return
 		}
 	}
-	start := time.Now()
-	poll.UntilState(t, pdHoldTimeout+10*time.Second, func() (bool, string) {
-		for _, w := range prefills {
-			n, err := w.heldRequests(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			if n > 0 || w.holds() > 0 {
-				return false, fmt.Sprintf("%s keeps blocks for %d finished requests (%d holds) %v after the orphans",
-					w.name, n, w.holds(), time.Since(start).Round(time.Millisecond))
-			}
-		}
-		return true, ""
-	}, "every prefill worker freed every kept prefill after the hold timeout")
+	poll.UntilState(t, pdHoldTimeout+10*time.Second, func() (bool, string) { return c.holdsFreed(ctx) },
+		"every prefill worker freed every kept prefill after the hold timeout")
 	stats.add("orphaned prefills freed by the hold timeout", len(prefills))
+}
+
+// holdsFreed reports whether no prefill worker's engines keep blocks for
+// a finished request and no table keeps a hold.
+func (c *cluster) holdsFreed(ctx context.Context) (bool, string) {
+	for _, w := range c.byRole(fleet.RolePrefill) {
+		n, err := w.heldRequests(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if h := w.holds(); n > 0 || h > 0 {
+			return false, fmt.Sprintf("%s keeps blocks for %d finished requests (%d holds)", w.name, n, h)
+		}
+	}
+	return true, ""
+}
+
+// TestHoldCheckCanFail is the PD invariant's negative control: a prefill
+// nobody pulls is reported kept until its hold timeout frees it.
+func TestHoldCheckCanFail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet")
+	}
+	c, err := newCluster(clusterConfig{workers: 3, routers: 1, kvBlocks: 160, seed: 11, dataDir: t.TempDir(),
+		pd: &pdConfig{prefill: 1, protocol: server.ProtocolVLLM}}, &logBuf{}, newCounters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	poll.UntilState(t, 15*time.Second, func() (bool, string) { return c.ready() }, "routers ready")
+	ctx := t.Context()
+	if ok, detail := c.holdsFreed(ctx); !ok {
+		t.Fatalf("a fresh fleet keeps blocks: %s", detail)
+	}
+	start := time.Now()
+	if err := c.workers[0].orphanPrefill(ctx, prompts(1, 11)[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := c.holdsFreed(ctx); ok && time.Since(start) < pdHoldTimeout {
+		t.Fatal("an unpulled prefill's kept blocks went unnoticed")
+	}
+	poll.UntilState(t, pdHoldTimeout+10*time.Second, func() (bool, string) { return c.holdsFreed(ctx) }, "the hold timeout frees the orphan")
+	if d := time.Since(start); d < pdHoldTimeout {
+		t.Errorf("the orphan was freed after %v, before the %v hold timeout", d, pdHoldTimeout)
+	}
 }
 
 // TestChaosPDShort is the deterministic gate's disaggregated schedule:
