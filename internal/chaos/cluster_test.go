@@ -80,6 +80,9 @@ type clusterConfig struct {
 	// ttl is the workers' registration TTL on the NATS plane; 0 means
 	// registryTTL.
 	ttl time.Duration
+	// pd, when set, disaggregates the fleet (pd_test.go): the first
+	// pd.prefill workers are prefill-role mockers, the rest decode-role.
+	pd *pdConfig
 }
 
 // registryTTL is the workers' registration TTL on the NATS plane unless
@@ -149,6 +152,7 @@ type routerProc struct {
 
 	mu     sync.Mutex
 	svc    *service.Service
+	reg    *prometheus.Registry // the running process's metrics
 	cancel context.CancelFunc
 	done   chan error
 	exited atomic.Bool // Run returned without being stopped
@@ -287,6 +291,7 @@ func (w *worker) run(inner server.EventSink, rsink *server.NATSSink) error {
 	sc.Tokenizer = w.c.tok
 	sc.Logger = w.c.log.With("worker", w.name)
 	sc.Sinks = []server.EventSink{sink}
+	sc.Disagg = w.disagg()
 	srv, err := server.New(sc)
 	if err == nil && rsink != nil {
 		err = rsink.Serve(srv)
@@ -352,8 +357,9 @@ func (w *worker) setFaults(f eventFaults) {
 func (w *worker) static() fleet.StaticWorker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	role, bootstrap := w.role()
 	return fleet.StaticWorker{Name: w.name, URL: "http://" + w.proxy.addr(), Events: w.events, Replay: w.replay,
-		Topic: "kv-events", BlockSize: blockSize, KVBlocks: uint64(w.c.cfg.kvBlocks)}
+		Topic: "kv-events", BlockSize: blockSize, KVBlocks: uint64(w.c.cfg.kvBlocks), Role: string(role), BootstrapPort: bootstrap}
 }
 
 // truth is the engine's cached block multiset (its local indexer).
@@ -445,6 +451,9 @@ func (r *routerProc) start() error {
 		cfg.EventPlane.ReplicaSync = r.c.cfg.replicaSync
 		cfg.Router.ID = uint64(r.k + 1) // a durable consumer per router, kept across its restarts
 	}
+	if pd := r.c.cfg.pd; pd != nil {
+		cfg.Frontend.PD.Protocol = pd.protocol
+	}
 	cfg.Router.Seed = r.c.cfg.seed + uint64(r.k)
 	cfg.Events.HealthInterval = 100 * time.Millisecond
 	cfg.Events.HealthTimeout = 500 * time.Millisecond
@@ -454,7 +463,8 @@ func (r *routerProc) start() error {
 	cfg.Frontend.ShutdownTimeout = 2 * time.Second
 	cfg.Frontend.DialTimeout = 500 * time.Millisecond
 	log := r.c.log.With("router", r.k)
-	svc, err := service.New(cfg, service.Options{Logger: log, Registry: prometheus.NewRegistry()})
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(cfg, service.Options{Logger: log, Registry: reg})
 	if err != nil {
 		return fmt.Errorf("router %d: %w", r.k, err)
 	}
@@ -499,7 +509,7 @@ func (r *routerProc) start() error {
 	}()
 	r.mu.Lock()
 	r.addr = ln.Addr().String()
-	r.svc, r.cancel, r.done = svc, cancel, done
+	r.svc, r.cancel, r.done, r.reg = svc, cancel, done, reg
 	r.mu.Unlock()
 	return nil
 }

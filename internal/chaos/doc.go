@@ -14,6 +14,8 @@
 //     or NATS stayed down past it) logged the worker's removal, even though
 //     the worker registered again (issue 10; counted from the routers'
 //     logs, which expose no removal metric);
+//   - in a disaggregated fleet (pd_test.go), no prefill worker keeps
+//     blocks for a finished request once its hold timeout has passed;
 //   - no goroutine outlives the suite (goleak) and nothing panics.
 //
 // Why a package of its own: the faults cut across every component (engine

@@ -98,6 +98,7 @@ func (w *worker) register() error {
 	rec := fleet.WorkerRecord{ID: kvevent.WorkerID(w.id), Name: w.name, Model: modelName, URL: url, BlockSize: blockSize,
 		DPSize: 1, KVCapacityBlocks: uint64(w.c.cfg.kvBlocks), Events: fleet.EventSource{Kind: fleet.EventsNATS},
 		Hash: fleet.DefaultHashContract(), RegisteredBy: "chaos"}
+	rec.Role, rec.BootstrapPort = w.role()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -61,6 +61,8 @@ type schedule struct {
 	clients int
 	// nats, durable, replica: the routers' event plane (see clusterConfig).
 	nats, durable, replica bool
+	// pd, when set, disaggregates the fleet (pd_test.go).
+	pd *pdConfig
 }
 
 func newSchedule(seed uint64, steps int) schedule {
@@ -81,6 +83,9 @@ func (s schedule) String() string {
 	plane := "engine ZMQ"
 	if s.nats {
 		plane = fmt.Sprintf("NATS (durable %v, replica sync %v)", s.durable, s.replica)
+	}
+	if s.pd != nil {
+		plane += ", " + s.pd.String()
 	}
 	return fmt.Sprintf("%d workers, %d routers, %d clients, %s", s.workers, s.routers, s.clients, plane)
 }
@@ -116,7 +121,7 @@ func runSchedule(t *testing.T, s schedule) result {
 			}
 		}()
 		c, err := newCluster(clusterConfig{workers: s.workers, routers: s.routers, kvBlocks: 160, seed: s.seed,
-			dataDir: t.TempDir(), nats: s.nats, durable: s.durable, replicaSync: s.replica}, logs, stats)
+			dataDir: t.TempDir(), nats: s.nats, durable: s.durable, replicaSync: s.replica, pd: s.pd}, logs, stats)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,8 +149,16 @@ func runSchedule(t *testing.T, s schedule) result {
 			if f >= faultNATSRestart && !s.nats {
 				f = faultEvents
 			}
-			c.log.Info("CHAOS step", "step", step, "fault", faultNames[f])
-			if err := c.inject(ctx, f, rng, stalls, stats); err != nil {
+			var err error
+			if pf, ok := s.pd.forced(step, s.nats); ok {
+				f = pf.fault
+				c.log.Info("CHAOS step", "step", step, "fault", faultNames[f], "target", pf.role)
+				err = c.injectPD(ctx, pf, rng, stalls, stats)
+			} else {
+				c.log.Info("CHAOS step", "step", step, "fault", faultNames[f])
+				err = c.inject(ctx, f, rng, stalls, stats)
+			}
+			if err != nil {
 				t.Fatalf("step %d (%s): %v", step, faultNames[f], err)
 			}
 			stats.add("fault: "+faultNames[f], 1)
@@ -171,6 +184,9 @@ func runSchedule(t *testing.T, s schedule) result {
 		var errs []string
 		res.convergedMS, outs, errs = checkHealed(t, c, l, s.seed, stats)
 		halted = true
+		if s.pd != nil {
+			c.checkHolds(t, stats)
+		}
 		res.faults, res.requests = stats.snapshot(), outs
 		t.Logf("seed %d: %v; converged %d ms after heal; requests %v; %v; first errors: %s",
 			s.seed, s, res.convergedMS, outs, stats.snapshot(), strings.Join(errs, " | "))

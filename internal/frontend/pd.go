@@ -322,6 +322,7 @@ func (f *Frontend) startPrefill(rw http.ResponseWriter, r *http.Request, ex *exc
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.PD.PrefillTimeout)
 	defer cancel()
+	sent := f.clock()
 	answer, fl, resp := f.prefillRequest(ctx, ex, pre, body)
 	pre.free()
 	if fl != nil {
@@ -331,6 +332,7 @@ func (f *Frontend) startPrefill(rw http.ResponseWriter, r *http.Request, ex *exc
 		f.relayClientError(rw, ex, resp, answer)
 		return nil, nil, true
 	}
+	f.observePrefill(ex, pre, f.clock().Sub(sent))
 	var a struct {
 		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	}
@@ -448,4 +450,24 @@ func (f *Frontend) planPD(tokens []uint32, expected int) (router.Decision, *pdJS
 	}
 	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, ExpectedOutputTokens: expected, Phase: phase})
 	return d, p, err
+}
+
+// observePrefill teaches the prefill worker's time model a vLLM prefill
+// hop's time to first token: the answer of a one-token, unstreamed
+// request comes right after its first token. (An SGLang prefill answers
+// on its own schedule beside the decode hop, so it teaches nothing.)
+func (f *Frontend) observePrefill(ex *exchange, pre *prefillHop, ttft time.Duration) {
+	d := pre.d
+	if ttft <= 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return
+	}
+	row := d.ChosenRow()
+	f.router.Observe(d.Worker, router.Sample{
+		PromptTokens:        len(ex.tokens),
+		CachedTokens:        d.OverlapBlocks * f.blockSize,
+		QueuedPrefillTokens: row.ActivePrefillTokens,
+		ActiveRequests:      row.ActiveRequests,
+		ActiveBlocks:        row.ActiveBlocks,
+		TTFT:                ttft,
+	}, f.clock())
 }

@@ -11,12 +11,14 @@ type predictionJSON struct {
 	QueueS   float64 `json:"queue_s"`
 	PrefillS float64 `json:"prefill_s"`
 	LoadS    float64 `json:"load_s"`
-	KVWaitS  float64 `json:"kv_wait_s"`
-	KVPressS float64 `json:"kv_pressure_s"`
-	TTFTS    float64 `json:"ttft_s"`
-	DecodeS  float64 `json:"decode_s"`
-	TotalS   float64 `json:"total_s"`
-	Error    float64 `json:"model_error"`
+	// TransferS is a decode hop's KV transfer from the prefill worker.
+	TransferS float64 `json:"transfer_s,omitempty"`
+	KVWaitS   float64 `json:"kv_wait_s"`
+	KVPressS  float64 `json:"kv_pressure_s"`
+	TTFTS     float64 `json:"ttft_s"`
+	DecodeS   float64 `json:"decode_s"`
+	TotalS    float64 `json:"total_s"`
+	Error     float64 `json:"model_error"`
 }
 
 // predictionOf renders an eligible row's prediction under kv-time; nil
@@ -26,7 +28,7 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 		return nil
 	}
 	p := c.Prediction
-	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total, Error: p.Error}
+	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, TransferS: p.Transfer, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total, Error: p.Error}
 }
 
 // timeModelJSON is one rank's fitted time model (/v1/workers): the

@@ -42,6 +42,10 @@ func (e *Engine) Release(id uint64) bool {
 	return true
 }
 
+// HeldRequests returns how many finished requests keep their blocks for
+// a decode worker.
+func (e *Engine) HeldRequests() int { return len(e.held) }
+
 func (e *Engine) releaseHeld() {
 	for id := range e.held {
 		e.Release(id)

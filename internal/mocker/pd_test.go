@@ -26,8 +26,14 @@ func TestHoldAndRelease(t *testing.T) {
 	if used := e.Stats().UsedBlocks; used != 5 {
 		t.Fatalf("%d blocks in use while held, want 5", used)
 	}
+	if n := e.HeldRequests(); n != 1 {
+		t.Fatalf("HeldRequests = %d while held, want 1", n)
+	}
 	if !e.Release(1) || e.Release(1) {
 		t.Fatal("Release: want true once, then false")
+	}
+	if n := e.HeldRequests(); n != 0 {
+		t.Fatalf("HeldRequests = %d after release, want 0", n)
 	}
 	if used := e.Stats().UsedBlocks; used != 0 {
 		t.Fatalf("%d blocks in use after release, want 0", used)

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
 // Role is a worker's part in a disaggregated (prefill/decode) fleet.
@@ -58,6 +59,17 @@ func (p Phase) String() string {
 		return "decode"
 	}
 	return "whole"
+}
+
+// hop is the phase as the scheduler's kv-time policy knows it.
+func (p Phase) hop() scheduler.Hop {
+	switch p {
+	case PhasePrefill:
+		return scheduler.HopPrefill
+	case PhaseDecode:
+		return scheduler.HopDecode
+	}
+	return scheduler.HopWhole
 }
 
 // serves reports whether a worker of role r may take phase p.

@@ -2,9 +2,11 @@ package router
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 // TestPhases: workers 1 and 2 prefill, 3 and 4 decode. Prefill hops go to
@@ -117,5 +119,52 @@ func TestPhaseLifecycle(t *testing.T) {
 	}
 	if la, lb := a.Loads(), b.Loads(); len(la) != 2 || la[0] != lb[0] || la[1] != lb[1] {
 		t.Errorf("loads differ: %+v vs %+v", la, lb)
+	}
+}
+
+// TestKVTimeHops: under kv-time the router tells the policy which hop it
+// routes. A decode hop of a prompt worker 3 holds only half of is priced
+// with the transfer of the other half and no prefill of it; a prefill hop
+// carries no decode term; a whole request no transfer.
+func TestKVTimeHops(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy = "kv-time"
+	r, err := New(cfg, serialIndex(t), fixedClock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, role := range map[kvevent.WorkerID]Role{1: RolePrefill, 3: RoleDecode} {
+		if err := r.AddWorker(WorkerInfo{ID: id, BlockSize: cfg.BlockSize, Role: role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := tokens(1, 0, 2048, 2048)
+	ev, _ := storeEvent(kvevent.WorkerRank{ID: 3}, toks[:1024], cfg.BlockSize, 0)
+	if err := r.ApplyEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Plan(Request{ID: "d", Tokens: toks, Phase: PhaseDecode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.ChosenRow().Prediction
+	kt := cfg.KVTime
+	want := timemodel.TransferSeconds(1024, kt.KVBytesPerToken, kt.TransferBandwidth)
+	if d.Worker.ID != 3 || !(p.Transfer > 0) || math.Abs(p.Transfer-want) > 1e-12 || p.Load != 0 {
+		t.Fatalf("decode hop on %v: %+v, want the transfer of 1,024 uncached tokens (%v s)", d.Worker, p, want)
+	}
+	d, err = r.Plan(Request{ID: "p", Tokens: toks, Phase: PhasePrefill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := d.ChosenRow().Prediction; d.Worker.ID != 1 || p.Transfer != 0 || p.Decode != 0 || p.KVPressure != 0 || p.Total != p.TTFT || !(p.Prefill > 0) {
+		t.Fatalf("prefill hop on %v: %+v, want a prefill and nothing else", d.Worker, p)
+	}
+	d, err = r.Plan(Request{ID: "w", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := d.ChosenRow().Prediction; d.Worker.ID != 3 || p.Transfer != 0 || !(p.Prefill > 0) {
+		t.Fatalf("whole request on %v: %+v, want a prefill and no transfer", d.Worker, p)
 	}
 }

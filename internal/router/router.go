@@ -310,6 +310,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		DPRankStart:    req.DPRankStart,
 		DPRankSize:     req.DPRankSize,
 		Now:            now,
+		Hop:            req.Phase.hop(),
 	}, cands, r.rng)
 	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
 	if err != nil {

@@ -41,19 +41,24 @@ type Prediction struct {
 	Prefill float64
 	// Load is the time to bring its host- and disk-tier blocks back.
 	Load float64
+	// Transfer, on a decode hop, is the time to receive the prompt's
+	// blocks the worker rank does not hold on device from the prefill
+	// worker (KVTimeConfig.TransferBandwidth); 0 on other hops.
+	Transfer float64
 	// KVWait is the time until the worker rank's running requests free
 	// the KV blocks this one needs beyond its capacity (0 when it fits).
 	KVWait float64
 	// KVPressure is the congestion price of the KV blocks this request
 	// adds there (not part of TTFT): see KVTime.kvPressure.
 	KVPressure float64
-	// TTFT is Queue + Prefill + Load + KVWait, the predicted time to first
-	// token.
+	// TTFT is Queue + Transfer + Prefill + Load + KVWait, the predicted
+	// time to first token.
 	TTFT float64
 	// Decode is the decode term: the weighted delay its prefill adds to
 	// the worker rank's running decodes.
 	Decode float64
-	// Total is TTFT + KVPressure + Decode, what the policy minimises.
+	// Total is TTFT + KVPressure + Decode, what the policy minimises; on
+	// a prefill hop TTFT alone (see KVTime.predict).
 	Total float64
 	// Error is the model's typical relative error of a TTFT there.
 	Error float64
@@ -81,6 +86,10 @@ type KVTimeConfig struct {
 	// second. Default timemodel.DefaultTransferBandwidth (the mocker's
 	// only transfer figure).
 	DiskBandwidth float64
+	// TransferBandwidth is the prefill-to-decode KV transfer bandwidth in
+	// bytes per second, for a decode hop's Transfer (the mocker's
+	// --kv-transfer-bandwidth). Default timemodel.DefaultTransferBandwidth.
+	TransferBandwidth float64
 	// KVHeadroom is the fraction of a worker's KV blocks its engine keeps
 	// free when admitting (vLLM's watermark). Default 0.01.
 	KVHeadroom float64
@@ -89,7 +98,8 @@ type KVTimeConfig struct {
 // DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
 func DefaultKVTimeConfig() KVTimeConfig {
 	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
-		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
+		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth,
+		TransferBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
 }
 
 // Validate reports the first invalid field.
@@ -97,7 +107,7 @@ func (c KVTimeConfig) Validate() error {
 	switch {
 	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight):
 		return fmt.Errorf("%w: kv-time tolerance %v and decode weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight)
-	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
+	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !validKnob(c.TransferBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
 		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
 	}
 	return nil
@@ -147,7 +157,19 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 				}
 			}
 		}
+		if req.Hop == HopDecode {
+			row.Prediction = p.predictDecodeHop(m, c, isl, bs)
+			continue
+		}
 		row.Prediction = p.predict(m, c, isl, bs)
+		if req.Hop == HopPrefill {
+			// Nothing decodes on a prefill worker, and its blocks leave
+			// with the transfer: the booked prefill's drain and this
+			// prompt's uncached prefill (with tier loads and any wait for
+			// KV room) are the whole prediction.
+			pr := &row.Prediction
+			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT
+		}
 	}
 }
 
@@ -170,6 +192,32 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 	pr.TTFT = pr.Queue + pr.Prefill + pr.Load + pr.KVWait
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
+	}
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Error = m.PrefillError()
+	return pr
+}
+
+// predictDecodeHop predicts a decode hop: the prompt's blocks not on the
+// rank's device arrive by transfer (the mocker pulls every block its
+// device prefix lacks, tier-cached ones too, so Load stays 0), then the
+// rank computes one token, the last of the prompt, behind any prefill
+// booked there (whole requests whose prefill hop was skipped), and the
+// decode term and KV wait and pressure count as on a whole request.
+func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+	dev := min(max(c.Overlap.Device, 0)*bs, isl)
+	dec := max(c.ActiveRequests, 0)
+	own := timemodel.Job{Uncached: min(isl, 1), Decodes: dec, Chunk: c.MaxBatchedTokens}
+	all := own
+	all.Queued = c.ActivePrefillTokens
+	var pr Prediction
+	pr.Transfer = timemodel.TransferSeconds(isl-dev, p.cfg.KVBytesPerToken, p.cfg.TransferBandwidth)
+	pr.Prefill = m.PrefillSeconds(own)
+	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
+	pr.KVWait, pr.KVPressure = p.kvWait(m, c)
+	pr.TTFT = pr.Queue + pr.Transfer + pr.Prefill + pr.KVWait
+	if dec > 0 && p.cfg.DecodeWeight > 0 {
+		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill)
 	}
 	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
 	pr.Error = m.PrefillError()

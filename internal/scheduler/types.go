@@ -78,6 +78,9 @@ type Request struct {
 	// Now is the decision's time, for policies whose models age (kv-time);
 	// the zero value ages nothing.
 	Now time.Time
+	// Hop is the part of a disaggregated request being routed (hop.go);
+	// HopWhole by default.
+	Hop Hop
 }
 
 // Exclusion says why a candidate was not eligible; the empty value means it

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/mocker"
@@ -48,6 +49,8 @@ type pdFlight struct {
 	req     workload.Request
 	prefill int // the prefill engine
 	decode  int // the decode engine (its booking made with the prefill's)
+	// sent is the prefill row's load at send time, for Observe.
+	sent router.Sample
 }
 
 // issuePD issues a request in a disaggregated fleet; false when it was
@@ -81,8 +84,11 @@ func (r *run) issuePD(req workload.Request) bool {
 		r.done(1)
 		return true
 	}
-	r.flights[id] = &flight{issued: r.now, worker: d, prompt: len(req.Prompt), sentAt: r.now}
-	r.pd[id] = &pdFlight{req: req, prefill: p, decode: d}
+	pr, dr := pd.ChosenRow(), dd.ChosenRow()
+	r.flights[id] = &flight{issued: r.now, worker: d, prompt: len(req.Prompt), sentAt: r.now, sent: router.Sample{
+		QueuedPrefillTokens: dr.ActivePrefillTokens, ActiveRequests: dr.ActiveRequests, ActiveBlocks: dr.ActiveBlocks}}
+	r.pd[id] = &pdFlight{req: req, prefill: p, decode: d, sent: router.Sample{
+		QueuedPrefillTokens: pr.ActivePrefillTokens, ActiveRequests: pr.ActiveRequests, ActiveBlocks: pr.ActiveBlocks}}
 	if !r.workers[p].busy {
 		r.startStep(p)
 	}
@@ -101,6 +107,13 @@ func (r *run) prefillDone(w int, o mocker.Output) {
 	r.rt.Free(sid + "p")
 	if f := r.flights[o.ID]; f != nil {
 		f.cached = o.CachedTokens
+		// The prefill engine's first token is the hop's TTFT: its model
+		// learns from it (the decode side's first token teaches none).
+		if ttft := r.now - f.sentAt; ttft > 0 {
+			s := pf.sent
+			s.PromptTokens, s.CachedTokens, s.TTFT = len(pf.req.Prompt), o.CachedTokens, ttft
+			r.rt.Observe(workerRank(w), s, time.Unix(0, 0).Add(r.now))
+		}
 	}
 	bs := r.cfg.Engine.BlockSize
 	need := (len(pf.req.Prompt)+bs-1)/bs - r.workers[pf.decode].eng.LocalPrefix(pf.req.Prompt)

@@ -40,3 +40,37 @@ func TestDisaggregated(t *testing.T) {
 		t.Error("3 prefill + 2 decode engines accepted for 4 workers")
 	}
 }
+
+// TestDisaggregatedTimeModels: under kv-time on 2 prefill and 2 decode
+// engines, each prefill engine's model learns prefill samples only (its
+// hop's first token) and each decode engine's decode samples only (its
+// first token waited for the transfer: no prefill sample).
+func TestDisaggregatedTimeModels(t *testing.T) {
+	cfg := smallConfig()
+	cfg.PrefillWorkers, cfg.DecodeWorkers = 2, 2
+	src, err := smallWorkload()()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Run(cfg, "kv-time", src, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Result.Requests != 128 || o.Result.Failed != 0 || o.Bypassed != 0 {
+		t.Fatalf("run: %+v, bypassed %d", o.Result, o.Bypassed)
+	}
+	seen := map[int]bool{}
+	for _, m := range o.TimeModels {
+		k := int(m.Worker.ID)
+		seen[k] = true
+		switch prefill := k < 2; {
+		case prefill && (m.PrefillSamples == 0 || m.DecodeSamples != 0):
+			t.Errorf("prefill engine %d: %d prefill and %d decode samples, want some and 0", k, m.PrefillSamples, m.DecodeSamples)
+		case !prefill && (m.PrefillSamples != 0 || m.DecodeSamples == 0):
+			t.Errorf("decode engine %d: %d prefill and %d decode samples, want 0 and some", k, m.PrefillSamples, m.DecodeSamples)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("time models of %d engines, want 4: %+v", len(seen), o.TimeModels)
+	}
+}

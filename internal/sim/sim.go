@@ -218,6 +218,10 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 		rcfg.Policy = "kv" // the router only books; the sim picks the worker
 	}
 	rcfg.BlockSize = cfg.Engine.BlockSize
+	if cfg.PrefillWorkers > 0 {
+		// kv-time predicts a decode hop's transfer as the engines model it.
+		rcfg.KVTime.TransferBandwidth, rcfg.KVTime.KVBytesPerToken = cfg.Engine.KVTransferBandwidth, cfg.Engine.KVBytesPerToken
+	}
 	x, err := index.New(index.DefaultConfig())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("building index: %w", err)
@@ -498,7 +502,13 @@ func (r *run) stepEnd(w int) error {
 // booked at send time, and a TTFT or a mean inter-token time.
 func (r *run) observe(w int, f *flight, ttft, itl time.Duration) {
 	if f.remote {
-		return // a disaggregated request's TTFT is not its decode worker's alone
+		// A decode hop's first token waited for the transfer, not for a
+		// prefill there: the decode model learns from it, the prefill
+		// model does not (as at the front door).
+		ttft = 0
+		if itl <= 0 {
+			return
+		}
 	}
 	s := f.sent
 	s.PromptTokens, s.CachedTokens, s.TTFT, s.ITL = f.prompt, f.cached, ttft, itl

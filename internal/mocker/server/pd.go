@@ -447,3 +447,17 @@ func (w *Worker) stopHolds() {
 		delete(w.pd.holds, k)
 	}
 }
+
+// HeldRequests returns how many finished requests keep blocks for a
+// decode worker on the engines themselves (summed over the ranks): the
+// engines' truth, where Holds counts the worker's table. It asks every
+// rank's goroutine, so it needs a serving worker.
+func (w *Worker) HeldRequests(ctx context.Context) (int, error) {
+	n := 0
+	for _, r := range w.ranks {
+		if err := w.onRank(ctx, r, func(e *mocker.Engine) { n += e.HeldRequests() }); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
