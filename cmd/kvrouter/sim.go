@@ -25,7 +25,8 @@ cache hit ratio, TTFT, ITL and end-to-end latency in modelled time. --worker-spe
 --worker-batch-tokens and --worker-kv-blocks make the fleet heterogeneous, --worker-speed-change
 changes speeds mid-run. --grid runs kv over its cost knobs (36 settings) beside round-robin and the
 other --policy names, per scenario (--grid-fleets × --grid-replay), and prints each policy against
-the best kv setting (--json for scripts, --plot for the TTFT CDFs).`)
+the best kv setting (--json for scripts, --plot for the TTFT CDFs); the --router-queue-* and
+--router-tenant-* flags model the admission queue in every run, the grid's too.`)
 
 func runSim(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	s, _, code, ok := load[config.Sim]("sim", simUsage, args, config.DefaultSim, stdout, stderr)

@@ -97,7 +97,7 @@ func gridScenarios(s *config.Sim) ([]gridScenario, error) {
 	var out []gridScenario
 	for _, f := range fleets {
 		for _, r := range replays {
-			cfg := s.Sim
+			cfg := s.SimConfig() // the admission queue too, when its flags are set
 			cfg.Fleet.Speeds = f.Speeds
 			if err := cfg.Validate(); err != nil {
 				return nil, fmt.Errorf("fleet %s: %w", f.Name, err)

@@ -165,3 +165,34 @@ func TestSimGridTableAndErrors(t *testing.T) {
 		t.Fatalf("unknown policy: exit %d: %s", code, errb.String())
 	}
 }
+
+// TestSimGridHonoursQueueFlags: with the admission-queue flags the grid
+// runs the queue, as a single run with the same flags does: its
+// round-robin row is the single run's, queue timeouts included (and they
+// happen, so the comparison would catch a grid that ignores the queue).
+func TestSimGridHonoursQueueFlags(t *testing.T) {
+	base := []string{"--trace", "synthetic", "--trace-limit", "80", "--workers", "2", "--num-gpu-blocks", "2048",
+		"--router-queue-threshold", "0.1", "--router-queue-timeout", "20ms", "--json"}
+	var g gridJSON
+	if err := json.Unmarshal(runJSON(t, append(append([]string{}, base...), "--grid", "--grid-replay", "8", "--policy", "round-robin")...), &g); err != nil {
+		t.Fatal(err)
+	}
+	var single []report.Result
+	if err := json.Unmarshal(runJSON(t, append(append([]string{}, base...), "--speedup", "8", "--policy", "round-robin")...), &single); err != nil || len(single) != 1 {
+		t.Fatalf("single run: %v", err)
+	}
+	want := single[0]
+	if want.Failed == 0 {
+		t.Fatal("the single run timed nothing out of the queue: the comparison shows nothing")
+	}
+	want.Workload = ""
+	for _, r := range g.Scenarios[0].Rows {
+		if r.Label == "round-robin" {
+			if r.Result != want {
+				t.Fatalf("grid\n%+v\nsingle run with the same queue flags\n%+v", r.Result, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no round-robin row in the grid")
+}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
@@ -123,6 +124,9 @@ type SessionsConfig struct {
 	// QueueSize bounds the bindings waiting to be published; a full
 	// queue drops. Default 4096.
 	QueueSize int
+	// Registry, when set, gets the Stats counters as
+	// kvrouter_replica_session_bindings_* metrics (sessions_metrics.go).
+	Registry *prometheus.Registry
 }
 
 // Sessions shares session-affinity bindings between router replicas
@@ -134,8 +138,8 @@ type Sessions struct {
 	bus *natsbus.Bus
 	log *slog.Logger
 
-	q                                         chan Binding
-	published, dropped, learned, refused, bad atomic.Uint64
+	q                                                chan Binding
+	published, dropped, learned, refused, bad, known atomic.Uint64
 
 	mu     sync.Mutex
 	sub    *nats.Subscription
@@ -155,7 +159,13 @@ func NewSessions(cfg SessionsConfig, bus *natsbus.Bus, log *slog.Logger) (*Sessi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sessions{cfg: cfg, bus: bus, log: log, q: make(chan Binding, cfg.QueueSize)}, nil
+	s := &Sessions{cfg: cfg, bus: bus, log: log, q: make(chan Binding, cfg.QueueSize)}
+	if cfg.Registry != nil {
+		if err := s.register(cfg.Registry); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Start subscribes to peers' bindings and starts publishing.
@@ -196,6 +206,8 @@ func (s *Sessions) onBinding(m *nats.Msg) {
 		s.refused.Add(1)
 	case s.cfg.Learn(b.Session, b.Worker):
 		s.learned.Add(1)
+	default:
+		s.known.Add(1)
 	}
 }
 
@@ -235,14 +247,16 @@ func (s *Sessions) publish(subject string) {
 type SessionStats struct {
 	// Published and Dropped count this router's bindings sent and lost.
 	Published, Dropped uint64
-	// Learned counts peers' bindings applied; Refused those of routers
-	// that are not live replicas; Malformed those that did not decode.
-	Learned, Refused, Malformed uint64
+	// Learned counts peers' bindings applied; Known those not applied
+	// because the session was bound here already (the first binding
+	// wins); Refused those of routers that are not live replicas;
+	// Malformed those that did not decode.
+	Learned, Known, Refused, Malformed uint64
 }
 
 // Stats returns the counters.
 func (s *Sessions) Stats() SessionStats {
-	return SessionStats{Published: s.published.Load(), Dropped: s.dropped.Load(), Learned: s.learned.Load(),
+	return SessionStats{Published: s.published.Load(), Dropped: s.dropped.Load(), Learned: s.learned.Load(), Known: s.known.Load(),
 		Refused: s.refused.Load(), Malformed: s.bad.Load()}
 }
 

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/metricstest"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
@@ -94,7 +96,9 @@ func (l *learned) get(s string) (kvevent.WorkerRank, bool) {
 // is refused, and a router's own bindings are not applied to itself.
 func TestSessionsShared(t *testing.T) {
 	url := server(t)
+	regs := map[uint64]*prometheus.Registry{}
 	start := func(id uint64, members ...uint64) (*Sessions, *learned) {
+		regs[id] = prometheus.NewRegistry()
 		c := natsbus.DefaultConfig()
 		c.URL = url
 		bus, err := natsbus.Start(c, nil)
@@ -111,7 +115,7 @@ func TestSessionsShared(t *testing.T) {
 					}
 				}
 				return false
-			}}, bus, nil)
+			}, Registry: regs[id]}, bus, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,5 +151,31 @@ func TestSessionsShared(t *testing.T) {
 	}
 	if s := a.Stats(); s.Published != 1 || s.Learned != 1 {
 		t.Fatalf("a: %+v", s)
+	}
+	b.Share("mine", kvevent.WorkerRank{ID: 4}) // a has it bound: first binding wins
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		return a.Stats().Known == 1, "a has not received b's second binding of mine"
+	}, "a kept its binding of mine")
+	if got, _ := la.get("mine"); got != w {
+		t.Fatalf("a rebound mine to %v: the first binding must win", got)
+	}
+	// The metrics say what Stats says.
+	for _, c := range []struct {
+		id             uint64
+		family, result string
+		want           float64
+	}{
+		{1, "kvrouter_replica_session_bindings_sent_total", "published", 1},
+		{1, "kvrouter_replica_session_bindings_sent_total", "dropped", 0},
+		{1, "kvrouter_replica_session_bindings_received_total", "learned", 1},
+		{1, "kvrouter_replica_session_bindings_received_total", "known", 1},
+		{1, "kvrouter_replica_session_bindings_received_total", "refused", 1},
+		{1, "kvrouter_replica_session_bindings_received_total", "malformed", 0},
+		{2, "kvrouter_replica_session_bindings_sent_total", "published", 2},
+		{2, "kvrouter_replica_session_bindings_received_total", "learned", 1},
+	} {
+		if got := metricstest.Sum(t, regs[c.id], c.family, "result", c.result); got != c.want {
+			t.Errorf("router %d %s{result=%q} = %v, want %v", c.id, c.family, c.result, got, c.want)
+		}
 	}
 }

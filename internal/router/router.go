@@ -45,6 +45,8 @@ type Router struct {
 	seq     *sequences.Ledger
 	sched   *scheduler.Scheduler
 	rng     *rand.Rand
+	pcg     *rand.PCG // rng's source; plans draw from a copy (plan.go)
+	plan    planRand
 	workers map[kvevent.WorkerID]*workerState
 	ranks   []rank
 	pos     map[kvevent.WorkerRank]int
@@ -84,7 +86,8 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 		return nil, err
 	}
 	r.cfg, r.idx, r.clock, r.observer, r.seq, r.sched = cfg, idx, clock, observer, seq, sched
-	r.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	r.pcg = rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)
+	r.rng = rand.New(r.pcg)
 	r.workers = make(map[kvevent.WorkerID]*workerState)
 	r.pos = make(map[kvevent.WorkerRank]int)
 	r.first = make(map[kvevent.WorkerID]int)
@@ -232,8 +235,11 @@ func (r *Router) Route(req Request) (Decision, error) {
 	return d, err
 }
 
-// Plan is Route without booking: the decision a Route would take now
-// (with the same random draws consumed), for /v1/query-style inspection.
+// Plan is Route without booking: the decision a Route would take now,
+// for /v1/query-style inspection, the admission queue's predicted prefill
+// and PD plans. It leaves no trace: the random draws it makes come from a
+// copy of the router's source, a stateful policy (round-robin) peeks, and a
+// failed plan is not counted in Stats.Rejected.
 func (r *Router) Plan(req Request) (Decision, error) { return r.route(req, false) }
 
 // LocalHashes returns the local block hashes of req's prompt as Route
@@ -261,7 +267,9 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	var err error
 	sc.local, sc.seq, err = kvhash.Hashes(req.Tokens, r.hashOptions(req), sc.local, sc.seq)
 	if err != nil {
-		r.reject()
+		if book {
+			r.reject()
+		}
 		return Decision{}, fmt.Errorf("routing %q: hashing: %w", req.ID, err)
 	}
 	r.idx.Query(sc.local, &sc.scores)
@@ -269,7 +277,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.phaseRequest(&req) {
-		r.stats.Rejected++
+		r.rejectIf(book)
 		return Decision{RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)},
 			fmt.Errorf("routing %q: no %s-capable worker: %w", req.ID, req.Phase, ErrNoCandidates)
 	}
@@ -300,7 +308,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 			}
 		}
 	}
-	sd, err := r.sched.SelectInto(req.Explanation, scheduler.Request{
+	sd, err := r.selectInto(book, req.Explanation, scheduler.Request{
 		InputTokens:    len(req.Tokens),
 		BlockSize:      r.cfg.BlockSize,
 		Overrides:      req.Overrides,
@@ -311,10 +319,10 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		DPRankSize:     req.DPRankSize,
 		Now:            now,
 		Hop:            req.Phase.hop(),
-	}, cands, r.rng)
+	}, cands)
 	d := Decision{Decision: sd, RequestID: req.ID, InputTokens: len(req.Tokens), Blocks: len(sc.seq)}
 	if err != nil {
-		r.stats.Rejected++
+		r.rejectIf(book)
 		return d, fmt.Errorf("routing %q: %w", req.ID, pinnedBusy(&req, &sd, err))
 	}
 	d.OverlapBlocks = sd.ChosenRow().Overlap.Device

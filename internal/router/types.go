@@ -167,8 +167,8 @@ type Observer func(LifecycleEvent)
 type Stats struct {
 	// Routed counts requests booked by Route.
 	Routed uint64
-	// Rejected counts Route and Plan calls that failed (no candidates, all
-	// busy, bad request).
+	// Rejected counts Route calls that failed (no candidates, all busy,
+	// bad request); a failed Plan is not counted.
 	Rejected uint64
 	// RemoteApplied counts lifecycle events applied from other routers.
 	RemoteApplied uint64

@@ -28,6 +28,8 @@ type Scheduler struct {
 	policy Policy
 	elig   []Explanation
 	idx    []int
+	// planning is set by PlanInto: a Peeker policy peeks.
+	planning bool
 }
 
 // New returns a scheduler with a validated config and a policy.
@@ -169,7 +171,12 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 // choose runs the policy, guarding against an out-of-range answer: a
 // broken policy must not panic the router.
 func (s *Scheduler) choose(rows []Explanation, temp float64, rng *rand.Rand) int {
-	k := s.policy.Choose(rows, temp, rng)
+	var k int
+	if pk, ok := s.policy.(Peeker); ok && s.planning {
+		k = pk.Peek(rows, temp, rng)
+	} else {
+		k = s.policy.Choose(rows, temp, rng)
+	}
 	if k < 0 || k >= len(rows) {
 		return 0
 	}

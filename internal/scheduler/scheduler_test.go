@@ -437,3 +437,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// PlanInto peeks: the round-robin rotation it reports is the one the
+// next SelectInto follows.
+func TestPlanIntoKeepsRotation(t *testing.T) {
+	s, err := New(DefaultConfig(), &RoundRobin{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands := []Candidate{{Worker: kvevent.WorkerRank{ID: 1}}, {Worker: kvevent.WorkerRank{ID: 2}}}
+	req := Request{InputTokens: 16, BlockSize: 16}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, want := range []kvevent.WorkerID{1, 2, 1} {
+		for range 2 {
+			if d, err := s.PlanInto(nil, req, cands, rng); err != nil || d.Worker.ID != want {
+				t.Fatalf("plan before select %d: %v, %v; want worker %d", i, d.Worker, err, want)
+			}
+		}
+		if d, err := s.SelectInto(nil, req, cands, rng); err != nil || d.Worker.ID != want {
+			t.Fatalf("select %d: %v, %v; want worker %d", i, d.Worker, err, want)
+		}
+	}
+}

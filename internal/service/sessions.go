@@ -14,7 +14,7 @@ func (s *Service) startSessions() error {
 		return nil
 	}
 	ss, err := replica.NewSessions(replica.SessionsConfig{Namespace: s.cfg.EventPlane.Namespace, Component: s.cfg.EventPlane.Component,
-		RouterID: s.router.Config().RouterID, Member: s.rs.Core().Member, Learn: s.front.LearnSession},
+		RouterID: s.router.Config().RouterID, Member: s.rs.Core().Member, Learn: s.front.LearnSession, Registry: s.reg},
 		s.bus, s.log.With("component", "sessions"))
 	if err != nil {
 		return fmt.Errorf("building session sharing: %w", err)

@@ -56,12 +56,16 @@ func fairnessFleet(q *QueueConfig) Config {
 //
 // Measured (docs/benchmarks.md): b alone p50 86 ms, p99 116 ms; fair
 // queue p50 117 ms (1.36×), p99 221 ms (1.9×); no queue p50/p99 in the
-// tens of seconds. The p99 misses the 1.5×: at saturation every
-// worker is busy with one of a's prefills, and a released b request
-// waits for that prefill in the engine (a router cannot preempt it; the
-// fair-queueing delay bound is one request's service). The test asserts
-// what holds: p50 within 1.5×, p99 within 2.5×, and at least 10× better
-// than without the queue.
+// tens of seconds. The p99 misses the 1.5×, and no admission
+// rule reaches it: b's tail grows as soon as it shares the engines at
+// all. With a at only 2× b's rate (16 requests/s, under the fleet's
+// capacity, almost nothing queued) b's p99 is already 237 ms (2.0×):
+// b's prefills share engine steps with a's prefill chunks and decodes,
+// which a router cannot preempt. Under the 10× flood fair queueing keeps
+// b at least as well off as beside that light co-tenant, which is what
+// fairness can promise. The test asserts what holds: p50 within 1.5×,
+// p99 within 2.5× of alone and within 1.1× of beside the light
+// co-tenant, and at least 10× better than without the queue.
 func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of simulation")
@@ -93,8 +97,12 @@ func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	alone := run("b alone", fairnessFleet(nil), b)
 	fair := run("a+b, fair queue", fairnessFleet(queue()), merged(a, b))
 	none := run("a+b, no queue", fairnessFleet(nil), merged(a, b))
+	light := run("a at 2× b, fair queue", fairnessFleet(queue()), merged(tenantRequests(t, "a", 480, 16, 11, 4096), b))
 	if fair.P50 > 1.5*alone.P50 || fair.P99 > 2.5*alone.P99 {
 		t.Fatalf("b with fair queueing p50 %.0f p99 %.0f ms, alone %.0f / %.0f ms: over 1.5× (p50) or 2.5× (p99)", fair.P50, fair.P99, alone.P50, alone.P99)
+	}
+	if fair.P99 > 1.1*light.P99 {
+		t.Fatalf("b under a's 10× flood p99 %.0f ms, beside a at 2× %.0f ms: the flood should cost b no more than a light co-tenant", fair.P99, light.P99)
 	}
 	if none.P99 < 10*fair.P99 {
 		t.Fatalf("b without the queue p99 %.0f ms, with it %.0f ms: the queue should help b at least 10×", none.P99, fair.P99)
