@@ -72,7 +72,7 @@ for ((r = 1; r <= rounds; r++)); do
 	for p in "${order[@]}"; do
 		# shellcheck disable=SC2046
 		"$kvr" up --mock-workers "$workers" --block-size 64 --port "$port" --nats-port -1 \
-			--speedup-ratio "$ratio" $(mode_flags "$p") >"$tmp/up.log" 2>&1 &
+			--speedup-ratio "$ratio" $(mode_flags "$p") >"$tmp/up.$p.$r.log" 2>&1 &
 		up_pid=$!
 		for _ in $(seq 300); do
 			if curl -fs "$url/ready" >/dev/null 2>&1; then break; fi
@@ -81,7 +81,7 @@ for ((r = 1; r <= rounds; r++)); do
 		curl -fs "$url/ready" >/dev/null
 		start=$(date +%s)
 		# shellcheck disable=SC2086
-		"$kvr" bench --url "$url" $wl --bound-workers "$workers" --json >"$tmp/$p.$r.json" 2>"$tmp/bench.err" || true
+		"$kvr" bench --url "$url" $wl --bound-workers "$workers" --json >"$tmp/$p.$r.json" 2>"$tmp/$p.$r.err" || true
 		stop_up
 		rows "online $p (round $r, $(($(date +%s) - start)) s)" "$tmp/$p.$r.json"
 		echo "#   load $(cut -d' ' -f1-3 /proc/loadavg)"
