@@ -3,6 +3,7 @@ package frontend
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"unicode/utf8"
@@ -181,18 +182,26 @@ func (f *Frontend) routerRequest(ex *exchange, id string, expl []router.Explanat
 }
 
 // modelIDs lists the models /v1/models shows: the default model and its
-// aliases, then every other model with a routable worker.
+// aliases, then every other model with a routable worker; with Deps.Models
+// set, the default model and its aliases too only while it has one.
 func (f *Frontend) modelIDs() []string {
 	ids := append([]string{f.cfg.Model}, f.cfg.Aliases...)
 	if f.models == nil {
 		return ids
 	}
-	seen := map[string]bool{}
+	// A fleet of models lists only those with a routable worker, the
+	// default (and its aliases) included: a client never sees a model it
+	// would get a 503 for.
+	routable := f.models.Routable()
+	if !slices.Contains(routable, "") && !slices.Contains(routable, f.cfg.Model) {
+		ids = nil
+	}
+	seen := map[string]bool{f.cfg.Model: true}
 	for _, id := range ids {
 		seen[id] = true
 	}
 	var more []string
-	for _, m := range f.models.Routable() {
+	for _, m := range routable {
 		if m != "" && !seen[m] && utf8.ValidString(m) {
 			seen[m] = true
 			more = append(more, m)

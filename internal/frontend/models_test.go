@@ -219,3 +219,61 @@ func TestModelsRouteToTheirWorkers(t *testing.T) {
 func (testModels) Adapter(string) (string, []kvevent.WorkerID, bool) { return "", nil, false }
 func (testModels) AdapterMissing(kvevent.WorkerID, string)           {}
 func (testModels) Adapters() []string                                { return nil }
+
+// TestModelsListOnlyRoutable: in a fleet of models, /v1/models lists a
+// model only while it has a routable worker — the default model too —
+// so a client never picks a name it would get a 503 for.
+func TestModelsListOnlyRoutable(t *testing.T) {
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := router.NewSerial(x)
+	pools, err := router.NewPools(testModel, router.DefaultConfig(), idx, time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, pool := range map[uint64]string{1: "", 2: "model-b"} {
+		if err := pools.AddWorker(pool, router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: router.Approximate, KVCapacityBlocks: 64}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	models := testModels{pools: pools, files: map[string]ModelFiles{"model-b": {}}}
+	cfg := DefaultConfig()
+	cfg.Aliases = []string{"qwen"}
+	f, err := New(cfg, Deps{Router: pools, Directory: &testDir{}, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t),
+		Index: idx, Models: models, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(f.Handler())
+	t.Cleanup(front.Close)
+	fl := &testFleet{t: t, f: f, front: front, client: front.Client()}
+	list := func() []string {
+		resp, body := fl.do("GET", "/v1/models", nil)
+		var ml struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(body, &ml); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("/v1/models: %d %s", resp.StatusCode, body)
+		}
+		ids := []string{}
+		for _, m := range ml.Data {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	if got, want := list(), []string{testModel, "qwen", "model-b"}; !slices.Equal(got, want) {
+		t.Fatalf("both models routable: /v1/models lists %v, want %v", got, want)
+	}
+	pools.SetDown(1, true)
+	if got, want := list(), []string{"model-b"}; !slices.Equal(got, want) {
+		t.Fatalf("the default model's only worker DOWN: /v1/models lists %v, want %v", got, want)
+	}
+	pools.SetDown(2, true)
+	if got := list(); len(got) != 0 {
+		t.Fatalf("every worker DOWN: /v1/models lists %v, want none", got)
+	}
+}
