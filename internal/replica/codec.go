@@ -22,6 +22,8 @@ const (
 	MaxRequestID = 1024
 	// MaxChunkEvents is the most events one snapshot chunk may carry.
 	MaxChunkEvents = 1 << 16
+	// MaxModel is the longest model name accepted, in bytes.
+	MaxModel = 1024
 )
 
 // ErrMalformed wraps every reason a payload is refused.
@@ -69,9 +71,16 @@ func encodeEvent(e *msgpack.Encoder, ev Event) error {
 	}
 	fields := 4
 	if ev.Seq != 0 {
-		fields = 6
+		fields += 2
+	}
+	if ev.Model != "" {
+		fields++
 	}
 	keep(e.EncodeMapLen(fields))
+	if ev.Model != "" { // absent: the default model's pool
+		keep(e.EncodeString("model"))
+		keep(e.EncodeString(ev.Model))
+	}
 	if ev.Seq != 0 {
 		keep(e.EncodeString("epoch"))
 		keep(e.EncodeUint(ev.Epoch))
@@ -115,7 +124,7 @@ func encodeEvent(e *msgpack.Encoder, ev Event) error {
 }
 
 // DecodeEvent decodes one lifecycle event. Unknown fields are skipped,
-// optional ones (epoch and seq included) may be missing; request_id,
+// optional ones (epoch, seq and model included) may be missing; request_id,
 // router_id and data are required. Errors wrap ErrMalformed.
 func DecodeEvent(b []byte) (Event, error) {
 	d := mpack.NewDecoder(b)
@@ -147,6 +156,10 @@ func decodeEvent(d *mpack.Decoder) (Event, error) {
 		case "router_id":
 			ev.RouterID, err = d.DecodeUint64()
 			haveRouter = err == nil
+		case "model":
+			if ev.Model, err = d.DecodeString(); err == nil && len(ev.Model) > MaxModel {
+				err = fmt.Errorf("%d bytes, max %d", len(ev.Model), MaxModel)
+			}
 		case "epoch":
 			ev.Epoch, err = decodePosition(d)
 		case "seq":

@@ -2,7 +2,6 @@ package replica
 
 import (
 	"github.com/kvrouter/kvrouter/internal/replica/core"
-	"github.com/kvrouter/kvrouter/internal/router"
 )
 
 // The pure state machine lives in package core; these names re-export it
@@ -24,5 +23,9 @@ type Event = core.Event
 // (core.Snapshot).
 type Snapshot = core.Snapshot
 
+// Target is what replica sync shares: a *router.Router or every pool of a
+// *router.Pools (core.Target).
+type Target = core.Target
+
 // NewCore attaches a core to r (core.New).
-func NewCore(r *router.Router, cfg CoreConfig, emit func(Event)) *Core { return core.New(r, cfg, emit) }
+func NewCore(r Target, cfg CoreConfig, emit func(Event)) *Core { return core.New(r, cfg, emit) }

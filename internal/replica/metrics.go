@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/router"
 )
 
 // register exports the sync's counters on reg.
@@ -38,6 +40,10 @@ func (s *Sync) register(reg *prometheus.Registry) error {
 		counter("shadows_total", "Anti-herding shadow bookings, by outcome.", prometheus.Labels{"outcome": "expired"}, st(func(c CoreStats) uint64 { return c.ShadowsExpired })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvrouter_replica_peers", Help: "Live peer replicas."},
 			func() float64 { return float64(len(s.core.Peers())) }),
+	}
+	if st, ok := s.r.(interface{ Stats() router.Stats }); ok {
+		cs = append(cs, counter("unknown_model_total", "Peers' lifecycle events (and snapshot entries) for a model this router has no pool for, dropped (also counted as unapplied).", nil,
+			func() uint64 { return st.Stats().RemoteUnknownModel }))
 	}
 	for _, why := range resyncReasons {
 		cs = append(cs, counter("resyncs_total", "Peer snapshots fetched after start to reconcile bookings, by reason.", prometheus.Labels{"reason": why}, s.resyncs[why].Load))

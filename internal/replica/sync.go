@@ -16,7 +16,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus"
 	"github.com/kvrouter/kvrouter/internal/registry"
-	"github.com/kvrouter/kvrouter/internal/router"
 )
 
 // Record is a replica's announcement in the replica bucket, kept alive by
@@ -34,7 +33,7 @@ type Record struct {
 type Sync struct {
 	cfg   Config
 	bus   *natsbus.Bus
-	r     *router.Router
+	r     Target
 	log   *slog.Logger
 	core  *Core
 	clock func() time.Time           // Config.Clock
@@ -65,9 +64,10 @@ type Sync struct {
 }
 
 // New builds replica sync for r over bus and attaches it to r as its
-// lifecycle observer. r's RouterID must be unique among the replicas (and
+// lifecycle observer: one router, or every model pool of a *router.Pools
+// (each event then names its pool; see docs/architecture.md). r's RouterID must be unique among the replicas (and
 // not 0). Metrics go to reg when it is not nil; log may be nil.
-func New(cfg Config, bus *natsbus.Bus, r *router.Router, reg *prometheus.Registry, log *slog.Logger) (*Sync, error) {
+func New(cfg Config, bus *natsbus.Bus, r Target, reg *prometheus.Registry, log *slog.Logger) (*Sync, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

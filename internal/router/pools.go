@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
@@ -49,6 +50,9 @@ type Pools struct {
 	// kept while more than one pool exists (one pool needs no lookup).
 	reqMu sync.Mutex
 	reqs  map[string]*Router
+
+	shadows       Shadows       // replica sync's, for every pool (mu)
+	unknownRemote atomic.Uint64 // peers' events for a model with no pool
 }
 
 // NewPools returns pools with one pool, for the default model def, built
@@ -93,9 +97,12 @@ func (p *Pools) addLocked(name string, cfg Config) (*Router, error) {
 	if len(p.pools) >= MaxPools {
 		return nil, fmt.Errorf("model %q: %d pools already: %w", name, len(p.pools), ErrTooManyModels)
 	}
-	r, err := New(cfg, p.idx, p.clock, p.observer)
+	r, err := New(cfg, p.idx, p.clock, p.observerFor(name))
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", name, err)
+	}
+	if s := p.shadows; s != nil {
+		r.SetShadows(s)
 	}
 	p.pools[name] = r
 	p.names = append(p.names, name)
@@ -372,7 +379,8 @@ func (p *Pools) Config() Config {
 
 // Stats returns the pools' counters, summed.
 func (p *Pools) Stats() Stats {
-	var s Stats
+	s := Stats{RemoteUnknownModel: p.unknownRemote.Load()}
+	s.RemoteDropped = s.RemoteUnknownModel
 	for _, r := range p.all() {
 		x := r.Stats()
 		s.Routed += x.Routed

@@ -145,6 +145,9 @@ type LifecycleEvent struct {
 	RouterID uint64
 	// RequestID is the request.
 	RequestID string
+	// Model names the model pool the event belongs to (see Pools); ""
+	// is the default model's, and a lone Router leaves it empty.
+	Model string
 	// Worker is the worker rank the request is booked on.
 	Worker kvevent.WorkerRank
 	// BlockHashes are the prompt's block sequence hashes (AddRequest).
@@ -175,6 +178,9 @@ type Stats struct {
 	// RemoteDropped counts lifecycle events from other routers that could
 	// not be applied (unknown worker or request, duplicate id).
 	RemoteDropped uint64
+	// RemoteUnknownModel counts other routers' lifecycle events for a
+	// model no pool serves (Pools only), dropped (and in RemoteDropped).
+	RemoteUnknownModel uint64
 	// IndexErrors counts writes the index refused synchronously.
 	IndexErrors uint64
 	// Observations counts samples Observe folded into time models.

@@ -61,8 +61,8 @@
 // readiness instead of ending the process; only a misconfiguration
 // (credentials refused, TLS) ends Run, with ErrStartup.
 //
-// Replica sync (--router-replica-sync, NATS only) wraps the router
-// (replica.Sync): the front door routes through it, and on shutdown it is
+// Replica sync (--router-replica-sync, NATS only) wraps every model pool
+// of the router (replica.Sync): the front door routes through it, and on shutdown it is
 // closed after the front door drained, so peers free this router's
 // bookings at once.
 package service

@@ -52,8 +52,8 @@ type Service struct {
 	clock func() time.Time
 
 	idx *liveindex.Index
-	// pools routes every model (one router core per model); router is
-	// the default model's, which replica sync shares with peers.
+	// pools routes every model (one router core per model), all of
+	// which replica sync shares with peers; router is the default model's.
 	pools    *router.Pools
 	router   *router.Router
 	catalog  *catalog

@@ -198,7 +198,7 @@ func (s *Service) buildNATSPlane() error {
 	return nil
 }
 
-// newReplica builds replica sync over the bus. Its metrics go to a
+// newReplica builds replica sync over the bus, sharing every model pool. Its metrics go to a
 // registry of its own, forwarded by s.replicaMetrics, so that a sync
 // rebuilt after a failed start does not collide with the first one's.
 func (s *Service) newReplica() error {
@@ -208,7 +208,7 @@ func (s *Service) newReplica() error {
 	pc.Clock = s.clock // the router's
 	pc.Replicas = s.cfg.EventPlane.NATS.Replicas
 	reg := prometheus.NewRegistry()
-	rs, err := replica.New(pc, s.bus, s.router, reg, s.log.With("component", "replica"))
+	rs, err := replica.New(pc, s.bus, s.pools, reg, s.log.With("component", "replica"))
 	if err != nil {
 		return fmt.Errorf("building replica sync: %w", err)
 	}

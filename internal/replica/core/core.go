@@ -112,7 +112,7 @@ type shadow struct {
 // anti-herding shadows. It does no I/O, starts no goroutines and takes the
 // time as an argument. Its methods are safe for concurrent use.
 type Core struct {
-	r       *router.Router
+	r       Target
 	self    uint64
 	cfg     Config
 	emit    func(Event)
@@ -144,7 +144,7 @@ type Core struct {
 // router's own lifecycle events, numbered, in order, on the routing
 // goroutine under the router's lock (or, for the Frees of DropLost, on
 // the caller's): it must not block or call the router or the core.
-func New(r *router.Router, cfg Config, emit func(Event)) *Core {
+func New(r Target, cfg Config, emit func(Event)) *Core {
 	c := &Core{
 		epoch:    max(cfg.Epoch, 1),
 		r:        r,
@@ -169,6 +169,27 @@ func New(r *router.Router, cfg Config, emit func(Event)) *Core {
 }
 
 var _ router.Shadows = (*Core)(nil)
+
+// Target is what a core shares: one router (*router.Router), or every
+// model pool of one (*router.Pools, whose events name their pool in
+// LifecycleEvent.Model). Request ids are unique across its pools.
+type Target interface {
+	// Config returns the (default pool's) configuration: its RouterID.
+	Config() router.Config
+	// SetObserver attaches the core to the local lifecycle events.
+	SetObserver(router.Observer)
+	// SetShadows attaches the core's shadow booking to Route.
+	SetShadows(router.Shadows)
+	// ApplyRemote applies a peer's event; false when it could not.
+	ApplyRemote(router.LifecycleEvent) bool
+	// Booked reports whether a request is booked.
+	Booked(id string) bool
+}
+
+var (
+	_ Target = (*router.Router)(nil)
+	_ Target = (*router.Pools)(nil)
+)
 
 // Detach stops observing the router and booking shadows on its Routes.
 func (c *Core) Detach() {
@@ -598,7 +619,7 @@ func (c *Core) Snapshot() Snapshot {
 		}
 		snap.Events = append(snap.Events, books[i].add)
 		if books[i].done {
-			marks = append(marks, router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: c.self, RequestID: id, Worker: books[i].add.Worker})
+			marks = append(marks, router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: c.self, RequestID: id, Model: books[i].add.Model, Worker: books[i].add.Worker})
 		}
 	}
 	snap.Events = append(snap.Events, marks...)
@@ -623,7 +644,7 @@ func (c *Core) forgetStale(ids []string) (n int) {
 			if c.cfg.Shadows {
 				c.ended = append(c.ended, id)
 			}
-			c.stamp(router.LifecycleEvent{Kind: router.Free, RouterID: c.self, RequestID: id, Worker: b.add.Worker})
+			c.stamp(router.LifecycleEvent{Kind: router.Free, RouterID: c.self, RequestID: id, Model: b.add.Model, Worker: b.add.Worker})
 			c.stats.LocalDropped++
 			n++
 		}
@@ -818,7 +839,7 @@ func (c *Core) addWanted(peer uint64, want *bookingSet) int {
 			c.applyEvent(b.add, true)
 		}
 		if b.done && !done {
-			c.applyEvent(router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: peer, RequestID: id, Worker: b.add.Worker}, true)
+			c.applyEvent(router.LifecycleEvent{Kind: router.MarkPrefillCompleted, RouterID: peer, RequestID: id, Model: b.add.Model, Worker: b.add.Worker}, true)
 		}
 	}
 	return int(c.snapshotApplied() - before)
