@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,6 +21,7 @@ func genEvent() *rapid.Generator[router.LifecycleEvent] {
 			RouterID:  rapid.Uint64().Draw(t, "router"),
 			RequestID: rapid.StringN(1, 40, -1).Draw(t, "id"),
 			Worker:    kvevent.WorkerRank{ID: kvevent.WorkerID(rapid.Uint64().Draw(t, "w")), Rank: kvevent.DPRank(rapid.IntRange(0, 1<<16).Draw(t, "rank"))},
+			Model:     rapid.SampledFrom([]string{"", "", "m", "org/model-b"}).Draw(t, "model"),
 		}
 		if ev.Kind == router.AddRequest {
 			ev.BlockHashes = rapid.SliceOfN(rapid.Uint64(), 0, 50).Draw(t, "hashes")
@@ -156,6 +158,8 @@ func FuzzDecodeEvent(f *testing.F) {
 		{Kind: router.AddRequest, RouterID: 1, RequestID: "a", Worker: kvevent.WorkerRank{ID: 2, Rank: 1}, BlockHashes: []uint64{1, 2, 3}, PrefillTokens: 40, ExpectedOutputTokens: 9},
 		{Kind: router.Free, RouterID: 1, RequestID: "a"},
 		{Kind: router.MarkPrefillCompleted, RouterID: 3, RequestID: "b"},
+		{Kind: router.AddRequest, RouterID: 5, RequestID: "c", Model: "org/model-b", Worker: kvevent.WorkerRank{ID: 7}, BlockHashes: []uint64{9}, PrefillTokens: 32},
+		{Kind: router.Free, RouterID: 5, RequestID: "c", Model: "org/model-b"},
 	} {
 		b, _ := AppendEvent(nil, Event{LifecycleEvent: ev})
 		f.Add(b)
@@ -178,6 +182,33 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		_, _ = DecodeChunk(b)
 	})
+}
+
+// TestEventModel: the model field round-trips, is absent from the
+// default pool's events (whose bytes stay those of a single-model
+// router's, so older replicas read them), and is bounded.
+func TestEventModel(t *testing.T) {
+	ev := Event{LifecycleEvent: router.LifecycleEvent{Kind: router.Free, RouterID: 1, RequestID: "a", Model: "m"}, Epoch: 2, Seq: 3}
+	b, err := AppendEvent(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeEvent(b)
+	if err != nil || !cmp.Equal(got, ev) {
+		t.Fatalf("round trip: %v %s", err, cmp.Diff(ev, got))
+	}
+	ev.Model = ""
+	if b, _ = AppendEvent(nil, ev); bytes.Contains(b, []byte("model")) {
+		t.Fatalf("default pool's event carries a model field: %q", b)
+	}
+	if got, err = DecodeEvent(b); err != nil || got.Model != "" {
+		t.Fatalf("model-less event: %+v %v", got, err)
+	}
+	ev.Model = strings.Repeat("x", MaxModel+1)
+	b, _ = AppendEvent(nil, ev)
+	if _, err := DecodeEvent(b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("over-long model: %v", err)
+	}
 }
 
 func TestNewRouterIDDistinct(t *testing.T) {
