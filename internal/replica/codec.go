@@ -90,11 +90,7 @@ func encodeEvent(e *msgpack.Encoder, ev Event) error {
 	keep(e.EncodeString("request_id"))
 	keep(e.EncodeString(ev.RequestID))
 	keep(e.EncodeString("worker"))
-	keep(e.EncodeMapLen(2))
-	keep(e.EncodeString("worker_id"))
-	keep(e.EncodeUint(uint64(ev.Worker.ID)))
-	keep(e.EncodeString("dp_rank"))
-	keep(e.EncodeUint(uint64(ev.Worker.Rank)))
+	encodeWorker(e, keep, ev.Worker)
 	keep(e.EncodeString("router_id"))
 	keep(e.EncodeUint(ev.RouterID))
 	keep(e.EncodeString("data"))
@@ -133,6 +129,16 @@ func DecodeEvent(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return ev, nil
+}
+
+// encodeWorker writes w as the map {worker_id, dp_rank} that decodeWorker
+// reads, passing each encoder error to keep.
+func encodeWorker(e *msgpack.Encoder, keep func(error), w kvevent.WorkerRank) {
+	keep(e.EncodeMapLen(2))
+	keep(e.EncodeString("worker_id"))
+	keep(e.EncodeUint(uint64(w.ID)))
+	keep(e.EncodeString("dp_rank"))
+	keep(e.EncodeUint(uint64(w.Rank)))
 }
 
 func decodeEvent(d *mpack.Decoder) (Event, error) {

@@ -58,11 +58,7 @@ func AppendBinding(dst []byte, b Binding) ([]byte, error) {
 	keep(e.EncodeString("session_id"))
 	keep(e.EncodeString(b.Session))
 	keep(e.EncodeString("worker"))
-	keep(e.EncodeMapLen(2))
-	keep(e.EncodeString("worker_id"))
-	keep(e.EncodeUint(uint64(b.Worker.ID)))
-	keep(e.EncodeString("dp_rank"))
-	keep(e.EncodeUint(uint64(b.Worker.Rank)))
+	encodeWorker(e, keep, b.Worker)
 	if err != nil {
 		return dst, fmt.Errorf("encoding session binding: %w", err)
 	}
