@@ -2,30 +2,15 @@ package vllmzmq
 
 import (
 	"context"
-	"runtime/pprof"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
-
-// blockedRouterReaders counts zmq4 ROUTER reader goroutines waiting to
-// queue a message.
-func blockedRouterReaders() int {
-	var b strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "[chan send") && strings.Contains(g, "zmq4.(*routerQReader).listen") {
-			n++
-		}
-	}
-	return n
-}
 
 // TestReplayCloseLeavesNoRouterReader: a subscriber that floods the replay
 // ROUTER with requests and reads no reply fills zmq4's per-connection
@@ -62,11 +47,11 @@ func TestReplayCloseLeavesNoRouterReader(t *testing.T) {
 				return false
 			}
 		}
-		return blockedRouterReaders() > 0
+		return zmtptest.BlockedRouterReaders() > 0
 	}, "the replay ROUTER's reader blocked on a full queue")
 	closed = true
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, func() bool { return blockedRouterReaders() == 0 }, "no ROUTER reader left blocked after Close")
+	poll.Until(t, 10*time.Second, func() bool { return zmtptest.BlockedRouterReaders() == 0 }, "no ROUTER reader left blocked after Close")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"runtime/pprof"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,23 +14,10 @@ import (
 	"github.com/kvrouter/kvrouter/internal/eventplane/recovery"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmqevents"
 	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard"
+	"github.com/kvrouter/kvrouter/internal/eventplane/zmtpguard/zmtptest"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/poll"
 )
-
-// blockedRouterReaders counts zmq4 ROUTER reader goroutines waiting to
-// queue a message.
-func blockedRouterReaders() int {
-	var b strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "[chan send") && strings.Contains(g, "zmq4.(*routerQReader).listen") {
-			n++
-		}
-	}
-	return n
-}
 
 // TestPublisherCloseLeavesNoRouterReader: zmq4's ROUTER reads each
 // connection on a goroutine that queues requests (ten at most) and, once
@@ -74,11 +59,11 @@ func TestPublisherCloseLeavesNoRouterReader(t *testing.T) {
 				return false
 			}
 		}
-		return blockedRouterReaders() > 0
+		return zmtptest.BlockedRouterReaders() > 0
 	}, "the publisher's ROUTER reader blocked on a full queue")
 	closed = true
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, func() bool { return blockedRouterReaders() == 0 }, "no ROUTER reader left blocked after Close")
+	poll.Until(t, 10*time.Second, func() bool { return zmtptest.BlockedRouterReaders() == 0 }, "no ROUTER reader left blocked after Close")
 }

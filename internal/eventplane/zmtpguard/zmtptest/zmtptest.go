@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 )
@@ -155,3 +157,17 @@ func (l *Listener) serve(size uint64) {
 
 // Close stops listening.
 func (l *Listener) Close() error { return l.ln.Close() }
+
+// BlockedRouterReaders counts zmq4 ROUTER reader goroutines blocked
+// queueing a message (the leak zmtpguard.RouterSock's Shut ends).
+func BlockedRouterReaders() int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "[chan send") && strings.Contains(g, "zmq4.(*routerQReader).listen") {
+			n++
+		}
+	}
+	return n
+}
