@@ -363,3 +363,35 @@ func listen(t *testing.T) net.Listener {
 	}
 	return ln
 }
+
+// secondRouter starts another router service beside r: the same config,
+// fleet and NATS (r's embedded server), its own data dir and registry,
+// router id id (0: a random one). stop ends it, reporting a Run error;
+// calling it again does nothing.
+func (r *rig) secondRouter(id uint64) (r2 *rig, stop func()) {
+	t := r.t
+	t.Helper()
+	cfg := r.svc.cfg
+	cfg.DataDir = t.TempDir()
+	cfg.EventPlane.NATS.URL = r.svc.Bus().ClientURL()
+	cfg.Router.ID = id
+	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		svc2.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc2.Run(ctx, ln) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second router: %v", err)
+		}
+	})
+	return &rig{t: t, fleet: r.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r.logs, client: r.client}, stop
+}

@@ -1,14 +1,9 @@
 package service
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/poll"
@@ -105,30 +100,8 @@ func (r *rig) restoredThroughApplier() {
 		n := r.metric("kvrouter_durable_snapshots_total")
 		return n > 0, fmt.Sprintf("%v snapshots", n)
 	}, "a snapshot written")
-	cfg := r.svc.cfg
-	cfg.DataDir = t.TempDir()
-	cfg.EventPlane.NATS.URL = r.svc.Bus().ClientURL()
-	cfg.Router.ID = 8 // a durable consumer of its own
-	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		svc2.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc2.Run(ctx, ln) }()
-	stop := sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second router: %v", err)
-		}
-	})
+	r2, stop := r.secondRouter(8)
 	defer stop()
-	r2 := &rig{t: t, fleet: r.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r.logs, client: r.client}
 	r2.waitExact()
 	if n := r2.metric("kvrouter_durable_restores_total"); n != 1 {
 		t.Fatalf("second router restored %v snapshots, want 1", n)

@@ -1,15 +1,10 @@
 package service
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/poll"
@@ -30,30 +25,8 @@ func TestReplicaSyncTwoModels(t *testing.T) {
 		}})
 	r1.waitExact()
 
-	cfg := r1.svc.cfg
-	cfg.DataDir = t.TempDir()
-	cfg.EventPlane.NATS.URL = r1.svc.Bus().ClientURL()
-	cfg.Router.ID = 0
-	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		svc2.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc2.Run(ctx, ln) }()
-	stop2 := sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second router: %v", err)
-		}
-	})
+	r2, stop2 := r1.secondRouter(0)
 	defer stop2()
-	r2 := &rig{t: t, fleet: r1.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r1.logs, client: r1.client}
 	r2.waitExact()
 	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		p1, p2 := r1.metric("kvrouter_replica_peers"), r2.metric("kvrouter_replica_peers")

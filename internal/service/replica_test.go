@@ -1,15 +1,11 @@
 package service
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/poll"
@@ -25,33 +21,11 @@ func TestReplicaSyncTwoRouters(t *testing.T) {
 	r1 := newRig(t, rigOpt{workers: 2, plane: config.PlaneNATS, cfg: sync1})
 	r1.waitExact()
 
-	cfg := r1.svc.cfg
-	cfg.DataDir = t.TempDir()
-	cfg.EventPlane.NATS.URL = r1.svc.Bus().ClientURL()
-	cfg.Router.ID = 0 // a random id of its own
-	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if svc2.RouterID() == 0 || svc2.RouterID() == r1.svc.RouterID() {
-		t.Fatalf("router ids %d and %d", r1.svc.RouterID(), svc2.RouterID())
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		svc2.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc2.Run(ctx, ln) }()
-	stop2 := sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second router: %v", err)
-		}
-	})
+	r2, stop2 := r1.secondRouter(0)
 	defer stop2()
-	r2 := &rig{t: t, fleet: r1.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r1.logs, client: r1.client}
+	if r2.svc.RouterID() == 0 || r2.svc.RouterID() == r1.svc.RouterID() {
+		t.Fatalf("router ids %d and %d", r1.svc.RouterID(), r2.svc.RouterID())
+	}
 	r2.waitExact()
 	poll.UntilState(r1.t, 10*time.Second, func() (bool, string) {
 		p1, p2 := r1.metric("kvrouter_replica_peers"), r2.metric("kvrouter_replica_peers")

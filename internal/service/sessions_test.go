@@ -2,16 +2,12 @@ package service
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/config"
 	"github.com/kvrouter/kvrouter/internal/frontend"
@@ -46,33 +42,12 @@ func TestSessionAffinitySharedBetweenReplicas(t *testing.T) {
 	}
 	r1 := newRig(t, rigOpt{workers: 2, plane: config.PlaneNATS, cfg: opts})
 	r1.waitExact()
-	cfg := r1.svc.cfg
-	cfg.DataDir = t.TempDir()
-	cfg.EventPlane.NATS.URL = r1.svc.Bus().ClientURL()
-	cfg.Router.ID = 0
-	svc2, err := New(cfg, Options{Logger: discardLog(), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		svc2.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc2.Run(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second router: %v", err)
-		}
-	}()
-	r2 := &rig{t: t, fleet: r1.fleet, svc: svc2, url: "http://" + ln.Addr().String(), logs: r1.logs, client: r1.client}
+	r2, stop2 := r1.secondRouter(0)
+	defer stop2()
 	r2.waitExact()
 	poll.UntilState(t, 10*time.Second, func() (bool, string) {
 		p1, p2 := r1.metric("kvrouter_replica_peers"), r2.metric("kvrouter_replica_peers")
-		return p1 == 1 && p2 == 1 && svc2.sess != nil, fmt.Sprintf("peers %v and %v", p1, p2)
+		return p1 == 1 && p2 == 1 && r2.svc.sess != nil, fmt.Sprintf("peers %v and %v", p1, p2)
 	}, "each router sees the other, sessions shared")
 
 	resp, body := r1.postSession("conv-7", "hello there, a first turn")
@@ -81,7 +56,7 @@ func TestSessionAffinitySharedBetweenReplicas(t *testing.T) {
 	}
 	first := resp.Header.Get(frontend.HeaderWorker)
 	poll.UntilState(t, 10*time.Second, func() (bool, string) {
-		_, ok := svc2.front.SessionWorker("conv-7")
+		_, ok := r2.svc.front.SessionWorker("conv-7")
 		return ok, "the second router has no binding for conv-7"
 	}, "the binding reached the second router")
 	for i := range 3 {
