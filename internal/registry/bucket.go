@@ -46,6 +46,12 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 // on a NATS cluster (1 on a single server; 0 means 1). Opening an
 // existing bucket with another count rescales it.
 func OpenReplicatedBucket[T any](ctx context.Context, js jetstream.JetStream, name string, ttl time.Duration, replicas int, log *slog.Logger) (*Bucket[T], error) {
+	return openBucket[T](ctx, js, name, ttl, replicas, 1, log)
+}
+
+// openBucket is OpenReplicatedBucket keeping the last history values of
+// each key (1 to 64) instead of only the newest.
+func openBucket[T any](ctx context.Context, js jetstream.JetStream, name string, ttl time.Duration, replicas, history int, log *slog.Logger) (*Bucket[T], error) {
 	if ttl < MinTTL {
 		return nil, fmt.Errorf("bucket %s: ttl %v below %v", name, ttl, MinTTL)
 	}
@@ -59,7 +65,7 @@ func OpenReplicatedBucket[T any](ctx context.Context, js jetstream.JetStream, na
 		ctx, cancel = context.WithTimeout(ctx, openTimeout)
 		defer cancel()
 	}
-	cfg := jetstream.KeyValueConfig{Bucket: name, History: 1, TTL: ttl, LimitMarkerTTL: ttl, Replicas: max(replicas, 1)}
+	cfg := jetstream.KeyValueConfig{Bucket: name, History: uint8(min(max(history, 1), 64)), TTL: ttl, LimitMarkerTTL: ttl, Replicas: max(replicas, 1)}
 	if kv, ok := existingBucket(ctx, js, cfg); ok {
 		return &Bucket[T]{kv: kv, nc: js.Conn(), name: name, ttl: ttl, log: log}, nil
 	}

@@ -12,7 +12,7 @@
 // misses a worker's expiry keeps routing to it (issue 10, found by the
 // chaos suite: a re-watch request whose reply was lost in a NATS restart
 // held the watcher while a worker expired and registered again, and the
-// bucket keeps one entry per key, so the expiry was gone for good). So the
+// bucket kept one entry per key, so the expiry was gone for good). So the
 // watcher never waits on NATS in its loop (requests are bounded and run
 // beside it), reports an expiry from its own clock when no heartbeat
 // arrives, re-reads the whole bucket after every reconnect and every

@@ -57,6 +57,23 @@ func (c RegistryConfig) Validate() error {
 	return nil
 }
 
+// RegistryHistory is how many puts of each key the registry bucket keeps
+// (the newest and the ones before it, each until the TTL).
+//
+// Why more than one: the directory tells a restart from a takeover (two
+// live processes writing one key) by whether the accepted process still
+// heartbeats. With one value per key, a put superseded before a watcher's
+// consumer delivered it is gone: a watcher that falls behind (a loaded
+// host, a consumer re-created after a missed heartbeat) while a second
+// process writes the key every TTL/5 missed the owner's heartbeats for a
+// whole TTL and let the second process take the worker (seen once in the
+// service tests under load). Keeping the last puts lets the consumer
+// deliver every one of them unless it falls this many puts of one key
+// behind. The cost is small: a key holds at most TTL / (TTL/3) + 1 = 4
+// values of its own heartbeats anyway before they age out, so 4 bounds
+// the bucket at four records per worker (a few MB for 1,024 workers).
+const RegistryHistory = 4
+
 // Registry is the NATS KV registry of workers.
 type Registry struct {
 	b      *Bucket[fleet.WorkerRecord]
@@ -68,7 +85,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, cfg RegistryConfi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := OpenReplicatedBucket[fleet.WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, cfg.Replicas, log)
+	b, err := openBucket[fleet.WorkerRecord](ctx, js, cfg.Bucket, cfg.TTL, cfg.Replicas, RegistryHistory, log)
 	if err != nil {
 		return nil, err
 	}
