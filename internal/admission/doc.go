@@ -40,4 +40,17 @@
 // of the tenant furthest over its share (returned to the caller, who
 // answers it as over share too): a tenant's burst fills the queue only
 // while nobody else needs it.
+//
+// Sustained overload (OverloadWait, after CoDel as server queues use it):
+// a queue absorbs bursts, but when arrivals exceed what the fleet serves
+// for longer than a burst, it never drains and every request waits
+// close to the caller's timeout; under FCFS the one released is the one
+// that waited longest, and it misses its TTFT anyway. So the queue keeps
+// the time it last went from empty to holding a request; once it has
+// held requests without a break for OverloadInterval, Shed, called just
+// before Pop, takes out the entry about to be released while that one
+// has waited OverloadWait or more, and the capacity goes to a request
+// that can still use it. When the queue empties the full timeout applies
+// again. A Requeue into an empty queue (a released request the router
+// refused after all) does not restart that clock.
 package admission

@@ -79,13 +79,24 @@ const (
 	typeRateLimit    = "rate_limit_error"
 	codeOverShare    = "tenant_over_share"
 	codeQueueTimeout = "queue_timeout"
+	codeQueueShed    = "queue_shed"
 )
 
 // Queue refusals, answered by writeQueueError.
 var (
 	errQueueTimeout = errors.New("waited the queue timeout for a worker below its thresholds")
+	errQueueShed    = errors.New("the queue has been saturated for a while and this request has waited too long to be served in time")
 	errQueueFull    = errors.New("the admission queue is full")
 	errOverShare    = errors.New("this tenant is over its share of the router")
+)
+
+// signal is how a waiter's wait ended, sent on its channel; the channel
+// is closed without one when the request is pushed out.
+type signal uint8
+
+const (
+	sigReleased signal = iota // route it now
+	sigShed                   // the overload rule shed it: 503
 )
 
 // gate is the edge of the admission queue: the waiting requests'
@@ -98,7 +109,7 @@ type gate struct {
 
 	mu        sync.Mutex
 	q         *admission.Queue
-	waiters   map[string]chan struct{} // closed (buffered send) on release
+	waiters   map[string]chan signal // buffered: one signal, or closed when pushed out
 	lastProbe time.Time
 	// releasing is 1 while a released request has not booked yet: the
 	// next is released only once it has (a request ending meanwhile must
@@ -111,7 +122,7 @@ func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}}
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan signal{}}
 	g.m = newQueueMetrics(reg, g, keyTenants)
 	return g, nil
 }
@@ -223,7 +234,7 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 			return errQueueFull
 		}
 	}
-	ch := make(chan struct{}, 1)
+	ch := make(chan signal, 1)
 	g.waiters[e.ID] = ch
 	if pushed {
 		// The pushed-out request's waiter answers 429 (its channel stays
@@ -241,8 +252,9 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	return g.park(ctx, ex, e, ch)
 }
 
-// park waits for ex's release, its deadline or its client's departure.
-func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan struct{}) error {
+// park waits for ex's release, its shedding, its deadline or its
+// client's departure.
+func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan signal) error {
 	timer := time.NewTimer(g.cfg.Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(g.cfg.Recheck)
@@ -250,10 +262,14 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 	start := g.clock()
 	for {
 		select {
-		case _, open := <-ch:
-			if !open {
+		case sig, open := <-ch:
+			switch {
+			case !open:
 				g.m.done(e.Tenant, "pushed_out", g.clock().Sub(start))
 				return errOverShare
+			case sig == sigShed:
+				g.m.done(e.Tenant, "shed", g.clock().Sub(start))
+				return errQueueShed
 			}
 			ex.adm.counted, ex.adm.released = true, true
 			g.m.done(e.Tenant, "released", g.clock().Sub(start))
@@ -278,15 +294,15 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 // leave takes a waiting entry out; one released in the same instant
 // passes its release on to the next. It returns whether the tenant is at
 // its in-flight cap.
-func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
+func (g *gate) leave(e admission.Entry, ch chan signal) bool {
 	g.mu.Lock()
 	delete(g.waiters, e.ID)
 	_, waiting := g.q.Remove(e.ID)
 	released := false
 	if !waiting {
 		select {
-		case _, open := <-ch:
-			released = open
+		case sig, open := <-ch:
+			released = open && sig == sigReleased
 		default:
 		}
 	}
@@ -303,14 +319,22 @@ func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 }
 
 // kick releases the next waiting request when some worker is below the
-// thresholds (or the queue waits only on tenant caps). Called when
-// capacity may have freed: a request's first token, its end, a released
-// request's booking.
+// thresholds (or the queue waits only on tenant caps), after shedding
+// the requests the overload rule refuses (admission.Queue.Shed). Called
+// when capacity may have freed: a request's first token, its end, a
+// released request's booking.
 func (g *gate) kick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lastProbe = g.clock()
+	now := g.clock()
+	g.lastProbe = now
 	for g.releasing == 0 && g.q.Len() > 0 && !g.router.Saturated(g.cfg.Thresholds) {
+		for _, s := range g.q.Shed(now) {
+			if ch, ok := g.waiters[s.ID]; ok {
+				delete(g.waiters, s.ID)
+				ch <- sigShed
+			}
+		}
 		e, ok := g.q.Pop()
 		if !ok {
 			return
@@ -321,7 +345,7 @@ func (g *gate) kick() {
 			continue
 		}
 		delete(g.waiters, e.ID)
-		ch <- struct{}{}
+		ch <- sigReleased
 		g.releasing = 1
 		return // one at a time: it books, then kicks the next
 	}
@@ -375,10 +399,13 @@ func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusTooManyRequests, typeRateLimit, codeOverShare, "", err.Error()+": retry later")
 		return http.StatusTooManyRequests, true
-	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull):
+	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull), errors.Is(err, errQueueShed):
 		code := codeQueueTimeout
-		if errors.Is(err, errQueueFull) {
+		switch {
+		case errors.Is(err, errQueueFull):
 			code = codeOverloaded
+		case errors.Is(err, errQueueShed):
+			code = codeQueueShed
 		}
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusServiceUnavailable, typeOverloaded, code, "", "every worker is saturated: "+err.Error()+"; retry later")
@@ -400,10 +427,10 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 	const ns, sub = "kvrouter", "queue"
 	m := &queueMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, timeout, disconnected, full, over_share, pushed_out."},
+			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, timeout, shed, disconnected, full, over_share, pushed_out."},
 			[]string{"tenant", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, disconnected, pushed_out).",
+			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, shed, disconnected, pushed_out).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"outcome"}),
 		known: map[string]bool{},
 	}

@@ -240,3 +240,67 @@ func TestSessionsStick(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueShedsUnderSustainedOverload: with the overload rule on, a
+// request that has waited its overload wait (1 ms) behind a blocker is
+// refused with 503 queue_shed and Retry-After when capacity frees, once
+// the queue has held it for the overload interval (50 ms, polled on the
+// queue's own clock); with an interval of an hour the same wait counts
+// as a burst and the request is served.
+func TestQueueShedsUnderSustainedOverload(t *testing.T) {
+	for _, c := range []struct {
+		interval time.Duration
+		status   int
+		shed     float64
+	}{{time.Hour, http.StatusOK, 0}, {50 * time.Millisecond, http.StatusServiceUnavailable, 1}} {
+		t.Run(c.interval.String(), func(t *testing.T) {
+			fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, cfg: saturating(func(cfg *Config) {
+				cfg.Queue.Admission.OverloadWait, cfg.Queue.Admission.OverloadInterval = time.Millisecond, c.interval
+			})})
+			stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
+			defer stopBlocker()
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
+			}, "the blocker running")
+			type answer struct {
+				resp *http.Response
+				body []byte
+			}
+			got := make(chan answer, 1)
+			go func() {
+				resp, body := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, words(2, 60)))
+				got <- answer{resp, body}
+			}()
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				return fl.queueDepth() == 1, fmt.Sprintf("depth %v", fl.queueDepth())
+			}, "the request queued")
+			if c.shed > 0 {
+				poll.UntilState(t, 5*time.Second, func() (bool, string) {
+					g := fl.f.gate
+					g.mu.Lock()
+					defer g.mu.Unlock()
+					return g.q.Overloaded(g.clock()), "the queue busy for less than the interval"
+				}, "sustained overload")
+			}
+			stopBlocker()
+			<-blocked
+			a := <-got
+			if a.resp.StatusCode != c.status {
+				t.Fatalf("status %d %s, want %d", a.resp.StatusCode, a.body, c.status)
+			}
+			if c.status == http.StatusServiceUnavailable && (a.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(a.body), codeQueueShed)) {
+				t.Fatalf("refusal without Retry-After (%q) or %s: %s", a.resp.Header.Get("Retry-After"), codeQueueShed, a.body)
+			}
+			if n := fl.metric("kvrouter_queue_requests_total", "outcome", "shed"); n != c.shed {
+				t.Fatalf("shed %v, want %v", n, c.shed)
+			}
+			fl.waitIdle()
+			fl.f.gate.mu.Lock()
+			waiters, inflight := len(fl.f.gate.waiters), fl.f.gate.q.InFlight("")
+			fl.f.gate.mu.Unlock()
+			if waiters != 0 || inflight != 0 {
+				t.Fatalf("after the run: %d waiters, %d in flight", waiters, inflight)
+			}
+		})
+	}
+}

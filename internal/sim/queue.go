@@ -50,6 +50,8 @@ type QueueStats struct {
 	Queued int
 	// TimedOut counts requests that waited past the timeout.
 	TimedOut int
+	// Shed counts requests shed under sustained overload.
+	Shed int
 	// Refused counts requests refused at a full queue or pushed out.
 	Refused int
 	// MaxDepth is the longest the queue grew.
@@ -198,6 +200,7 @@ func (r *run) releaseWaiting() {
 	}
 	w.kicked = false
 	for w.q.Len() > 0 && !r.rt.Saturated(w.th) {
+		r.shedWaiting()
 		e, ok := w.q.Pop()
 		if !ok {
 			return
@@ -221,7 +224,22 @@ func (r *run) releaseWaiting() {
 	}
 }
 
-// expireWaiting fails the requests that waited past the timeout.
+// shedWaiting fails the requests the queue sheds under sustained
+// overload.
+func (r *run) shedWaiting() {
+	w := r.wait
+	for _, e := range w.q.Shed(r.virtual(r.now)) {
+		arrived := w.arrived[e.ID]
+		delete(w.reqs, e.ID)
+		delete(w.arrived, e.ID)
+		w.st.Shed++
+		w.st.Wait += r.now - arrived
+		r.fail(arrived)
+	}
+}
+
+// expireWaiting fails the requests that waited past the timeout or that
+// the queue sheds under sustained overload.
 func (r *run) expireWaiting() {
 	w := r.wait
 	if w.q == nil || w.timeout == 0 {
