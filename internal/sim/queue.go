@@ -61,6 +61,10 @@ type QueueStats struct {
 	// TenantTTFTs are the TTFTs in ms of each named tenant's requests
 	// (requests without a tenant are not kept here).
 	TenantTTFTs map[string][]float64
+	// TenantWaits are the same requests' waits in ms in the admission
+	// queue, in the same order (0 for a request routed at once): a TTFT
+	// less its wait is its time in the engine.
+	TenantWaits map[string][]float64
 }
 
 // Goodput counts the requests whose TTFT was at most slo (failed ones
@@ -89,7 +93,7 @@ type waiting struct {
 }
 
 func newWaiting(c *QueueConfig) (*waiting, error) {
-	w := &waiting{st: QueueStats{TenantTTFTs: map[string][]float64{}}}
+	w := &waiting{st: QueueStats{TenantTTFTs: map[string][]float64{}, TenantWaits: map[string][]float64{}}}
 	if c == nil {
 		return w, nil
 	}
@@ -111,15 +115,17 @@ func (w *waiting) len() int {
 
 func (w *waiting) stats() QueueStats {
 	if len(w.st.TenantTTFTs) == 0 {
-		w.st.TenantTTFTs = nil
+		w.st.TenantTTFTs, w.st.TenantWaits = nil, nil
 	}
 	return w.st
 }
 
-// first notes a request's first token (its prefill left the load).
-func (w *waiting) first(tenant string, ttft time.Duration) {
+// first notes a request's first token (its prefill left the load) after
+// waiting wait in the admission queue.
+func (w *waiting) first(tenant string, ttft, wait time.Duration) {
 	if tenant != "" {
 		w.st.TenantTTFTs[tenant] = append(w.st.TenantTTFTs[tenant], float64(ttft)/float64(time.Millisecond))
+		w.st.TenantWaits[tenant] = append(w.st.TenantWaits[tenant], float64(wait)/float64(time.Millisecond))
 	}
 	w.kicked = true
 }
