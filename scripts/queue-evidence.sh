@@ -10,9 +10,10 @@
 # TTFT p50/p99 row: no thresholds; reject-on-busy (503 while every worker
 # has more than 2 × max batched tokens of prefill pending); the queue
 # (waiting at the same saturation point, 1 s queue timeout) under fcfs,
-# wspt and priority; and the same three with the overload rule
-# (--router-queue-overload-wait 250ms, its 1 s interval), named
-# fcfs+shed, wspt+shed and priority+shed. A few minutes on 2 cores.
+# wspt and priority; and the same three with deadline-aware release
+# (--router-queue-ttft-target 2s, the goodput target: a released request
+# that cannot get its first token within 2 s is refused), named
+# fcfs+late, wspt+late and priority+late. A few minutes on 2 cores.
 set -euo pipefail
 kvr=${1:-}
 if [[ -z $kvr ]]; then
@@ -21,13 +22,13 @@ if [[ -z $kvr ]]; then
 fi
 frac=2
 timeout=1s
-shed=250ms
-modes=(none reject fcfs wspt priority fcfs+shed wspt+shed priority+shed)
+target=2s
+modes=(none reject fcfs wspt priority fcfs+late wspt+late priority+late)
 flags() {
 	case $1 in
 	none) ;;
 	reject) echo "--active-prefill-tokens-threshold-frac $frac" ;;
-	*+shed) echo "--router-queue-threshold $frac --router-queue-timeout $timeout --router-queue-policy ${1%+shed} --router-queue-overload-wait $shed" ;;
+	*+late) echo "--router-queue-threshold $frac --router-queue-timeout $timeout --router-queue-policy ${1%+late} --router-queue-ttft-target $target" ;;
 	*) echo "--router-queue-threshold $frac --router-queue-timeout $timeout --router-queue-policy $1" ;;
 	esac
 }

@@ -46,23 +46,17 @@ type Config struct {
 	// Weights are per-tenant fair-queueing weights: a tenant of weight 2
 	// gets twice the service of a tenant of weight 1 while both wait.
 	Weights map[string]float64
-	// OverloadWait turns on the overload rule (Queue.Shed, after CoDel):
-	// while the queue is under sustained overload (it has held requests
-	// without a break for OverloadInterval), the request about to be
-	// released is shed instead when it has waited this long. A burst the
-	// queue drains within OverloadInterval is untouched; a standing queue
-	// stops serving requests so late that they miss their TTFT anyway.
-	// Keep it well below the caller's queue timeout. 0 is off. Default 0.
-	OverloadWait time.Duration
-	// OverloadInterval is how long the queue must hold requests without
-	// a break before it counts as sustained overload rather than a
-	// burst; more than 0 when OverloadWait is on. Default 1 s.
-	OverloadInterval time.Duration
+	// TTFTTarget turns on deadline-aware release (Queue.Late): a request
+	// whose wait plus the least its prefill can take on the worker it is
+	// routed to (LeastPrefill) exceeds this is refused when released
+	// instead of being served late, and the next one is released. Set it
+	// to the time to first token you promise. 0 is off. Default 0.
+	TTFTTarget time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{Policy: PolicyFCFS, MaxLen: 1024, AgingTokensPerSecond: 4096, DefaultWeight: 1, OverloadInterval: time.Second}
+	return Config{Policy: PolicyFCFS, MaxLen: 1024, AgingTokensPerSecond: 4096, DefaultWeight: 1}
 }
 
 // ErrConfig wraps every configuration error.
@@ -96,10 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: tenant in-flight cap %d is negative", ErrConfig, c.TenantInFlight)
 	case !finite(c.DefaultWeight) || c.DefaultWeight <= 0:
 		return fmt.Errorf("%w: default weight %v must be finite and > 0", ErrConfig, c.DefaultWeight)
-	case c.OverloadWait < 0:
-		return fmt.Errorf("%w: overload wait %v is negative", ErrConfig, c.OverloadWait)
-	case c.OverloadInterval < 0 || (c.OverloadWait > 0 && c.OverloadInterval == 0):
-		return fmt.Errorf("%w: overload interval %v must be positive when the overload wait is on", ErrConfig, c.OverloadInterval)
+	case c.TTFTTarget < 0:
+		return fmt.Errorf("%w: TTFT target %v is negative", ErrConfig, c.TTFTTarget)
 	}
 	for t, w := range c.Weights {
 		if !finite(w) || w <= 0 {

@@ -45,7 +45,6 @@ type item struct {
 	tier int
 	hi   int // index in the tier heap
 	di   int // index in the deadline heap, -1 without a deadline
-	ai   int // index in the arrival heap
 }
 
 // before is the within-tier order.
@@ -90,27 +89,6 @@ func (h *deadlineHeap) Pop() any {
 	return it
 }
 
-// arrivalHeap orders every waiting entry by arrival (then push order):
-// the entries the overload rule sheds first.
-type arrivalHeap []*item
-
-func (h arrivalHeap) Len() int { return len(h) }
-func (h arrivalHeap) Less(i, j int) bool {
-	if !h[i].e.Arrival.Equal(h[j].e.Arrival) {
-		return h[i].e.Arrival.Before(h[j].e.Arrival)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h arrivalHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].ai = i; h[j].ai = j }
-func (h *arrivalHeap) Push(x any)   { it := x.(*item); it.ai = len(*h); *h = append(*h, it) }
-func (h *arrivalHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return it
-}
-
 // tenant is one tenant's fair-queueing state. It exists while the tenant
 // has requests waiting or in flight.
 type tenant struct {
@@ -145,9 +123,6 @@ type Stats struct {
 	Removed uint64
 	// Expired counts entries taken out by Expire.
 	Expired uint64
-	// Shed counts entries taken out by Shed (waited OverloadWait under
-	// sustained overload).
-	Shed uint64
 	// PushedOut counts entries evicted by a push to a full queue.
 	PushedOut uint64
 	// RefusedFull and RefusedShare count pushes refused with ErrFull and
@@ -161,12 +136,6 @@ type Queue struct {
 	tenants   map[string]*tenant
 	items     map[string]*item
 	deadlines deadlineHeap
-	arrivals  arrivalHeap
-	// busySince is when the queue last went from empty to holding an
-	// entry (the arrival of the entry that did it): the overload rule's
-	// clock. A Requeue into an empty queue keeps it (the queue was empty
-	// only between a Pop and its Requeue).
-	busySince time.Time
 	vtime     float64 // the last released entry's start tag
 	seq       uint64
 	base      time.Time // WSPT's time origin (the first push)
@@ -281,9 +250,6 @@ func (q *Queue) Push(e Entry) (out Entry, pushed bool, err error) {
 		}
 		pushed = true
 	}
-	if len(q.items) == 0 {
-		q.busySince = e.Arrival
-	}
 	q.seq++
 	e.seq = q.seq
 	q.insert(&item{e: e, seq: q.seq, di: -1})
@@ -389,7 +355,6 @@ func (q *Queue) insert(it *item) {
 	if !e.Deadline.IsZero() {
 		heap.Push(&q.deadlines, it)
 	}
-	heap.Push(&q.arrivals, it)
 	q.items[e.ID] = it
 }
 
@@ -405,7 +370,6 @@ func (q *Queue) remove(it *item) {
 	if it.di >= 0 {
 		heap.Remove(&q.deadlines, it.di)
 	}
-	heap.Remove(&q.arrivals, it.ai)
 	delete(q.items, it.e.ID)
 	q.forget(t)
 }
@@ -495,34 +459,6 @@ func (q *Queue) Expire(now time.Time) []Entry {
 		it := q.deadlines[0]
 		q.remove(it)
 		q.stats.Expired++
-		out = append(out, it.e)
-	}
-	return out
-}
-
-// Overloaded reports whether the queue is under sustained overload at
-// now: the overload rule is on, and the queue has held an entry without
-// a break for at least OverloadInterval.
-func (q *Queue) Overloaded(now time.Time) bool {
-	return q.cfg.OverloadWait > 0 && len(q.items) > 0 && now.Sub(q.busySince) >= q.cfg.OverloadInterval
-}
-
-// Shed is the overload rule, applied where capacity is about to be
-// given out: while the queue is under sustained overload at now (see
-// Overloaded), it takes out the entry Pop would release next as long as
-// that one has waited at least OverloadWait, so that the capacity goes
-// to a request that can still use it in time. Call it just before Pop.
-// It returns the entries taken out, in the order they would have been
-// released.
-func (q *Queue) Shed(now time.Time) []Entry {
-	var out []Entry
-	for q.Overloaded(now) {
-		_, it := q.next()
-		if it == nil || it.e.Arrival.Add(q.cfg.OverloadWait).After(now) {
-			break
-		}
-		q.remove(it)
-		q.stats.Shed++
 		out = append(out, it.e)
 	}
 	return out

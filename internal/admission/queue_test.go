@@ -248,82 +248,6 @@ func TestDeadlinesAndRemove(t *testing.T) {
 	}
 }
 
-// TestShedUnderSustainedOverload is the worked example of the overload
-// rule (fcfs, OverloadWait 250 ms, OverloadInterval 1 s). a arrives at 0
-// (the queue goes busy), b at 0.1 s, c at 0.9 s. At 0.9 s a has waited
-// 900 ms but the queue has been busy only 0.9 s: a burst, nothing shed.
-// At 1 s it is sustained: a (1 s) and b (0.9 s) are shed in release
-// order, c (0.1 s) is not, and Pop releases c. The queue then empties;
-// x arrives at 2 s and d at 2.2 s. At 2.5 s x has waited 500 ms, but the
-// queue has been busy only since 2 s: nothing shed. x and d are popped
-// and d is requeued (the queue was empty only in between), so at 3 s the
-// queue counts as busy since 2 s, not 2.2 s, and d, 800 ms old, is shed.
-func TestShedUnderSustainedOverload(t *testing.T) {
-	q := newQueue(t, func(c *Config) { c.OverloadWait, c.OverloadInterval = 250*time.Millisecond, time.Second })
-	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	mustPush(t, q, Entry{ID: "a", Arrival: ms(0)})
-	mustPush(t, q, Entry{ID: "b", Arrival: ms(100)})
-	mustPush(t, q, Entry{ID: "c", Arrival: ms(900)})
-	if q.Overloaded(ms(900)) || len(q.Shed(ms(900))) != 0 {
-		t.Fatal("a burst of 0.9 s counts as sustained overload")
-	}
-	if got := ids(q.Shed(ms(1000))); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("shed at 1 s %v, want [a b]", got)
-	}
-	if e, ok := q.Pop(); !ok || e.ID != "c" {
-		t.Fatalf("pop %q %v, want c", e.ID, ok)
-	}
-	q.Done("")
-	mustPush(t, q, Entry{ID: "x", Arrival: ms(2000)})
-	mustPush(t, q, Entry{ID: "d", Arrival: ms(2200)})
-	if q.Overloaded(ms(2500)) || len(q.Shed(ms(2500))) != 0 {
-		t.Fatal("the busy clock did not restart when the queue emptied")
-	}
-	q.Pop()
-	e, _ := q.Pop()
-	if e.ID != "d" || !q.Requeue(e) {
-		t.Fatalf("pop %q, or requeue refused", e.ID)
-	}
-	if got := ids(q.Shed(ms(3000))); !slices.Equal(got, []string{"d"}) {
-		t.Fatalf("shed at 3 s %v, want [d] (a requeue must not restart the busy clock)", got)
-	}
-	if s := q.Stats(); s.Shed != 3 || q.Len() != 0 {
-		t.Fatalf("stats %+v, %d waiting", s, q.Len())
-	}
-	// Off: nothing is ever shed.
-	q = newQueue(t, nil)
-	mustPush(t, q, Entry{ID: "x", Arrival: t0})
-	if q.Overloaded(t0.Add(time.Hour)) || len(q.Shed(t0.Add(time.Hour))) != 0 {
-		t.Fatal("shed with the overload rule off")
-	}
-}
-
-// TestShedTakesTheHeadOnly: the rule sheds in release order and stops at
-// the first entry that has not waited OverloadWait. Under WSPT with 1,000
-// tokens/s of aging, a 10,000-token prompt arriving at 0 has key 10,000
-// and a 100-token one arriving at 1.1 s key 1,200: the short one is next.
-// At 1.2 s (sustained, 250 ms wait) the short one has waited 100 ms, so
-// nothing is shed although the long one has waited 1.2 s; once the short
-// one is released, the long one is next and is shed.
-func TestShedTakesTheHeadOnly(t *testing.T) {
-	q := newQueue(t, func(c *Config) {
-		c.Policy, c.AgingTokensPerSecond = PolicyWSPT, 1000
-		c.OverloadWait, c.OverloadInterval = 250*time.Millisecond, time.Second
-	})
-	mustPush(t, q, Entry{ID: "long", Cost: 10_000, Arrival: t0})
-	mustPush(t, q, Entry{ID: "short", Cost: 100, Arrival: t0.Add(1100 * time.Millisecond)})
-	now := t0.Add(1200 * time.Millisecond)
-	if got := ids(q.Shed(now)); len(got) != 0 {
-		t.Fatalf("shed %v behind a fresh head", got)
-	}
-	if e, _ := q.Pop(); e.ID != "short" {
-		t.Fatalf("pop %q, want short", e.ID)
-	}
-	if got := ids(q.Shed(now)); !slices.Equal(got, []string{"long"}) {
-		t.Fatalf("shed %v, want [long]", got)
-	}
-}
-
 func TestRequeueKeepsPlace(t *testing.T) {
 	q := newQueue(t, nil)
 	for i := range 3 {
@@ -349,9 +273,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.TenantInFlight = -1 },
 		func(c *Config) { c.DefaultWeight = 0 },
 		func(c *Config) { c.Weights = map[string]float64{"a": -2} },
-		func(c *Config) { c.OverloadWait = -time.Second },
-		func(c *Config) { c.OverloadWait, c.OverloadInterval = time.Second, 0 },
-		func(c *Config) { c.OverloadInterval = -time.Second },
+		func(c *Config) { c.TTFTTarget = -time.Second },
 	} {
 		c := DefaultConfig()
 		mod(&c)

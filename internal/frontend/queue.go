@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/admission"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -79,24 +81,15 @@ const (
 	typeRateLimit    = "rate_limit_error"
 	codeOverShare    = "tenant_over_share"
 	codeQueueTimeout = "queue_timeout"
-	codeQueueShed    = "queue_shed"
+	codeQueueLate    = "queue_late"
 )
 
 // Queue refusals, answered by writeQueueError.
 var (
 	errQueueTimeout = errors.New("waited the queue timeout for a worker below its thresholds")
-	errQueueShed    = errors.New("the queue has been saturated for a while and this request has waited too long to be served in time")
+	errQueueLate    = errors.New("waited so long for a worker below its thresholds that the first token can no longer come within the TTFT target")
 	errQueueFull    = errors.New("the admission queue is full")
 	errOverShare    = errors.New("this tenant is over its share of the router")
-)
-
-// signal is how a waiter's wait ended, sent on its channel; the channel
-// is closed without one when the request is pushed out.
-type signal uint8
-
-const (
-	sigReleased signal = iota // route it now
-	sigShed                   // the overload rule shed it: 503
 )
 
 // gate is the edge of the admission queue: the waiting requests'
@@ -109,7 +102,7 @@ type gate struct {
 
 	mu        sync.Mutex
 	q         *admission.Queue
-	waiters   map[string]chan signal // buffered: one signal, or closed when pushed out
+	waiters   map[string]chan struct{} // closed (buffered send) on release
 	lastProbe time.Time
 	// releasing is 1 while a released request has not booked yet: the
 	// next is released only once it has (a request ending meanwhile must
@@ -122,7 +115,7 @@ func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan signal{}}
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}}
 	g.m = newQueueMetrics(reg, g, keyTenants)
 	return g, nil
 }
@@ -169,7 +162,8 @@ type admitted struct {
 	tenant   string
 	priority int
 	counted  bool
-	released bool // released by the queue, not yet settled
+	released bool      // released by the queue, not yet settled
+	arrival  time.Time // when it joined the queue (released requests)
 }
 
 // routeFirst is forward's first routing: through the admission queue
@@ -183,9 +177,47 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 		return router.Decision{}, err
 	}
 	d, err := f.routeSession(ex, req, 0)
+	if err == nil && g.late(ex, req, d) {
+		// Too late to meet the TTFT target there: give the capacity to
+		// the next one.
+		f.free(req.ID)
+		err = errQueueLate
+	}
 	// Booked (or refused): capacity may remain for the next one.
 	g.settle(ex)
 	return d, err
+}
+
+// late reports whether a request the queue released, routed by d, can no
+// longer meet the TTFT target (admission.Queue.Late) on d's worker, with
+// the least its prefill can take there (admission.LeastPrefill) from
+// that worker's time model.
+func (g *gate) late(ex *exchange, req router.Request, d router.Decision) bool {
+	if !ex.adm.released || g.cfg.Admission.TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return false
+	}
+	row := d.ChosenRow()
+	poly := timemodel.PriorPrefill
+	for _, m := range g.router.TimeModels() {
+		if m.Worker == row.Worker {
+			poly = m.Prefill
+		}
+	}
+	bs, chunk := g.router.Config().BlockSize, 0
+	infos, _ := g.router.Workers()
+	for _, w := range infos {
+		if w.ID == d.Worker.ID {
+			bs, chunk = cmp.Or(w.BlockSize, bs), w.MaxBatchedTokens
+		}
+	}
+	pred := admission.LeastPrefill(poly, row, len(req.Tokens), bs, chunk)
+	g.mu.Lock()
+	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred)
+	g.mu.Unlock()
+	if late {
+		g.m.count(ex.adm.tenant, "late")
+	}
+	return late
 }
 
 // settle ends a released request's turn: the next may be released.
@@ -234,7 +266,7 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 			return errQueueFull
 		}
 	}
-	ch := make(chan signal, 1)
+	ch := make(chan struct{}, 1)
 	g.waiters[e.ID] = ch
 	if pushed {
 		// The pushed-out request's waiter answers 429 (its channel stays
@@ -252,9 +284,8 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	return g.park(ctx, ex, e, ch)
 }
 
-// park waits for ex's release, its shedding, its deadline or its
-// client's departure.
-func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan signal) error {
+// park waits for ex's release, its deadline or its client's departure.
+func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan struct{}) error {
 	timer := time.NewTimer(g.cfg.Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(g.cfg.Recheck)
@@ -262,16 +293,12 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 	start := g.clock()
 	for {
 		select {
-		case sig, open := <-ch:
-			switch {
-			case !open:
+		case _, open := <-ch:
+			if !open {
 				g.m.done(e.Tenant, "pushed_out", g.clock().Sub(start))
 				return errOverShare
-			case sig == sigShed:
-				g.m.done(e.Tenant, "shed", g.clock().Sub(start))
-				return errQueueShed
 			}
-			ex.adm.counted, ex.adm.released = true, true
+			ex.adm.counted, ex.adm.released, ex.adm.arrival = true, true, e.Arrival
 			g.m.done(e.Tenant, "released", g.clock().Sub(start))
 			return nil
 		case <-tick.C:
@@ -294,15 +321,15 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 // leave takes a waiting entry out; one released in the same instant
 // passes its release on to the next. It returns whether the tenant is at
 // its in-flight cap.
-func (g *gate) leave(e admission.Entry, ch chan signal) bool {
+func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 	g.mu.Lock()
 	delete(g.waiters, e.ID)
 	_, waiting := g.q.Remove(e.ID)
 	released := false
 	if !waiting {
 		select {
-		case sig, open := <-ch:
-			released = open && sig == sigReleased
+		case _, open := <-ch:
+			released = open
 		default:
 		}
 	}
@@ -319,22 +346,14 @@ func (g *gate) leave(e admission.Entry, ch chan signal) bool {
 }
 
 // kick releases the next waiting request when some worker is below the
-// thresholds (or the queue waits only on tenant caps), after shedding
-// the requests the overload rule refuses (admission.Queue.Shed). Called
-// when capacity may have freed: a request's first token, its end, a
-// released request's booking.
+// thresholds (or the queue waits only on tenant caps). Called when
+// capacity may have freed: a request's first token, its end, a released
+// request's booking.
 func (g *gate) kick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.clock()
-	g.lastProbe = now
+	g.lastProbe = g.clock()
 	for g.releasing == 0 && g.q.Len() > 0 && !g.router.Saturated(g.cfg.Thresholds) {
-		for _, s := range g.q.Shed(now) {
-			if ch, ok := g.waiters[s.ID]; ok {
-				delete(g.waiters, s.ID)
-				ch <- sigShed
-			}
-		}
 		e, ok := g.q.Pop()
 		if !ok {
 			return
@@ -345,7 +364,7 @@ func (g *gate) kick() {
 			continue
 		}
 		delete(g.waiters, e.ID)
-		ch <- sigReleased
+		ch <- struct{}{}
 		g.releasing = 1
 		return // one at a time: it books, then kicks the next
 	}
@@ -399,13 +418,13 @@ func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusTooManyRequests, typeRateLimit, codeOverShare, "", err.Error()+": retry later")
 		return http.StatusTooManyRequests, true
-	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull), errors.Is(err, errQueueShed):
+	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull), errors.Is(err, errQueueLate):
 		code := codeQueueTimeout
 		switch {
 		case errors.Is(err, errQueueFull):
 			code = codeOverloaded
-		case errors.Is(err, errQueueShed):
-			code = codeQueueShed
+		case errors.Is(err, errQueueLate):
+			code = codeQueueLate
 		}
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusServiceUnavailable, typeOverloaded, code, "", "every worker is saturated: "+err.Error()+"; retry later")
@@ -427,10 +446,10 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 	const ns, sub = "kvrouter", "queue"
 	m := &queueMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, timeout, shed, disconnected, full, over_share, pushed_out."},
+			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, late (released, then refused: it could no longer meet the TTFT target), timeout, disconnected, full, over_share, pushed_out."},
 			[]string{"tenant", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, shed, disconnected, pushed_out).",
+			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, disconnected, pushed_out).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"outcome"}),
 		known: map[string]bool{},
 	}

@@ -241,21 +241,20 @@ func TestSessionsStick(t *testing.T) {
 	}
 }
 
-// TestQueueShedsUnderSustainedOverload: with the overload rule on, a
-// request that has waited its overload wait (1 ms) behind a blocker is
-// refused with 503 queue_shed and Retry-After when capacity frees, once
-// the queue has held it for the overload interval (50 ms, polled on the
-// queue's own clock); with an interval of an hour the same wait counts
-// as a burst and the request is served.
-func TestQueueShedsUnderSustainedOverload(t *testing.T) {
+// TestQueueRefusesALateRequest: with a TTFT target of 200 ms, a request
+// that waited longer than that behind a blocker (polled on the queue's
+// own clock) is refused with 503 queue_late and Retry-After when it is
+// released, its booking freed; with a target of an hour the same wait is
+// served.
+func TestQueueRefusesALateRequest(t *testing.T) {
 	for _, c := range []struct {
-		interval time.Duration
-		status   int
-		shed     float64
-	}{{time.Hour, http.StatusOK, 0}, {50 * time.Millisecond, http.StatusServiceUnavailable, 1}} {
-		t.Run(c.interval.String(), func(t *testing.T) {
+		target time.Duration
+		status int
+		late   float64
+	}{{time.Hour, http.StatusOK, 0}, {200 * time.Millisecond, http.StatusServiceUnavailable, 1}} {
+		t.Run(c.target.String(), func(t *testing.T) {
 			fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, cfg: saturating(func(cfg *Config) {
-				cfg.Queue.Admission.OverloadWait, cfg.Queue.Admission.OverloadInterval = time.Millisecond, c.interval
+				cfg.Queue.Admission.TTFTTarget = c.target
 			})})
 			stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
 			defer stopBlocker()
@@ -272,35 +271,35 @@ func TestQueueShedsUnderSustainedOverload(t *testing.T) {
 				got <- answer{resp, body}
 			}()
 			poll.UntilState(t, 5*time.Second, func() (bool, string) {
-				return fl.queueDepth() == 1, fmt.Sprintf("depth %v", fl.queueDepth())
-			}, "the request queued")
-			if c.shed > 0 {
-				poll.UntilState(t, 5*time.Second, func() (bool, string) {
-					g := fl.f.gate
-					g.mu.Lock()
-					defer g.mu.Unlock()
-					return g.q.Overloaded(g.clock()), "the queue busy for less than the interval"
-				}, "sustained overload")
-			}
+				g := fl.f.gate
+				v := g.view()
+				waited := time.Duration(0)
+				if !v.OldestArrival.IsZero() {
+					waited = g.clock().Sub(v.OldestArrival)
+				}
+				return v.Waiting == 1 && waited > 250*time.Millisecond, fmt.Sprintf("%d waiting for %v", v.Waiting, waited)
+			}, "the request queued for longer than 200 ms")
 			stopBlocker()
 			<-blocked
 			a := <-got
 			if a.resp.StatusCode != c.status {
 				t.Fatalf("status %d %s, want %d", a.resp.StatusCode, a.body, c.status)
 			}
-			if c.status == http.StatusServiceUnavailable && (a.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(a.body), codeQueueShed)) {
-				t.Fatalf("refusal without Retry-After (%q) or %s: %s", a.resp.Header.Get("Retry-After"), codeQueueShed, a.body)
+			if c.status == http.StatusServiceUnavailable && (a.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(a.body), codeQueueLate)) {
+				t.Fatalf("refusal without Retry-After (%q) or %s: %s", a.resp.Header.Get("Retry-After"), codeQueueLate, a.body)
 			}
-			if n := fl.metric("kvrouter_queue_requests_total", "outcome", "shed"); n != c.shed {
-				t.Fatalf("shed %v, want %v", n, c.shed)
+			if n := fl.metric("kvrouter_queue_requests_total", "outcome", "late"); n != c.late {
+				t.Fatalf("late %v, want %v", n, c.late)
 			}
 			fl.waitIdle()
-			fl.f.gate.mu.Lock()
-			waiters, inflight := len(fl.f.gate.waiters), fl.f.gate.q.InFlight("")
-			fl.f.gate.mu.Unlock()
-			if waiters != 0 || inflight != 0 {
-				t.Fatalf("after the run: %d waiters, %d in flight", waiters, inflight)
-			}
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				g := fl.f.gate
+				g.mu.Lock()
+				waiters, inflight := len(g.waiters), g.q.InFlight("")
+				g.mu.Unlock()
+				return waiters == 0 && inflight == 0 && fl.activeRequests() == 0,
+					fmt.Sprintf("%d waiters, %d in flight, %d bookings", waiters, inflight, fl.activeRequests())
+			}, "nothing left of either request")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/report"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 	"github.com/kvrouter/kvrouter/internal/workload"
 )
 
@@ -50,8 +51,9 @@ type QueueStats struct {
 	Queued int
 	// TimedOut counts requests that waited past the timeout.
 	TimedOut int
-	// Shed counts requests shed under sustained overload.
-	Shed int
+	// Late counts requests refused when released because they could no
+	// longer meet the TTFT target (admission.Config.TTFTTarget).
+	Late int
 	// Refused counts requests refused at a full queue or pushed out.
 	Refused int
 	// MaxDepth is the longest the queue grew.
@@ -198,7 +200,10 @@ func (r *run) predictedPrefill(req workload.Request) float64 {
 
 // releaseWaiting routes waiting requests in the queue's order while some
 // worker is below the queue thresholds; one the router still refuses as
-// busy (its own busy thresholds) goes back in its place.
+// busy (its own busy thresholds) goes back in its place, and one that
+// can no longer meet the TTFT target on the worker it was routed to
+// (admission.Queue.Late) is refused, its booking freed, and the next
+// released.
 func (r *run) releaseWaiting() {
 	w := r.wait
 	if w.q == nil || !w.kicked {
@@ -206,7 +211,6 @@ func (r *run) releaseWaiting() {
 	}
 	w.kicked = false
 	for w.q.Len() > 0 && !r.rt.Saturated(w.th) {
-		r.shedWaiting()
 		e, ok := w.q.Pop()
 		if !ok {
 			return
@@ -226,26 +230,18 @@ func (r *run) releaseWaiting() {
 			r.fail(arrived)
 			continue
 		}
+		if w.q.Late(e, r.virtual(r.now), r.leastPrefill(req, d)) {
+			r.rt.Free(strconv.Itoa(req.ID))
+			w.q.Done(e.Tenant)
+			w.st.Late++
+			r.fail(arrived)
+			continue
+		}
 		r.dispatch(req, d, arrived)
 	}
 }
 
-// shedWaiting fails the requests the queue sheds under sustained
-// overload.
-func (r *run) shedWaiting() {
-	w := r.wait
-	for _, e := range w.q.Shed(r.virtual(r.now)) {
-		arrived := w.arrived[e.ID]
-		delete(w.reqs, e.ID)
-		delete(w.arrived, e.ID)
-		w.st.Shed++
-		w.st.Wait += r.now - arrived
-		r.fail(arrived)
-	}
-}
-
-// expireWaiting fails the requests that waited past the timeout or that
-// the queue sheds under sustained overload.
+// expireWaiting fails the requests that waited past the timeout.
 func (r *run) expireWaiting() {
 	w := r.wait
 	if w.q == nil || w.timeout == 0 {
@@ -259,4 +255,21 @@ func (r *run) expireWaiting() {
 		w.st.Wait += r.now - arrived
 		r.fail(arrived)
 	}
+}
+
+// leastPrefill is the least time from now to req's first token on the
+// worker d chose (admission.LeastPrefill), from that worker's time model
+// (the prior before it has samples); 0 when the TTFT target is off.
+func (r *run) leastPrefill(req workload.Request, d router.Decision) time.Duration {
+	if r.wait.q.Config().TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return 0
+	}
+	row, ec := d.ChosenRow(), r.cfg.EngineConfig(int(d.Worker.ID))
+	poly := timemodel.PriorPrefill
+	for _, m := range r.rt.TimeModels() {
+		if m.Worker == row.Worker {
+			poly = m.Prefill
+		}
+	}
+	return admission.LeastPrefill(poly, row, len(req.Prompt), ec.BlockSize, ec.MaxNumBatchedTokens)
 }
