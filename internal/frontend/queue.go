@@ -31,7 +31,9 @@ type QueueConfig struct {
 	// in-flight cap turns the queue off. Default none.
 	Thresholds scheduler.Thresholds
 	// Admission orders the waiting requests: policy, length, WSPT aging,
-	// tenant weights and the tenant in-flight cap.
+	// tenant weights and the tenant in-flight cap; and its TTFT target
+	// refuses a released request that can no longer meet it (503
+	// queue_late).
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the client gets
 	// 503 with Retry-After (429 when its tenant is at its in-flight cap).
