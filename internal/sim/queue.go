@@ -24,7 +24,8 @@ type QueueConfig struct {
 	// Thresholds say when a worker is saturated.
 	Thresholds scheduler.Thresholds
 	// Admission orders the waiting requests (policy, length, aging,
-	// tenant weights and caps).
+	// tenant weights and caps); its TTFT target refuses a released
+	// request that can no longer meet it.
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the request fails
 	// (the front door's 503). 0 is no limit.
