@@ -10,7 +10,10 @@
 # TTFT p50/p99 row: no thresholds; reject-on-busy (503 while every worker
 # has more than 2 × max batched tokens of prefill pending); the queue
 # (waiting at the same saturation point, 1 s queue timeout) under fcfs,
-# wspt and priority. A few minutes on 2 cores.
+# wspt and priority; and the same three with deadline-aware release
+# (--router-queue-ttft-target 2s, the goodput target: a released request
+# that cannot get its first token within 2 s is refused), named
+# fcfs+late, wspt+late and priority+late. A few minutes on 2 cores.
 set -euo pipefail
 kvr=${1:-}
 if [[ -z $kvr ]]; then
@@ -19,11 +22,13 @@ if [[ -z $kvr ]]; then
 fi
 frac=2
 timeout=1s
-modes=(none reject fcfs wspt priority)
+target=2s
+modes=(none reject fcfs wspt priority fcfs+late wspt+late priority+late)
 flags() {
 	case $1 in
 	none) ;;
 	reject) echo "--active-prefill-tokens-threshold-frac $frac" ;;
+	*+late) echo "--router-queue-threshold $frac --router-queue-timeout $timeout --router-queue-policy ${1%+late} --router-queue-ttft-target $target" ;;
 	*) echo "--router-queue-threshold $frac --router-queue-timeout $timeout --router-queue-policy $1" ;;
 	esac
 }
@@ -39,7 +44,7 @@ for s in 4 8 16; do
 			out=$("$kvr" sim ${!w} --policy kv $(flags "$m") 2>/dev/null)
 			row=$(echo "$out" | awk '$1 == "kv" && NF > 10 { print "ttft p50 " $4 " ms, p99 " $6 " ms, hit " $13 }')
 			good=$(echo "$out" | grep '^kv: goodput' | sed 's/^kv: //')
-			printf '%-4s ×%-2s %-8s %s; %s\n' "$w" "$s" "$m" "$row" "$good"
+			printf '%-4s ×%-2s %-14s %s; %s\n' "$w" "$s" "$m" "$row" "$good"
 		done
 	done
 done

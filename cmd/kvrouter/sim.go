@@ -106,7 +106,7 @@ func writeGoodput(w io.Writer, outs []sim.Outcome, slo time.Duration) {
 		fmt.Fprintf(w, "%s: goodput (TTFT ≤ %v) %d of %d (%.1f %%), refused %d", r.Policy, slo, o.Goodput(slo), n,
 			100*float64(o.Goodput(slo))/float64(max(n, 1)), r.Failed)
 		if q.Queued > 0 {
-			fmt.Fprintf(w, "; queued %d, timed out %d, queue full %d, longest queue %d, mean wait %v", q.Queued, q.TimedOut, q.Refused,
+			fmt.Fprintf(w, "; queued %d, timed out %d, late %d, queue full %d, longest queue %d, mean wait %v", q.Queued, q.TimedOut, q.Late, q.Refused,
 				q.MaxDepth, (q.Wait / time.Duration(q.Queued)).Round(time.Millisecond))
 		}
 		fmt.Fprintln(w)

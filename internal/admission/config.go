@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Policy is the order in which waiting requests are released.
@@ -45,6 +46,12 @@ type Config struct {
 	// Weights are per-tenant fair-queueing weights: a tenant of weight 2
 	// gets twice the service of a tenant of weight 1 while both wait.
 	Weights map[string]float64
+	// TTFTTarget turns on deadline-aware release (Queue.Late): a request
+	// whose wait plus the least its prefill can take on the worker it is
+	// routed to (LeastPrefill) exceeds this is refused when released
+	// instead of being served late, and the next one is released. Set it
+	// to the time to first token you promise. 0 is off. Default 0.
+	TTFTTarget time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -83,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: tenant in-flight cap %d is negative", ErrConfig, c.TenantInFlight)
 	case !finite(c.DefaultWeight) || c.DefaultWeight <= 0:
 		return fmt.Errorf("%w: default weight %v must be finite and > 0", ErrConfig, c.DefaultWeight)
+	case c.TTFTTarget < 0:
+		return fmt.Errorf("%w: TTFT target %v is negative", ErrConfig, c.TTFTTarget)
 	}
 	for t, w := range c.Weights {
 		if !finite(w) || w <= 0 {

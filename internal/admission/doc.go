@@ -40,4 +40,20 @@
 // of the tenant furthest over its share (returned to the caller, who
 // answers it as over share too): a tenant's burst fills the queue only
 // while nobody else needs it.
+//
+// Deadline-aware release (TTFTTarget): a queue absorbs bursts, but when
+// arrivals exceed what the fleet serves for longer than a burst it never
+// drains, and the request released next has often waited so long that,
+// with its prefill on top, it misses its time to first token anyway;
+// serving it spends capacity another request could have met its target
+// with. So the caller, having routed the request it popped, predicts the
+// least its prefill can take on the chosen worker (LeastPrefill: its own
+// uncached tokens beside that worker's running decodes, from the
+// worker's fitted time model, nothing queued ahead counted) and asks
+// Late; a request that cannot make the target even so is refused and the
+// next one released. Only certain misses are refused (the queued work
+// ahead is left out because counting it refused requests that would
+// have made it: docs/benchmarks.md, "Overload"), and bursts are
+// untouched: a request that can still make it is served however long it
+// waited (within the caller's timeout).
 package admission

@@ -273,6 +273,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.TenantInFlight = -1 },
 		func(c *Config) { c.DefaultWeight = 0 },
 		func(c *Config) { c.Weights = map[string]float64{"a": -2} },
+		func(c *Config) { c.TTFTTarget = -time.Second },
 	} {
 		c := DefaultConfig()
 		mod(&c)

@@ -38,6 +38,12 @@ type Queue struct {
 	// Timeout is a request's longest wait (--router-queue-timeout); then
 	// 503 with Retry-After. Default 30 s.
 	Timeout time.Duration
+	// TTFTTarget turns on deadline-aware release
+	// (--router-queue-ttft-target): a released request whose wait plus
+	// its predicted prefill on the worker it is routed to exceeds this is
+	// refused (503 queue_late) rather than served late. 0 is off.
+	// Default 0.
+	TTFTTarget time.Duration
 	// AgingTokensPerSec is WSPT's aging: each second waited counts as
 	// this many prompt tokens less (--router-queue-wspt-aging).
 	// Default 4096.
@@ -61,6 +67,7 @@ type Queue struct {
 func defaultQueue() Queue {
 	f := frontend.DefaultQueueConfig()
 	return Queue{Policy: string(f.Admission.Policy), MaxLen: f.Admission.MaxLen, Timeout: f.Timeout,
+		TTFTTarget:        f.Admission.TTFTTarget,
 		AgingTokensPerSec: f.Admission.AgingTokensPerSecond, TenantHeader: f.TenantHeader}
 }
 
@@ -72,6 +79,7 @@ func (q *Queue) bind(fs *flag.FlagSet) {
 	fs.StringVar(&q.Policy, "router-queue-policy", q.Policy, "release order of waiting requests: fcfs, wspt (shortest prefill first, aged) or priority (lower \"priority\" first)")
 	fs.IntVar(&q.MaxLen, "router-queue-max-len", q.MaxLen, "most requests waiting at once")
 	fs.DurationVar(&q.Timeout, "router-queue-timeout", q.Timeout, "longest wait of a request in the queue, then 503 with Retry-After")
+	fs.DurationVar(&q.TTFTTarget, "router-queue-ttft-target", q.TTFTTarget, "refuse (503) a released request whose wait plus predicted prefill exceeds this time to first token (0: off)")
 	fs.Float64Var(&q.AgingTokensPerSec, "router-queue-wspt-aging", q.AgingTokensPerSec, "wspt: each second waited counts as this many prompt tokens less")
 	fs.StringVar(&q.TenantHeader, "router-tenant-header", q.TenantHeader, "header naming the tenant when no API keys are set (with keys, the key is the tenant)")
 	fs.StringVar(&q.TenantWeights, "router-tenant-weights", q.TenantWeights, "fair-queueing weights, name=weight,... (others weigh 1)")
@@ -121,6 +129,7 @@ func (q Queue) admission() admission.Config {
 	a.MaxLen = q.MaxLen
 	a.AgingTokensPerSecond = q.AgingTokensPerSec
 	a.TenantInFlight = q.TenantMaxInFlight
+	a.TTFTTarget = q.TTFTTarget
 	a.Weights, _ = q.weights()
 	return a
 }
@@ -149,6 +158,7 @@ func (q *Queue) bindSim(fs *flag.FlagSet) {
 	q.bind(all)
 	for _, name := range []string{"router-queue-threshold", "router-queue-prefill-tokens", "router-queue-kv-threshold",
 		"router-queue-policy", "router-queue-max-len", "router-queue-timeout", "router-queue-wspt-aging",
+		"router-queue-ttft-target",
 		"router-tenant-weights", "router-tenant-max-in-flight"} {
 		f := all.Lookup(name)
 		fs.Var(f.Value, f.Name, f.Usage)

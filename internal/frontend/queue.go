@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/admission"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,7 +31,9 @@ type QueueConfig struct {
 	// in-flight cap turns the queue off. Default none.
 	Thresholds scheduler.Thresholds
 	// Admission orders the waiting requests: policy, length, WSPT aging,
-	// tenant weights and the tenant in-flight cap.
+	// tenant weights and the tenant in-flight cap; and its TTFT target
+	// refuses a released request that can no longer meet it (503
+	// queue_late).
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the client gets
 	// 503 with Retry-After (429 when its tenant is at its in-flight cap).
@@ -79,11 +83,13 @@ const (
 	typeRateLimit    = "rate_limit_error"
 	codeOverShare    = "tenant_over_share"
 	codeQueueTimeout = "queue_timeout"
+	codeQueueLate    = "queue_late"
 )
 
 // Queue refusals, answered by writeQueueError.
 var (
 	errQueueTimeout = errors.New("waited the queue timeout for a worker below its thresholds")
+	errQueueLate    = errors.New("waited so long for a worker below its thresholds that the first token can no longer come within the TTFT target")
 	errQueueFull    = errors.New("the admission queue is full")
 	errOverShare    = errors.New("this tenant is over its share of the router")
 )
@@ -158,7 +164,8 @@ type admitted struct {
 	tenant   string
 	priority int
 	counted  bool
-	released bool // released by the queue, not yet settled
+	released bool      // released by the queue, not yet settled
+	arrival  time.Time // when it joined the queue (released requests)
 }
 
 // routeFirst is forward's first routing: through the admission queue
@@ -172,9 +179,47 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 		return router.Decision{}, err
 	}
 	d, err := f.routeSession(ex, req, 0)
+	if err == nil && g.late(ex, req, d) {
+		// Too late to meet the TTFT target there: give the capacity to
+		// the next one.
+		f.free(req.ID)
+		err = errQueueLate
+	}
 	// Booked (or refused): capacity may remain for the next one.
 	g.settle(ex)
 	return d, err
+}
+
+// late reports whether a request the queue released, routed by d, can no
+// longer meet the TTFT target (admission.Queue.Late) on d's worker, with
+// the least its prefill can take there (admission.LeastPrefill) from
+// that worker's time model.
+func (g *gate) late(ex *exchange, req router.Request, d router.Decision) bool {
+	if !ex.adm.released || g.cfg.Admission.TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return false
+	}
+	row := d.ChosenRow()
+	poly := timemodel.PriorPrefill
+	for _, m := range g.router.TimeModels() {
+		if m.Worker == row.Worker {
+			poly = m.Prefill
+		}
+	}
+	bs, chunk := g.router.Config().BlockSize, 0
+	infos, _ := g.router.Workers()
+	for _, w := range infos {
+		if w.ID == d.Worker.ID {
+			bs, chunk = cmp.Or(w.BlockSize, bs), w.MaxBatchedTokens
+		}
+	}
+	pred := admission.LeastPrefill(poly, row, len(req.Tokens), bs, chunk)
+	g.mu.Lock()
+	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred)
+	g.mu.Unlock()
+	if late {
+		g.m.count(ex.adm.tenant, "late")
+	}
+	return late
 }
 
 // settle ends a released request's turn: the next may be released.
@@ -255,7 +300,7 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 				g.m.done(e.Tenant, "pushed_out", g.clock().Sub(start))
 				return errOverShare
 			}
-			ex.adm.counted, ex.adm.released = true, true
+			ex.adm.counted, ex.adm.released, ex.adm.arrival = true, true, e.Arrival
 			g.m.done(e.Tenant, "released", g.clock().Sub(start))
 			return nil
 		case <-tick.C:
@@ -375,10 +420,13 @@ func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusTooManyRequests, typeRateLimit, codeOverShare, "", err.Error()+": retry later")
 		return http.StatusTooManyRequests, true
-	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull):
+	case errors.Is(err, errQueueTimeout), errors.Is(err, errQueueFull), errors.Is(err, errQueueLate):
 		code := codeQueueTimeout
-		if errors.Is(err, errQueueFull) {
+		switch {
+		case errors.Is(err, errQueueFull):
 			code = codeOverloaded
+		case errors.Is(err, errQueueLate):
+			code = codeQueueLate
 		}
 		writeRetryAfter(rw, f.cfg.RetryAfter)
 		writeError(rw, http.StatusServiceUnavailable, typeOverloaded, code, "", "every worker is saturated: "+err.Error()+"; retry later")
@@ -400,7 +448,7 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 	const ns, sub = "kvrouter", "queue"
 	m := &queueMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, timeout, disconnected, full, over_share, pushed_out."},
+			Name: "requests_total", Help: "Completion requests at the admission queue by tenant (\"default\" for none, \"other\" for tenants not named in the weights or keys) and outcome: bypassed (routed at once), queued, released, late (released, then refused: it could no longer meet the TTFT target), timeout, disconnected, full, over_share, pushed_out."},
 			[]string{"tenant", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, disconnected, pushed_out).",

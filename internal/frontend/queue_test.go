@@ -240,3 +240,66 @@ func TestSessionsStick(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueRefusesALateRequest: with a TTFT target of 200 ms, a request
+// that waited longer than that behind a blocker (polled on the queue's
+// own clock) is refused with 503 queue_late and Retry-After when it is
+// released, its booking freed; with a target of an hour the same wait is
+// served.
+func TestQueueRefusesALateRequest(t *testing.T) {
+	for _, c := range []struct {
+		target time.Duration
+		status int
+		late   float64
+	}{{time.Hour, http.StatusOK, 0}, {200 * time.Millisecond, http.StatusServiceUnavailable, 1}} {
+		t.Run(c.target.String(), func(t *testing.T) {
+			fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, cfg: saturating(func(cfg *Config) {
+				cfg.Queue.Admission.TTFTTarget = c.target
+			})})
+			stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
+			defer stopBlocker()
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
+			}, "the blocker running")
+			type answer struct {
+				resp *http.Response
+				body []byte
+			}
+			got := make(chan answer, 1)
+			go func() {
+				resp, body := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, words(2, 60)))
+				got <- answer{resp, body}
+			}()
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				g := fl.f.gate
+				v := g.view()
+				waited := time.Duration(0)
+				if !v.OldestArrival.IsZero() {
+					waited = g.clock().Sub(v.OldestArrival)
+				}
+				return v.Waiting == 1 && waited > 250*time.Millisecond, fmt.Sprintf("%d waiting for %v", v.Waiting, waited)
+			}, "the request queued for longer than 200 ms")
+			stopBlocker()
+			<-blocked
+			a := <-got
+			if a.resp.StatusCode != c.status {
+				t.Fatalf("status %d %s, want %d", a.resp.StatusCode, a.body, c.status)
+			}
+			if c.status == http.StatusServiceUnavailable && (a.resp.Header.Get("Retry-After") == "" || !strings.Contains(string(a.body), codeQueueLate)) {
+				t.Fatalf("refusal without Retry-After (%q) or %s: %s", a.resp.Header.Get("Retry-After"), codeQueueLate, a.body)
+			}
+			if n := fl.metric("kvrouter_queue_requests_total", "outcome", "late"); n != c.late {
+				t.Fatalf("late %v, want %v", n, c.late)
+			}
+			fl.waitIdle()
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				g := fl.f.gate
+				g.mu.Lock()
+				waiters, inflight := len(g.waiters), g.q.InFlight("")
+				g.mu.Unlock()
+				return waiters == 0 && inflight == 0 && fl.activeRequests() == 0,
+					fmt.Sprintf("%d waiters, %d in flight, %d bookings", waiters, inflight, fl.activeRequests())
+			}, "nothing left of either request")
+		})
+	}
+}

@@ -56,7 +56,9 @@ func fairnessFleet(q *QueueConfig) Config {
 //
 // Measured (docs/benchmarks.md): b alone p50 86 ms, p99 116 ms; fair
 // queue p50 117 ms (1.36×), p99 221 ms (1.9×); no queue p50/p99 in the
-// tens of seconds. The p99 misses the 1.5×, and no admission
+// tens of seconds. Under the flood b's time in the engine (TTFT less its
+// queue wait) is no longer than alone: the whole excess is its wait in
+// the router for the first of the workers' running steps to end. The p99 misses the 1.5×, and no admission
 // rule reaches it: b's tail grows as soon as it shares the engines at
 // all. With a at only 2× b's rate (16 requests/s, under the fleet's
 // capacity, almost nothing queued) b's p99 is already 237 ms (2.0×):
@@ -77,27 +79,44 @@ func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 		c.MaxLen = 512
 		return &QueueConfig{Thresholds: scheduler.Thresholds{ActivePrefillTokensThresholdFrac: 0.25}, Admission: c, Timeout: 5 * time.Second}
 	}
-	run := func(name string, cfg Config, reqs []workload.Request) report.Summary {
-		o, err := Run(cfg, "kv", workload.NewSlice(reqs, 0), 0, nil)
+	type tenantB struct{ ttft, wait, engine report.Summary }
+	run := func(name, policy string, cfg Config, reqs []workload.Request) tenantB {
+		o, err := Run(cfg, policy, workload.NewSlice(reqs, 0), 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, bs := o.Result, report.Summarize(o.Queue.TenantTTFTs["b"])
-		t.Logf("%s: %d done, %d refused, ttft p50 %.0f ms p99 %.0f ms; b: %d served, p50 %.0f ms, p99 %.0f ms; queued %d, timed out %d, full %d",
-			name, r.Requests, r.Failed, r.TTFTP50Ms, r.TTFTP99Ms, len(o.Queue.TenantTTFTs["b"]), bs.P50, bs.P99,
-			o.Queue.Queued, o.Queue.TimedOut, o.Queue.Refused)
-		if len(o.Queue.TenantTTFTs["b"]) != len(b) {
-			t.Fatalf("%s: b had %d of %d requests served", name, len(o.Queue.TenantTTFTs["b"]), len(b))
+		ttfts, waits := o.Queue.TenantTTFTs["b"], o.Queue.TenantWaits["b"]
+		engine := make([]float64, len(ttfts))
+		for i := range ttfts {
+			engine[i] = ttfts[i] - waits[i]
+		}
+		r, bs := o.Result, tenantB{report.Summarize(ttfts), report.Summarize(waits), report.Summarize(engine)}
+		t.Logf("%s (%s): %d done, %d refused, ttft p50 %.0f ms p99 %.0f ms; b: %d served, p50 %.0f ms, p99 %.0f ms (queue wait p50 %.0f p99 %.0f, engine p50 %.0f p99 %.0f); a served %d; queued %d, timed out %d, full %d",
+			name, policy, r.Requests, r.Failed, r.TTFTP50Ms, r.TTFTP99Ms, len(ttfts), bs.ttft.P50, bs.ttft.P99, bs.wait.P50, bs.wait.P99,
+			bs.engine.P50, bs.engine.P99, len(o.Queue.TenantTTFTs["a"]), o.Queue.Queued, o.Queue.TimedOut, o.Queue.Refused)
+		if len(ttfts) != len(b) {
+			t.Fatalf("%s: b had %d of %d requests served", name, len(ttfts), len(b))
 		}
 		if name != "b alone" && r.Failed == 0 && o.Queue.Queued == 0 && r.TTFTP99Ms < 5000 {
 			t.Fatalf("%s: a's flood neither queued, failed nor slowed: the scenario does not overload the fleet", name)
 		}
 		return bs
 	}
-	alone := run("b alone", fairnessFleet(nil), b)
-	fair := run("a+b, fair queue", fairnessFleet(queue()), merged(a, b))
-	none := run("a+b, no queue", fairnessFleet(nil), merged(a, b))
-	light := run("a at 2× b, fair queue", fairnessFleet(queue()), merged(tenantRequests(t, "a", 480, 16, 11, 4096), b))
+	aloneB := run("b alone", "kv", fairnessFleet(nil), b)
+	alone := aloneB.ttft
+	fairB := run("a+b, fair queue", "kv", fairnessFleet(queue()), merged(a, b))
+	fair := fairB.ttft
+	none := run("a+b, no queue", "kv", fairnessFleet(nil), merged(a, b)).ttft
+	light := run("a at 2× b, fair queue", "kv", fairnessFleet(queue()), merged(tenantRequests(t, "a", 480, 16, 11, 4096), b)).ttft
+	// The kv-time policy (it predicts each worker's drain) for both runs:
+	// recorded in docs/benchmarks.md, not asserted.
+	run("b alone", "kv-time", fairnessFleet(nil), b)
+	run("a+b, fair queue", "kv-time", fairnessFleet(queue()), merged(a, b))
+	// b's time in the engine is what it is alone: the flood's whole cost
+	// to b is its wait in the router for a worker's running step to end.
+	if fairB.engine.P99 > 1.2*aloneB.engine.P99 {
+		t.Fatalf("b's engine time under the flood p99 %.0f ms, alone %.0f ms: the flood slows b inside the engines", fairB.engine.P99, aloneB.engine.P99)
+	}
 	if fair.P50 > 1.5*alone.P50 || fair.P99 > 2.5*alone.P99 {
 		t.Fatalf("b with fair queueing p50 %.0f p99 %.0f ms, alone %.0f / %.0f ms: over 1.5× (p50) or 2.5× (p99)", fair.P50, fair.P99, alone.P50, alone.P99)
 	}

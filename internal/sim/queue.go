@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/report"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 	"github.com/kvrouter/kvrouter/internal/workload"
 )
 
@@ -23,7 +24,8 @@ type QueueConfig struct {
 	// Thresholds say when a worker is saturated.
 	Thresholds scheduler.Thresholds
 	// Admission orders the waiting requests (policy, length, aging,
-	// tenant weights and caps).
+	// tenant weights and caps); its TTFT target refuses a released
+	// request that can no longer meet it.
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the request fails
 	// (the front door's 503). 0 is no limit.
@@ -50,6 +52,9 @@ type QueueStats struct {
 	Queued int
 	// TimedOut counts requests that waited past the timeout.
 	TimedOut int
+	// Late counts requests refused when released because they could no
+	// longer meet the TTFT target (admission.Config.TTFTTarget).
+	Late int
 	// Refused counts requests refused at a full queue or pushed out.
 	Refused int
 	// MaxDepth is the longest the queue grew.
@@ -59,6 +64,10 @@ type QueueStats struct {
 	// TenantTTFTs are the TTFTs in ms of each named tenant's requests
 	// (requests without a tenant are not kept here).
 	TenantTTFTs map[string][]float64
+	// TenantWaits are the same requests' waits in ms in the admission
+	// queue, in the same order (0 for a request routed at once): a TTFT
+	// less its wait is its time in the engine.
+	TenantWaits map[string][]float64
 }
 
 // Goodput counts the requests whose TTFT was at most slo (failed ones
@@ -87,7 +96,7 @@ type waiting struct {
 }
 
 func newWaiting(c *QueueConfig) (*waiting, error) {
-	w := &waiting{st: QueueStats{TenantTTFTs: map[string][]float64{}}}
+	w := &waiting{st: QueueStats{TenantTTFTs: map[string][]float64{}, TenantWaits: map[string][]float64{}}}
 	if c == nil {
 		return w, nil
 	}
@@ -109,15 +118,17 @@ func (w *waiting) len() int {
 
 func (w *waiting) stats() QueueStats {
 	if len(w.st.TenantTTFTs) == 0 {
-		w.st.TenantTTFTs = nil
+		w.st.TenantTTFTs, w.st.TenantWaits = nil, nil
 	}
 	return w.st
 }
 
-// first notes a request's first token (its prefill left the load).
-func (w *waiting) first(tenant string, ttft time.Duration) {
+// first notes a request's first token (its prefill left the load) after
+// waiting wait in the admission queue.
+func (w *waiting) first(tenant string, ttft, wait time.Duration) {
 	if tenant != "" {
 		w.st.TenantTTFTs[tenant] = append(w.st.TenantTTFTs[tenant], float64(ttft)/float64(time.Millisecond))
+		w.st.TenantWaits[tenant] = append(w.st.TenantWaits[tenant], float64(wait)/float64(time.Millisecond))
 	}
 	w.kicked = true
 }
@@ -190,7 +201,10 @@ func (r *run) predictedPrefill(req workload.Request) float64 {
 
 // releaseWaiting routes waiting requests in the queue's order while some
 // worker is below the queue thresholds; one the router still refuses as
-// busy (its own busy thresholds) goes back in its place.
+// busy (its own busy thresholds) goes back in its place, and one that
+// can no longer meet the TTFT target on the worker it was routed to
+// (admission.Queue.Late) is refused, its booking freed, and the next
+// released.
 func (r *run) releaseWaiting() {
 	w := r.wait
 	if w.q == nil || !w.kicked {
@@ -217,6 +231,13 @@ func (r *run) releaseWaiting() {
 			r.fail(arrived)
 			continue
 		}
+		if w.q.Late(e, r.virtual(r.now), r.leastPrefill(req, d)) {
+			r.rt.Free(strconv.Itoa(req.ID))
+			w.q.Done(e.Tenant)
+			w.st.Late++
+			r.fail(arrived)
+			continue
+		}
 		r.dispatch(req, d, arrived)
 	}
 }
@@ -235,4 +256,21 @@ func (r *run) expireWaiting() {
 		w.st.Wait += r.now - arrived
 		r.fail(arrived)
 	}
+}
+
+// leastPrefill is the least time from now to req's first token on the
+// worker d chose (admission.LeastPrefill), from that worker's time model
+// (the prior before it has samples); 0 when the TTFT target is off.
+func (r *run) leastPrefill(req workload.Request, d router.Decision) time.Duration {
+	if r.wait.q.Config().TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return 0
+	}
+	row, ec := d.ChosenRow(), r.cfg.EngineConfig(int(d.Worker.ID))
+	poly := timemodel.PriorPrefill
+	for _, m := range r.rt.TimeModels() {
+		if m.Worker == row.Worker {
+			poly = m.Prefill
+		}
+	}
+	return admission.LeastPrefill(poly, row, len(req.Prompt), ec.BlockSize, ec.MaxNumBatchedTokens)
 }

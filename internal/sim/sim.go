@@ -467,7 +467,7 @@ func (r *run) stepEnd(w int) error {
 				f.cached = o.CachedTokens
 			}
 			r.rt.MarkPrefillCompleted(sid)
-			r.wait.first(f.tenant, f.ttft)
+			r.wait.first(f.tenant, f.ttft, f.sentAt-f.issued)
 			// The time model sees the engine's part: from the send, not
 			// from an arrival that waited in the admission queue.
 			engine := r.now - f.sentAt
