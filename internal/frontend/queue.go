@@ -173,17 +173,24 @@ type admitted struct {
 func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request) (router.Decision, error) {
 	g := f.gate
 	if g == nil {
-		return f.routeSession(ex, req, 0)
+		d, err := f.routeSession(ex, req)
+		if err == nil {
+			f.bindSession(ex, d)
+		}
+		return d, err
 	}
 	if err := g.wait(r.Context(), ex, req); err != nil {
 		return router.Decision{}, err
 	}
-	d, err := f.routeSession(ex, req, 0)
+	d, err := f.routeSession(ex, req)
 	if err == nil && g.late(ex, req, d) {
 		// Too late to meet the TTFT target there: give the capacity to
-		// the next one.
+		// the next one (and leave the session's binding as it was).
 		f.free(req.ID)
 		err = errQueueLate
+	}
+	if err == nil {
+		f.bindSession(ex, d)
 	}
 	// Booked (or refused): capacity may remain for the next one.
 	g.settle(ex)

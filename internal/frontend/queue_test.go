@@ -244,8 +244,8 @@ func TestSessionsStick(t *testing.T) {
 // TestQueueRefusesALateRequest: with a TTFT target of 200 ms, a request
 // that waited longer than that behind a blocker (polled on the queue's
 // own clock) is refused with 503 queue_late and Retry-After when it is
-// released, its booking freed; with a target of an hour the same wait is
-// served.
+// released, its booking freed and its session left unbound; with a
+// target of an hour the same wait is served and binds its session.
 func TestQueueRefusesALateRequest(t *testing.T) {
 	for _, c := range []struct {
 		target time.Duration
@@ -255,6 +255,7 @@ func TestQueueRefusesALateRequest(t *testing.T) {
 		t.Run(c.target.String(), func(t *testing.T) {
 			fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, cfg: saturating(func(cfg *Config) {
 				cfg.Queue.Admission.TTFTTarget = c.target
+				cfg.SessionTTL = time.Minute
 			})})
 			stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
 			defer stopBlocker()
@@ -267,7 +268,7 @@ func TestQueueRefusesALateRequest(t *testing.T) {
 			}
 			got := make(chan answer, 1)
 			go func() {
-				resp, body := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, words(2, 60)))
+				resp, body := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, words(2, 60)), HeaderSessionID, "late-conv")
 				got <- answer{resp, body}
 			}()
 			poll.UntilState(t, 5*time.Second, func() (bool, string) {
@@ -290,6 +291,9 @@ func TestQueueRefusesALateRequest(t *testing.T) {
 			}
 			if n := fl.metric("kvrouter_queue_requests_total", "outcome", "late"); n != c.late {
 				t.Fatalf("late %v, want %v", n, c.late)
+			}
+			if _, bound := fl.f.SessionWorker("late-conv"); bound != (c.status == http.StatusOK) {
+				t.Fatalf("session bound %v after status %d", bound, c.status)
 			}
 			fl.waitIdle()
 			poll.UntilState(t, 5*time.Second, func() (bool, string) {

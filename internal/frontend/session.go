@@ -140,27 +140,29 @@ func (f *Frontend) routeAttempt(r *http.Request, ex *exchange, req router.Reques
 
 // routeSession routes req, pinned to its session's worker rank when that
 // one is up and not saturated (by the queue's thresholds, and by the
-// router's own busy thresholds, which refuse the pinned request), and
-// binds the session to where it went.
-func (f *Frontend) routeSession(ex *exchange, req router.Request, attempt int) (router.Decision, error) {
-	s := f.sessions
-	if s == nil || ex.session == "" {
-		return f.route(ex, req, attempt)
+// router's own busy thresholds, which refuse the pinned request). The
+// caller binds the session to where it went (bindSession) once the
+// request is kept: one the queue refuses after routing binds nothing.
+func (f *Frontend) routeSession(ex *exchange, req router.Request) (router.Decision, error) {
+	if f.sessions == nil || ex.session == "" {
+		return f.route(ex, req, 0)
 	}
 	if w, ok := f.SessionWorker(ex.session); ok && !f.router.RankSaturated(f.cfg.Queue.Thresholds, w) {
 		pinned := req
 		pinned.PinnedWorker, pinned.HasPinned = w.ID, true
 		pinned.DPRankStart, pinned.DPRankSize = int(w.Rank), 1
-		if d, err := f.route(ex, pinned, attempt); err == nil {
-			s.bind(ex.session, d.Worker)
+		if d, err := f.route(ex, pinned, 0); err == nil {
 			return d, nil
 		}
 	}
-	d, err := f.route(ex, req, attempt)
-	if err == nil {
-		s.bind(ex.session, d.Worker)
+	return f.route(ex, req, 0)
+}
+
+// bindSession binds the exchange's session (if any) to d's worker rank.
+func (f *Frontend) bindSession(ex *exchange, d router.Decision) {
+	if f.sessions != nil && ex.session != "" {
+		f.sessions.bind(ex.session, d.Worker)
 	}
-	return d, err
 }
 
 // endAdmission ends the exchange's count in flight for its tenant.
