@@ -361,7 +361,8 @@ func (e *Engine) preemptNewest() *request {
 // prefill chunks), then, if nothing was preempted, waiting requests in
 // arrival order while sequences, token budget and free blocks (above the
 // watermark) allow; no request computes more than the long-prefill
-// threshold's tokens when one is set. A step with nothing to do returns a zero result.
+// threshold's tokens when one is set. A step with nothing to do returns a
+// zero result.
 func (e *Engine) Step() StepResult {
 	e.log.reset()
 	e.sched = e.sched[:0]

@@ -78,8 +78,8 @@ func fairnessFleet(q *QueueConfig) Config {
 // (its own prompts are chunked), while b's p99 under the flood rises from
 // 221 to 298 ms and a is served 20 % fewer requests; smaller caps are
 // worse on both. The router still counts a's prompt pending until its
-// first token, so b waits for a's whole (now longer) prefill, not for a
-// step. Figures in docs/benchmarks.md.
+// first token, so b still waits for one of a's (now longer) prefills to
+// end, not for a step. Figures in docs/benchmarks.md.
 func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of simulation")
