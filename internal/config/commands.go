@@ -98,7 +98,8 @@ type Up struct {
 	NoNATS bool
 	// Engine is the mock engines' model: --speedup-ratio (×),
 	// --num-gpu-blocks-override (blocks), --max-num-seqs (requests),
-	// --max-num-batched-tokens (tokens); the block size is --block-size.
+	// --max-num-batched-tokens (tokens), --long-prefill-token-threshold
+	// (tokens per request per step, 0 off); the block size is --block-size.
 	// Defaults those of the mock engine.
 	Engine mocker.Config
 	// Fleet varies the engines per worker: --worker-speeds (×),
@@ -125,6 +126,7 @@ func (u *Up) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&u.Engine.NumGPUBlocks, "num-gpu-blocks-override", u.Engine.NumGPUBlocks, "device KV blocks per mock worker")
 	fs.IntVar(&u.Engine.MaxNumSeqs, "max-num-seqs", u.Engine.MaxNumSeqs, "max running requests per mock worker")
 	fs.IntVar(&u.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", u.Engine.MaxNumBatchedTokens, "max tokens per mock engine step")
+	fs.IntVar(&u.Engine.LongPrefillTokenThreshold, "long-prefill-token-threshold", u.Engine.LongPrefillTokenThreshold, "max tokens one request computes per mock engine step, as vLLM's --long-prefill-token-threshold (0: no cap)")
 	bindFleet(fs, &u.Fleet)
 	bindUpPD(fs, u)
 
@@ -372,7 +374,8 @@ type Mocker struct {
 	// --max-model-len (tokens), --data-parallel-size, --worker-id, the
 	// engine (--block-size in tokens, default 16 like serve's;
 	// --num-gpu-blocks-override, --num-cpu-blocks in blocks;
-	// --max-num-seqs; --max-num-batched-tokens in tokens; --watermark, a
+	// --max-num-seqs; --max-num-batched-tokens in tokens;
+	// --long-prefill-token-threshold in tokens, 0 off; --watermark, a
 	// fraction; --speedup-ratio, --decode-speedup-ratio, ×;
 	// --kv-bytes-per-token in bytes; --hash-seed) and the fault
 	// injection (--fault-*).
@@ -450,6 +453,7 @@ func (m *Mocker) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&e.NumCPUBlocks, "num-cpu-blocks", e.NumCPUBlocks, "host-memory offload blocks per rank (0: no offload tier)")
 	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", e.MaxNumSeqs, "max running requests per rank")
 	fs.IntVar(&e.MaxNumBatchedTokens, "max-num-batched-tokens", e.MaxNumBatchedTokens, "max tokens computed per step")
+	fs.IntVar(&e.LongPrefillTokenThreshold, "long-prefill-token-threshold", e.LongPrefillTokenThreshold, "max tokens one request computes per step, prefill chunks capped as vLLM's (0: no cap)")
 	fs.Float64Var(&e.Watermark, "watermark", e.Watermark, "fraction of KV blocks kept free when admitting")
 	fs.BoolVar(&e.EnablePrefixCaching, "enable-prefix-caching", e.EnablePrefixCaching, "cache and reuse prompt prefixes")
 	fs.BoolVar(&m.NoPrefixCaching, "no-enable-prefix-caching", m.NoPrefixCaching, "turn prefix caching off")
@@ -606,6 +610,7 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&cfg.Engine.SpeedupRatio, "speedup-ratio", cfg.Engine.SpeedupRatio, "divide every modelled engine duration")
 	fs.IntVar(&cfg.Engine.MaxNumSeqs, "max-num-seqs", cfg.Engine.MaxNumSeqs, "max running requests per engine")
 	fs.IntVar(&cfg.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.Engine.MaxNumBatchedTokens, "token budget per engine step")
+	fs.IntVar(&cfg.Engine.LongPrefillTokenThreshold, "long-prefill-token-threshold", cfg.Engine.LongPrefillTokenThreshold, "max tokens one request computes per engine step, as vLLM's --long-prefill-token-threshold (0: no cap)")
 	fs.Float64Var(&cfg.Router.Scheduler.Temperature, "router-temperature", cfg.Router.Scheduler.Temperature, "kv policy softmax temperature (0: argmin)")
 	fs.Float64Var(&cfg.Router.Scheduler.OverlapScoreCredit, "kv-overlap-score-credit", cfg.Router.Scheduler.OverlapScoreCredit, "credit per cached block")
 	fs.Float64Var(&cfg.Router.Scheduler.PrefillLoadScale, "router-prefill-load-scale", cfg.Router.Scheduler.PrefillLoadScale, "weight of prefill load")

@@ -83,3 +83,40 @@ func TestFleetFlagErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLongPrefillTokenThreshold: --long-prefill-token-threshold reaches
+// the engine config of sim's engines, up's mock fleet and the mocker's
+// workers (from a flag and from the environment), and a negative value is
+// refused.
+func TestLongPrefillTokenThreshold(t *testing.T) {
+	s, _, err := LoadCommand[Sim](strings.Fields("--long-prefill-token-threshold 1024"), DefaultSim, Options{Name: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _, err := LoadCommand[Up](nil, DefaultUp, Options{Name: "up", Environ: []string{"KVROUTER_LONG_PREFILL_TOKEN_THRESHOLD=2048"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := LoadCommand[Mocker](strings.Fields("--long-prefill-token-threshold 512"), DefaultMocker, Options{Name: "mocker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [3]int{s.Sim.Engine.LongPrefillTokenThreshold, u.FleetEngine().LongPrefillTokenThreshold, m.Server.Engine.LongPrefillTokenThreshold}; got != [3]int{1024, 2048, 512} {
+		t.Fatalf("sim, up, mocker thresholds %v, want [1024 2048 512]", got)
+	}
+	for _, cmd := range []string{"sim", "up", "mocker"} {
+		args := strings.Fields("--long-prefill-token-threshold -1")
+		var err error
+		switch cmd {
+		case "sim":
+			_, _, err = LoadCommand[Sim](args, DefaultSim, Options{Name: cmd})
+		case "up":
+			_, _, err = LoadCommand[Up](args, DefaultUp, Options{Name: cmd})
+		default:
+			_, _, err = LoadCommand[Mocker](args, DefaultMocker, Options{Name: cmd})
+		}
+		if err == nil || !strings.Contains(err.Error(), "long prefill token threshold -1") {
+			t.Errorf("%s with threshold -1: got %v", cmd, err)
+		}
+	}
+}

@@ -25,6 +25,14 @@ type Config struct {
 	// MaxNumBatchedTokens caps the tokens computed in one step, prefill
 	// chunks and decodes together (--max-num-batched-tokens). Default 8192.
 	MaxNumBatchedTokens int
+	// LongPrefillTokenThreshold caps the tokens one request computes in a
+	// step, in tokens (--long-prefill-token-threshold, vLLM's
+	// long_prefill_token_threshold): a request with more than this many
+	// tokens still to compute, running or just admitted, computes only
+	// this many, so one long prompt cannot fill a step and a request
+	// arriving behind it joins the next step. Decodes (one token) are
+	// never capped. 0 turns the cap off. Default 0.
+	LongPrefillTokenThreshold int
 	// Watermark is the fraction of device blocks kept free when admitting a
 	// waiting request (vLLM semantics). Default 0.01.
 	Watermark float64
@@ -90,6 +98,8 @@ func (c Config) Validate() error {
 		return bad("max num seqs %d must be positive", c.MaxNumSeqs)
 	case c.MaxNumBatchedTokens <= 0:
 		return bad("max num batched tokens %d must be positive", c.MaxNumBatchedTokens)
+	case c.LongPrefillTokenThreshold < 0:
+		return bad("long prefill token threshold %d must not be negative (0: off)", c.LongPrefillTokenThreshold)
 	case !(c.Watermark >= 0 && c.Watermark < 1):
 		return bad("watermark %v out of range [0, 1)", c.Watermark)
 	case !(c.SpeedupRatio > 0):

@@ -35,6 +35,8 @@
 //   - Scheduling like vLLM v1: running requests first (decodes and prefill
 //     chunks) within MaxNumBatchedTokens, then waiting requests in order
 //     while MaxNumSeqs, the token budget and the admission watermark allow.
+//     With LongPrefillTokenThreshold set, no request computes more than
+//     that many tokens in one step (vLLM's long_prefill_token_threshold).
 //     When a running request cannot grow, the newest running request is
 //     preempted: its blocks are freed and it is requeued at the front to be
 //     recomputed (mostly from the cache).

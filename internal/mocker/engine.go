@@ -360,7 +360,9 @@ func (e *Engine) preemptNewest() *request {
 // Step runs one scheduler iteration: running requests first (decodes and
 // prefill chunks), then, if nothing was preempted, waiting requests in
 // arrival order while sequences, token budget and free blocks (above the
-// watermark) allow. A step with nothing to do returns a zero result.
+// watermark) allow; no request computes more than the long-prefill
+// threshold's tokens when one is set. A step with nothing to do returns a
+// zero result.
 func (e *Engine) Step() StepResult {
 	e.log.reset()
 	e.sched = e.sched[:0]
@@ -370,7 +372,7 @@ func (e *Engine) Step() StepResult {
 
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
-		n := min(len(r.tokens)-r.numComputed, budget)
+		n := e.chunk(len(r.tokens)-r.numComputed, budget)
 		for !e.grow(r, r.numComputed+n) {
 			v := e.preemptNewest()
 			preempted = true
@@ -448,6 +450,17 @@ func (e *Engine) Step() StepResult {
 	return res
 }
 
+// chunk is how many of a request's remaining tokens it computes in a step
+// with budget tokens left: all of them, capped by the long-prefill
+// threshold when one is set (vLLM caps first, then takes the budget's
+// minimum, for running and waiting requests alike).
+func (e *Engine) chunk(remaining, budget int) int {
+	if t := e.cfg.LongPrefillTokenThreshold; t > 0 && remaining > t {
+		remaining = t
+	}
+	return min(remaining, budget)
+}
+
 // admit looks up r's cached prefix and, if its first chunk fits above the
 // watermark, takes the cached blocks, brings host-tier hits back to the
 // device and allocates the chunk's blocks. It returns the chunk size.
@@ -478,7 +491,7 @@ func (e *Engine) admit(r *request, budget int, onboard *int) (int, bool) {
 	if r.remote && r.generated == 0 {
 		computed = max(computed, r.promptLen-1) // received, not computed
 	}
-	n := min(len(r.tokens)-computed, budget)
+	n := e.chunk(len(r.tokens)-computed, budget)
 	newBlocks := e.blocksFor(computed+n) - gpuHits
 	if e.pool.free()-freeHits-newBlocks < e.cfg.watermarkBlocks() {
 		return 0, false

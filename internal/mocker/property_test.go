@@ -63,7 +63,8 @@ func checkAccounting(t *rapid.T, e *Engine) {
 // force eviction and preemption) keep the accounting exact; events replayed
 // into a naive set model reproduce the cached set of both tiers after every
 // step; draining frees every block and every request gets exactly its
-// tokens; reset leaves an empty cache.
+// tokens; reset leaves an empty cache; with a long-prefill threshold no
+// step computes more than it per scheduled request.
 func TestPropertyRandomStreams(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := DefaultConfig()
@@ -74,6 +75,7 @@ func TestPropertyRandomStreams(t *testing.T) {
 		c.MaxNumBatchedTokens = rapid.IntRange(1, 64).Draw(t, "budget")
 		c.Watermark = rapid.SampledFrom([]float64{0, 0.01, 0.1}).Draw(t, "wm")
 		c.EnablePrefixCaching = rapid.Float64().Draw(t, "pc") < 0.9
+		c.LongPrefillTokenThreshold = rapid.SampledFrom([]int{0, 0, 1, 3, 16}).Draw(t, "long")
 		e, err := NewEngine(c)
 		if err != nil {
 			t.Fatal(err)
@@ -84,6 +86,9 @@ func TestPropertyRandomStreams(t *testing.T) {
 		prefixes := [][]uint32{seqTokens(0, 40), seqTokens(500, 40), seqTokens(0, 20)}
 		step := func() {
 			res := e.Step()
+			if th := c.LongPrefillTokenThreshold; th > 0 && res.PrefillTokens > th*res.Scheduled {
+				t.Fatalf("%d prefill tokens over %d requests: more than the threshold %d each", res.PrefillTokens, res.Scheduled, th)
+			}
 			for _, o := range res.Outputs {
 				got[o.ID]++
 				if o.Generated != got[o.ID] || o.First != (got[o.ID] == 1) || o.Finished != (got[o.ID] == want[o.ID]) {

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,16 @@ func fairnessFleet(q *QueueConfig) Config {
 // fairness can promise. The test asserts what holds: p50 within 1.5×,
 // p99 within 2.5× of alone and within 1.1× of beside the light
 // co-tenant, and at least 10× better than without the queue.
+//
+// The engines' long-prefill threshold (vLLM's
+// long_prefill_token_threshold; 512, 1,024 and 2,048 tried, b alone
+// measured on the same capped engines) does not reach 1.5× either: b's
+// p99 ratio falls to 1.6× at 2,048 only because b alone gets slower
+// (its own prompts are chunked), while b's p99 under the flood rises from
+// 221 to 298 ms and a is served 20 % fewer requests; smaller caps are
+// worse on both. The router still counts a's prompt pending until its
+// first token, so b still waits for one of a's (now longer) prefills to
+// end, not for a step. Figures in docs/benchmarks.md.
 func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of simulation")
@@ -97,7 +109,7 @@ func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 		if len(ttfts) != len(b) {
 			t.Fatalf("%s: b had %d of %d requests served", name, len(ttfts), len(b))
 		}
-		if name != "b alone" && r.Failed == 0 && o.Queue.Queued == 0 && r.TTFTP99Ms < 5000 {
+		if !strings.HasSuffix(name, "b alone") && r.Failed == 0 && o.Queue.Queued == 0 && r.TTFTP99Ms < 5000 {
 			t.Fatalf("%s: a's flood neither queued, failed nor slowed: the scenario does not overload the fleet", name)
 		}
 		return bs
@@ -112,6 +124,24 @@ func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	// recorded in docs/benchmarks.md, not asserted.
 	run("b alone", "kv-time", fairnessFleet(nil), b)
 	run("a+b, fair queue", "kv-time", fairnessFleet(queue()), merged(a, b))
+	// The engines' long-prefill threshold (vLLM's
+	// long_prefill_token_threshold), b alone and the flood on the same
+	// capped engines: recorded in docs/benchmarks.md, not asserted but
+	// for one check that the cap reaches the engines (b's own prompts are
+	// prefilled in chunks, so alone it is slower).
+	for _, th := range []int{512, 1024, 2048} {
+		capped := func(q *QueueConfig) Config {
+			c := fairnessFleet(q)
+			c.Engine.LongPrefillTokenThreshold = th
+			return c
+		}
+		name := fmt.Sprintf("long-prefill-token-threshold %d: ", th)
+		cappedAlone := run(name+"b alone", "kv", capped(nil), b).ttft
+		run(name+"a+b, fair queue", "kv", capped(queue()), merged(a, b))
+		if cappedAlone.P50 <= alone.P50 {
+			t.Fatalf("%sb alone p50 %.0f ms, uncapped %.0f ms: the engines do not chunk b's 4,096-token prefills", name, cappedAlone.P50, alone.P50)
+		}
+	}
 	// b's time in the engine is what it is alone: the flood's whole cost
 	// to b is its wait in the router for a worker's running step to end.
 	if fairB.engine.P99 > 1.2*aloneB.engine.P99 {
