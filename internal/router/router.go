@@ -302,9 +302,9 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	for _, s := range sc.scores.List {
 		if p, ok := r.rankPos(s.Worker); ok {
 			cands[p].Overlap = scheduler.Overlap{
-				Device: s.Tiers[kvevent.TierDevice],
-				Host:   s.Tiers[kvevent.TierHostPinned],
-				Disk:   s.Tiers[kvevent.TierDisk] + s.Tiers[kvevent.TierExternal],
+				Device: int(s.Tiers[kvevent.TierDevice]),
+				Host:   int(s.Tiers[kvevent.TierHostPinned]),
+				Disk:   int(s.Tiers[kvevent.TierDisk] + s.Tiers[kvevent.TierExternal]),
 			}
 		}
 	}
