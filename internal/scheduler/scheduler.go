@@ -91,6 +91,10 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	// eligible ones.
 	_, isKV := s.policy.(KV)
 	inline := fused && isKV && temp <= 0
+	// Most requests name no allow-list, pin or dp range, and most
+	// configurations no busy threshold: then only Down is checked.
+	restricted := req.HasPinned || len(req.AllowedWorkers) > 0 || req.DPRankSize > 0
+	thOn := th.On()
 	best, ties, lo := -1, 0, 0.0
 	for i := range cands {
 		// Filled in place, field by field (the rows are zeroed), and
@@ -103,28 +107,53 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 		row.ActiveBlocks = c.ActiveBlocks
 		row.ActivePrefillTokens = c.ActivePrefillTokens
 		row.ActiveRequests = c.ActiveRequests
-		if ex := eligibility(&req, c); ex != Eligible {
-			row.Excluded = ex
+		if c.Down {
+			row.Excluded = ExcludedDown
 			continue
+		}
+		if restricted {
+			if ex := eligibility(&req, c); ex != Eligible {
+				row.Excluded = ex
+				continue
+			}
 		}
 		eligible++
-		if ex := th.Busy(c); ex != Eligible {
-			row.Excluded = ex
-			busy++
-			continue
+		if thOn {
+			if ex := th.Busy(c); ex != Eligible {
+				row.Excluded = ex
+				busy++
+				continue
+			}
 		}
 		minPrefill = min(minPrefill, c.ActivePrefillTokens)
-		if fused {
-			s.cost(&k, row, minPrefill)
+		if !fused {
+			continue
 		}
+		// s.cost written out for a credit without decay (decay 1: the
+		// same operations in the same order, so the same bits).
+		raw := 0.0
+		if k.track {
+			raw = float64(c.ActivePrefillTokens+k.isl) / k.b
+			row.RawPrefillBlocks = raw
+		}
+		o := &c.Overlap
+		credit := k.credit*float64(o.Device) + k.host*float64(o.Host) + k.disk*float64(o.Disk) + k.shared*float64(o.Shared)
+		row.CreditBlocks = credit
+		adj := raw - credit
+		if k.clamp {
+			adj = max(adj, 0)
+		}
+		row.AdjustedPrefillBlocks = adj
+		cost := k.scale*adj + c.DecodeBlocks + k.active*float64(c.ActiveRequests)
+		row.Cost = cost
 		if inline {
-			switch c := cmp.Compare(row.Cost, lo); {
+			switch c := compareCost(cost, lo); {
 			case best < 0 || c < 0:
-				best, ties, lo = i, 1, row.Cost
+				best, ties, lo = i, 1, cost
 			case c == 0:
 				ties++
 				if rng.IntN(ties) == 0 {
-					best, lo = i, row.Cost
+					best, lo = i, cost
 				}
 			}
 		}
@@ -197,14 +226,20 @@ func eligibility(req *Request, c *Candidate) Exclusion {
 	return Eligible
 }
 
-// knobs are a request's cost parameters, resolved once per decision.
+// knobs are a request's cost parameters, resolved once per decision, and
+// the config's cost weights, copied so that the per-row loop reads them
+// from the stack.
 type knobs struct {
-	credit, scale, b float64
-	isl, reqBlocks   int
+	credit, scale, b           float64
+	isl, reqBlocks             int
+	host, disk, shared, active float64
+	track, clamp               bool
 }
 
 func (s *Scheduler) knobs(req *Request) knobs {
-	k := knobs{credit: s.cfg.OverlapScoreCredit, scale: s.cfg.PrefillLoadScale, b: float64(req.BlockSize), isl: max(req.InputTokens, 0)}
+	k := knobs{credit: s.cfg.OverlapScoreCredit, scale: s.cfg.PrefillLoadScale, b: float64(req.BlockSize), isl: max(req.InputTokens, 0),
+		host: s.cfg.HostCacheHitWeight, disk: s.cfg.DiskCacheHitWeight, shared: s.cfg.SharedCacheMultiplier,
+		active: s.cfg.DecodeActiveRequestWeight, track: s.cfg.TrackPrefillTokens, clamp: s.cfg.PrefillClamp}
 	if o := req.Overrides.OverlapScoreCredit; o != nil && validKnob(*o) {
 		k.credit = *o
 	}
@@ -217,9 +252,24 @@ func (s *Scheduler) knobs(req *Request) knobs {
 	return k
 }
 
-// cost fills the kv cost columns of an eligible row. minPrefill is only
-// read with the credit decay on (then it must be final).
-func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) {
+// compareCost is cmp.Compare for costs, with the usual case (two
+// numbers) first: the argmin compares a thousand of them per decision.
+func compareCost(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	case a == b:
+		return 0
+	}
+	return cmp.Compare(a, b) // a NaN
+}
+
+// cost fills the kv cost columns of an eligible row and returns its
+// Cost. minPrefill is only read with the credit decay on (then it must
+// be final).
+func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) float64 {
 	decay := 1.0
 	if s.cfg.TrackPrefillTokens {
 		row.RawPrefillBlocks = float64(row.ActivePrefillTokens+k.isl) / k.b
@@ -238,4 +288,5 @@ func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) {
 		row.AdjustedPrefillBlocks = max(row.AdjustedPrefillBlocks, 0)
 	}
 	row.Cost = k.scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
+	return row.Cost
 }

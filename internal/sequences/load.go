@@ -89,19 +89,19 @@ func (t *Ledger) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
 	stride := t.cfg.ActiveSequenceStride
 	n := len(hashes) / stride
 	dst = slices.Grow(dst[:0], len(t.order))[:len(t.order)]
+	newBlocks := 0
+	if t.cfg.TrackActiveBlocks {
+		newBlocks = n * stride
+	}
 	for i, s := range t.order {
 		// Copied memory to memory: a Load returned in registers and
 		// stored again costs a store-forwarding stall per worker.
 		t.refresh(s)
-		dst[i] = t.cache[s]
+		d := &dst[i]
+		*d = t.cache[s]
+		d.NewBlocks = newBlocks
 	}
-	if !t.cfg.TrackActiveBlocks || n == 0 {
-		return dst
-	}
-	for i := range dst {
-		dst[i].NewBlocks = n * stride
-	}
-	if !t.reuse(reuse) {
+	if newBlocks == 0 || !t.reuse(reuse) {
 		return dst
 	}
 	cand := t.tracking(hashes, n)
