@@ -59,10 +59,10 @@ type Router struct {
 	// Route clears them.
 	cands  []scheduler.Candidate
 	scored []int32
-	stats   Stats
-	models  map[kvevent.WorkerRank]*timemodel.Model
-	disagg  bool   // some worker has a prefill or decode role (pd.go)
-	roles   [3]int // workers by role (pd.go)
+	stats  Stats
+	models map[kvevent.WorkerRank]*timemodel.Model
+	disagg bool   // some worker has a prefill or decode role (pd.go)
+	roles  [3]int // workers by role (pd.go)
 }
 
 // New returns a router over idx. clock supplies the time for bookings,
