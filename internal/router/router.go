@@ -51,7 +51,7 @@ type Router struct {
 	ranks   []rank
 	pos     map[kvevent.WorkerRank]int
 	first   idTable // worker -> index in ranks of its first rank (ranks are sorted by id, rank)
-	loads   []sequences.Load
+	sharers []sequences.Sharer
 	// cands is aligned with ranks and keeps each rank's worker facts
 	// (Worker, Down, capacity, max batched tokens: set by rebuild and
 	// SetDown); Route writes only the load columns and the overlaps of
@@ -297,7 +297,10 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 			fmt.Errorf("routing %q: no %s-capable worker: %w", req.ID, req.Phase, ErrNoCandidates)
 	}
 	now := r.clock()
-	r.loads = r.seq.Potential(sc.seq, req.Reuse, r.loads)
+	// The ledger's own loads, read once (not copied first); every rank
+	// but the sharers would add newBlocks.
+	loads, newBlocks, sharers := r.seq.PotentialView(sc.seq, req.Reuse, r.sharers)
+	r.sharers = sharers
 	cands := r.cands
 	for _, p := range r.scored {
 		cands[p].Overlap = scheduler.Overlap{}
@@ -306,13 +309,17 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	// The worker facts are in place (rebuild); the load columns are
 	// written field by field (a Candidate built in registers and copied
 	// in stalls store forwarding once per worker).
-	loads := r.loads[:len(cands)]
+	loads = loads[:len(cands)]
+	nb := float64(newBlocks)
 	for i := range loads {
 		l, c := &loads[i], &cands[i]
 		c.ActivePrefillTokens = l.ActivePrefillTokens
 		c.ActiveBlocks = l.ActiveBlocks
-		c.DecodeBlocks = l.PotentialDecodeBlocks()
+		c.DecodeBlocks = l.ActiveBlocks + nb // Load.PotentialDecodeBlocks
 		c.ActiveRequests = l.ActiveRequests
+	}
+	for _, sh := range sharers {
+		cands[sh.Pos].DecodeBlocks = loads[sh.Pos].ActiveBlocks + float64(sh.NewBlocks)
 	}
 	for i := range sc.scores.List {
 		s := &sc.scores.List[i]

@@ -71,7 +71,6 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	}
 	if cap(rows) >= len(cands) {
 		rows = rows[:len(cands)]
-		clear(rows)
 	} else {
 		rows = make([]Explanation, len(cands))
 	}
@@ -97,10 +96,15 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	thOn := th.On()
 	best, ties, lo := -1, 0, 0.0
 	for i := range cands {
-		// Filled in place, field by field (the rows are zeroed), and
-		// Excluded written only when set: it is a string, so each write to
-		// the heap row costs a write barrier while the GC runs.
+		// Zeroed and filled in place, field by field, and Excluded written
+		// only when set: it is a string, so each write to the heap row
+		// costs a write barrier while the GC runs. Each row is zeroed
+		// here rather than all of them first: a thousand rows (213 KB)
+		// do not stay in the L1 cache between a clear and this loop
+		// (cachegrind, BenchmarkSelectInto/candidates=1024: D1 misses per
+		// decision 8.2 k -> 5.2 k).
 		c, row := &cands[i], &d.Candidates[i]
+		*row = Explanation{}
 		row.Worker = c.Worker
 		row.Overlap = c.Overlap
 		row.DecodeBlocks = c.DecodeBlocks
