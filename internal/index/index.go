@@ -69,6 +69,7 @@ type Index struct {
 	ns       *nodes
 	kids     childTable
 	holders  []holder // index = holder id; 0 unused
+	rare     bool     // some live holder has a twin or is a predict-on-route shadow (noteRare)
 	byKey    map[holderKey]uint32
 	freeIDs  []uint32
 	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
@@ -131,7 +132,20 @@ func (x *Index) holderID(w kvevent.WorkerRank, kind holderKind, create bool) (ui
 	x.byKey[holderKey{w, kind}] = id
 	x.byWorker[w.ID] = append(x.byWorker[w.ID], id)
 	x.markTwins(w)
+	x.noteRare()
 	return id, nil
+}
+
+// noteRare sets rare: whether a query must look for holders whose scores
+// need finishRare. Holders come and go rarely; this scans them all.
+func (x *Index) noteRare() {
+	x.rare = false
+	for i := range x.holders {
+		if h := &x.holders[i]; h.live && (h.twin || h.kind == kindPredict) {
+			x.rare = true
+			return
+		}
+	}
 }
 
 // markTwins flags the holders of worker rank w when there is more than one
@@ -165,6 +179,7 @@ func (x *Index) dropHolder(id uint32) {
 	*h = holder{}
 	x.freeIDs = append(x.freeIDs, id)
 	x.markTwins(w)
+	x.noteRare()
 }
 
 // clearHolder removes every block of holder id, keeping the holder.

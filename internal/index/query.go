@@ -241,9 +241,32 @@ func subsetSameTiers(hs, ps []uint32) bool {
 
 // scoreLeavers scores, at depth i, the entries of ps (implicit holders,
 // see splitLazy) that are not in hs, a subset of ps (nil: all of ps).
+// The scores are written by a loop without calls (putLeavers); the rare
+// holders (twins, predict-on-route shadows) are completed after, in a
+// second walk, and only when the index has any.
 func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
-	list := slices.Grow(dst.List, len(ps)-len(hs))
-	holders := x.holders
+	n0 := len(dst.List)
+	dst.List = putLeavers(slices.Grow(dst.List, len(ps)-len(hs)), x.holders, ps, hs, i)
+	if !x.rare {
+		return
+	}
+	n, j := n0, 0
+	for _, e := range ps {
+		if j < len(hs) && hs[j] == e {
+			j++
+			continue
+		}
+		if h := &x.holders[entryID(e)]; h.twin || h.kind == kindPredict {
+			x.finishRare(dst, h, n)
+		}
+		n++
+	}
+}
+
+// putLeavers appends to list (with room for them) the scores at depth i
+// of the entries of ps not in hs: scoreLeavers' loop, the one a query
+// over a prompt a whole fleet shares spends its time in.
+func putLeavers(list []Score, holders []holder, ps, hs []uint32, i int) []Score {
 	j := 0
 	for _, e := range ps {
 		if j < len(hs) && hs[j] == e {
@@ -252,14 +275,9 @@ func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
 		}
 		n := len(list)
 		list = list[:n+1]
-		h := &holders[entryID(e)]
-		putFirst(&list[n], h, e, i)
-		if h.twin || h.kind == kindPredict {
-			dst.List = list
-			x.finishRare(dst, h, n)
-		}
+		putFirst(&list[n], &holders[entryID(e)], e, i)
 	}
-	dst.List = list
+	return list
 }
 
 // bisectRun is the list length below which bisectLeavers merges instead
