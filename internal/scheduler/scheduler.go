@@ -96,71 +96,68 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	thOn := th.On()
 	best, ties, lo := -1, 0, 0.0
 	for i := range cands {
-		// Zeroed and filled in place, field by field, and Excluded written
-		// only when set: it is a string, so each write to the heap row
-		// costs a write barrier while the GC runs. Each row is zeroed
-		// here rather than all of them first: a thousand rows (213 KB)
-		// do not stay in the L1 cache between a clear and this loop
-		// (cachegrind, BenchmarkSelectInto/candidates=1024: D1 misses per
-		// decision 8.2 k -> 5.2 k).
-		c, row := &cands[i], &d.Candidates[i]
-		*row = Explanation{}
+		c := &cands[i]
+		ex := Eligible
+		if c.Down {
+			ex = ExcludedDown
+		} else if restricted {
+			ex = eligibility(&req, c)
+		}
+		var raw, credit, adj, cost float64
+		if ex == Eligible {
+			eligible++
+			if thOn {
+				if ex = th.Busy(c); ex != Eligible {
+					busy++
+				}
+			}
+		}
+		if ex == Eligible {
+			minPrefill = min(minPrefill, c.ActivePrefillTokens)
+		}
+		if ex == Eligible && fused {
+			// s.cost written out for a credit without decay (decay 1:
+			// the same operations in the same order, so the same bits).
+			if k.track {
+				raw = float64(c.ActivePrefillTokens+k.isl) / k.b
+			}
+			o := &c.Overlap
+			credit = k.credit*float64(o.Device) + k.host*float64(o.Host) + k.disk*float64(o.Disk) + k.shared*float64(o.Shared)
+			adj = raw - credit
+			if k.clamp {
+				adj = max(adj, 0)
+			}
+			cost = k.scale*adj + c.DecodeBlocks + k.active*float64(c.ActiveRequests)
+			if inline {
+				switch c := compareCost(cost, lo); {
+				case best < 0 || c < 0:
+					best, ties, lo = i, 1, cost
+				case c == 0:
+					ties++
+					if rng.IntN(ties) == 0 {
+						best, lo = i, cost
+					}
+				}
+			}
+		}
+		// Every field of the reused row written once, in field order
+		// (zeroing the row first and then writing its columns stored
+		// half of it twice; TestSelectIntoOverwritesEveryField and TestSelectIntoMatchesSelect keep
+		// this list whole).
+		row := &d.Candidates[i]
 		row.Worker = c.Worker
+		row.Excluded = ex
 		row.Overlap = c.Overlap
+		row.RawPrefillBlocks = raw
+		row.CreditBlocks = credit
+		row.AdjustedPrefillBlocks = adj
 		row.DecodeBlocks = c.DecodeBlocks
 		row.ActiveBlocks = c.ActiveBlocks
 		row.ActivePrefillTokens = c.ActivePrefillTokens
 		row.ActiveRequests = c.ActiveRequests
-		if c.Down {
-			row.Excluded = ExcludedDown
-			continue
-		}
-		if restricted {
-			if ex := eligibility(&req, c); ex != Eligible {
-				row.Excluded = ex
-				continue
-			}
-		}
-		eligible++
-		if thOn {
-			if ex := th.Busy(c); ex != Eligible {
-				row.Excluded = ex
-				busy++
-				continue
-			}
-		}
-		minPrefill = min(minPrefill, c.ActivePrefillTokens)
-		if !fused {
-			continue
-		}
-		// s.cost written out for a credit without decay (decay 1: the
-		// same operations in the same order, so the same bits).
-		raw := 0.0
-		if k.track {
-			raw = float64(c.ActivePrefillTokens+k.isl) / k.b
-			row.RawPrefillBlocks = raw
-		}
-		o := &c.Overlap
-		credit := k.credit*float64(o.Device) + k.host*float64(o.Host) + k.disk*float64(o.Disk) + k.shared*float64(o.Shared)
-		row.CreditBlocks = credit
-		adj := raw - credit
-		if k.clamp {
-			adj = max(adj, 0)
-		}
-		row.AdjustedPrefillBlocks = adj
-		cost := k.scale*adj + c.DecodeBlocks + k.active*float64(c.ActiveRequests)
 		row.Cost = cost
-		if inline {
-			switch c := compareCost(cost, lo); {
-			case best < 0 || c < 0:
-				best, ties, lo = i, 1, cost
-			case c == 0:
-				ties++
-				if rng.IntN(ties) == 0 {
-					best, lo = i, cost
-				}
-			}
-		}
+		row.Probability = 0
+		row.Prediction = Prediction{}
 	}
 	switch {
 	case eligible == 0:
