@@ -267,6 +267,16 @@ func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
 // of the entries of ps not in hs: scoreLeavers' loop, the one a query
 // over a prompt a whole fleet shares spends its time in.
 func putLeavers(list []Score, holders []holder, ps, hs []uint32, i int) []Score {
+	if len(hs) == 0 {
+		// Every entry leaves (the end of the match): no merge.
+		n := len(list)
+		list = list[:n+len(ps)]
+		out := list[n:][:len(ps)]
+		for k, e := range ps {
+			putFirst(&out[k], &holders[entryID(e)], e, i)
+		}
+		return list
+	}
 	j := 0
 	for _, e := range ps {
 		if j < len(hs) && hs[j] == e {
