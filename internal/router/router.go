@@ -304,7 +304,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	if len(loads) != len(r.cands) {
 		r.rebuild() // not expected: the ledger's ranks are the router's, realigned on every change
 	}
-	cands := r.cands[:len(loads)]
+	cands := r.cands
 	for _, p := range r.scored {
 		cands[p].Overlap = scheduler.Overlap{}
 	}
@@ -312,6 +312,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	// The worker facts are in place (rebuild); the load columns are
 	// written field by field (a Candidate built in registers and copied
 	// in stalls store forwarding once per worker).
+	loads = loads[:len(cands)]
 	nb := float64(newBlocks)
 	for i := range loads {
 		l, c := &loads[i], &cands[i]
