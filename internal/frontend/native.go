@@ -267,7 +267,7 @@ func (f *Frontend) handleQuery(rw http.ResponseWriter, r *http.Request) {
 		f.idx.Query(local, &sc)
 		for _, s := range sc.List {
 			if f.inPool(s.Worker.ID, nr.pool) {
-				byRank[s.Worker] = f.queryRow(s.Worker, s.Blocks, scoreTiers(s))
+				byRank[s.Worker] = f.queryRow(s.Worker, int(s.Blocks), scoreTiers(s))
 			}
 		}
 	} else {

@@ -33,7 +33,7 @@ func TestCacheSaltIsolatesTenants(t *testing.T) {
 		out := map[kvevent.WorkerRank]int{}
 		for _, s := range sc.List {
 			if n := s.Tiers[kvevent.TierDevice]; n > 0 {
-				out[s.Worker] = n
+				out[s.Worker] = int(n)
 			}
 		}
 		return out

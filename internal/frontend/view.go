@@ -77,7 +77,7 @@ func tiersOf(o router.Overlap) candidateTiersJSON {
 func scoreTiers(s index.Score) tiersJSON {
 	t := make(tiersJSON, kvevent.NumTiers)
 	for i, n := range s.Tiers {
-		t[kvevent.Tier(i).String()] = n
+		t[kvevent.Tier(i).String()] = int(n)
 	}
 	return t
 }

@@ -119,8 +119,9 @@ func (x *Index) record(w kvevent.WorkerRank, kind holderKind, local []uint64, no
 		return err
 	}
 	h := &x.holders[id]
-	if h.expiry == nil {
-		h.expiry = &expiryTable{}
+	tb := &x.tabs[id]
+	if tb.expiry == nil {
+		tb.expiry = &expiryTable{}
 	}
 	exp := now.Add(ttl).UnixNano()
 	var parent uint32
@@ -137,7 +138,7 @@ func (x *Index) record(w kvevent.WorkerRank, kind holderKind, local []uint64, no
 			x.ns.setMask(n, id, deviceMask)
 			h.blocks++
 		}
-		if h.expiry.set(nid, exp) {
+		if tb.expiry.set(nid, exp) {
 			x.approx.entries++
 		}
 		x.touch(nid)
@@ -175,10 +176,11 @@ func (x *Index) record(w kvevent.WorkerRank, kind holderKind, local []uint64, no
 // itemLive reports whether the item's leaf still carries its expiry.
 func (x *Index) itemLive(it approxItem) bool {
 	h := &x.holders[it.holder]
-	if !h.live || h.expiry == nil {
+	tb := &x.tabs[it.holder]
+	if !h.live || tb.expiry == nil {
 		return false
 	}
-	e, held := h.expiry.get(it.leaf)
+	e, held := tb.expiry.get(it.leaf)
 	return held && e == it.expiry
 }
 
@@ -188,7 +190,7 @@ func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
 	if !x.itemLive(it) {
 		return 0, 0, false
 	}
-	h := &x.holders[it.holder]
+	tb := &x.tabs[it.holder]
 	top, depth = it.leaf, it.leafDepth
 	// Walk up to the root if the expiry says so, whatever leafDepth says:
 	// a stale item of a dropped holder can name a reused holder id and a
@@ -202,7 +204,7 @@ func (x *Index) runTop(it approxItem) (top, depth uint32, ok bool) {
 		if p == 0 {
 			break
 		}
-		if e, held := h.expiry.get(p); !held || e != it.expiry {
+		if e, held := tb.expiry.get(p); !held || e != it.expiry {
 			break
 		}
 		top = p
@@ -255,11 +257,11 @@ func cmpInt[T int64 | uint32](a, b T) int {
 // holder id's subtree at a node whose parent is p: when the holder still
 // has p with an expiry, some run may now end at p.
 func (x *Index) afterDrop(id, p uint32) {
-	h := &x.holders[id]
-	if p == 0 || h.expiry == nil {
+	tb := &x.tabs[id]
+	if p == 0 || tb.expiry == nil {
 		return
 	}
-	e, ok := h.expiry.get(p)
+	e, ok := tb.expiry.get(p)
 	if !ok {
 		return
 	}

@@ -120,9 +120,9 @@ func TestApproxAndPredictMatchModel(t *testing.T) {
 						s.Blocks = e.Blocks
 					}
 				}
-				s.Blocks = max(s.Blocks, depthIn(am.rec[w], q), depthIn(am.pred[w], q))
+				s.Blocks = max(s.Blocks, int32(depthIn(am.rec[w], q)), int32(depthIn(am.pred[w], q)))
 				s.Tiers[0] = s.Blocks
-				s.Indexed = len(am.rec[w])
+				s.Indexed = int32(len(am.rec[w]))
 				if t := ex.w[w]; t != nil {
 					seen := map[string]bool{}
 					for i := range t {
@@ -130,7 +130,7 @@ func TestApproxAndPredictMatchModel(t *testing.T) {
 							seen[e.prefix] = true
 						}
 					}
-					s.Indexed += len(seen)
+					s.Indexed += int32(len(seen))
 				}
 				if s.Blocks > 0 {
 					want = append(want, s)

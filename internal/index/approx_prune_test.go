@@ -123,7 +123,7 @@ func TestRecordPruneMatchesModel(t *testing.T) {
 			var want []Score
 			for _, w := range workers {
 				rec, pred := m.m[holderKey{w, kindApprox}], m.m[holderKey{w, kindPredict}]
-				s := Score{Worker: w, Blocks: max(depthIn(rec, q), depthIn(pred, q)), Indexed: len(rec)}
+				s := Score{Worker: w, Blocks: int32(max(depthIn(rec, q), depthIn(pred, q))), Indexed: int32(len(rec))}
 				s.Tiers[0] = s.Blocks
 				if s.Blocks > 0 {
 					want = append(want, s)

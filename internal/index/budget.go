@@ -11,7 +11,7 @@ import (
 func (x *Index) liveBytes() int64 {
 	b := int64(x.ns.live)*nodeSize + x.kids.bytes()/2 + int64(x.ns.xlen)*4 + int64(x.approx.entries)*40
 	for i := range x.holders {
-		b += int64(x.holders[i].entries) * 20
+		b += int64(x.tabs[i].entries) * 20
 	}
 	return b
 }

@@ -24,7 +24,7 @@ type dumpEntry struct {
 func (x *Index) Dump() []kvevent.Event {
 	var ids []uint32
 	for id := range x.holders {
-		if h := &x.holders[id]; h.live && h.kind == kindExact && h.entries > 0 {
+		if h := &x.holders[id]; h.live && h.kind == kindExact && x.tabs[id].entries > 0 {
 			ids = append(ids, uint32(id))
 		}
 	}
@@ -38,11 +38,12 @@ func (x *Index) Dump() []kvevent.Event {
 	var out []kvevent.Event
 	for _, id := range ids {
 		h := &x.holders[id]
+		tb := &x.tabs[id]
 		var ents []dumpEntry
-		rev := make(map[uint32][kvevent.NumTiers]uint64, h.entries)
-		has := make(map[uint32]uint8, h.entries)
-		for t := range h.engine {
-			h.engine[t].each(func(hash uint64, nid uint32, refs uint32) {
+		rev := make(map[uint32][kvevent.NumTiers]uint64, tb.entries)
+		has := make(map[uint32]uint8, tb.entries)
+		for t := range tb.engine {
+			tb.engine[t].each(func(hash uint64, nid uint32, refs uint32) {
 				ents = append(ents, dumpEntry{depth: x.depth(nid), tier: kvevent.Tier(t), hash: hash, node: nid, refs: refs})
 				r := rev[nid]
 				r[t] = hash

@@ -153,7 +153,7 @@ func TestTiersSplitOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := score(x, w1, 11, 12, 13, 14, 15, 16)
-	if s.Blocks != 5 || s.Tiers != [4]int{2, 2, 1, 0} || s.Indexed != 5 {
+	if s.Blocks != 5 || s.Tiers != [4]int32{2, 2, 1, 0} || s.Indexed != 5 {
 		t.Fatalf("score %+v, want 5 blocks split 2/2/1", s)
 	}
 }

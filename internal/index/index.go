@@ -42,14 +42,21 @@ const (
 
 // holder is one worker rank as the tree sees it: exact (fed by events),
 // approximate (fed by Record) or the predict-on-route shadow of a worker.
+//
+// It holds what a query reads for each score, in 32 bytes (two holders a
+// cache line; a query over a prompt a whole fleet shares reads every
+// holder); the rest is in holderTabs.
 type holder struct {
-	// What a query reads for each score comes first, in the first 24
-	// bytes: one cache line for most holders.
-	worker  kvevent.WorkerRank
-	kind    holderKind
-	live    bool
-	twin    bool                           // another holder has the same worker rank (exact/approx/predict)
-	blocks  int                            // nodes this holder holds (any tier)
+	worker kvevent.WorkerRank
+	kind   holderKind
+	live   bool
+	twin   bool // another holder has the same worker rank (exact/approx/predict)
+	blocks int  // nodes this holder holds (any tier)
+}
+
+// holderTabs is the part of a holder that applying events reads:
+// Index.tabs[id] for holder id.
+type holderTabs struct {
 	engine  [kvevent.NumTiers]*engineTable // engine hash -> node, per tier
 	entries int                            // engine entries (all tiers)
 	expiry  *expiryTable                   // approx/predict: node -> expiry (unix ns)
@@ -68,7 +75,9 @@ type Index struct {
 	cfg      Config
 	ns       *nodes
 	kids     childTable
-	holders  []holder // index = holder id; 0 unused
+	holders  []holder     // index = holder id; 0 unused
+	tabs     []holderTabs // aligned with holders
+	rare     bool         // some live holder has a twin or is a predict-on-route shadow (noteRare)
 	byKey    map[holderKey]uint32
 	freeIDs  []uint32
 	byWorker map[kvevent.WorkerID][]uint32 // worker -> its holder ids
@@ -104,6 +113,7 @@ func New(cfg Config) (*Index, error) {
 		cfg:      cfg,
 		ns:       newNodes(),
 		holders:  make([]holder, 1),
+		tabs:     make([]holderTabs, 1),
 		byKey:    map[holderKey]uint32{},
 		byWorker: map[kvevent.WorkerID][]uint32{},
 	}, nil
@@ -126,12 +136,27 @@ func (x *Index) holderID(w kvevent.WorkerRank, kind holderKind, create bool) (ui
 		}
 		id = uint32(len(x.holders))
 		x.holders = append(x.holders, holder{})
+		x.tabs = append(x.tabs, holderTabs{})
 	}
 	x.holders[id] = holder{worker: w, kind: kind, live: true}
+	x.tabs[id] = holderTabs{}
 	x.byKey[holderKey{w, kind}] = id
 	x.byWorker[w.ID] = append(x.byWorker[w.ID], id)
 	x.markTwins(w)
+	x.noteRare()
 	return id, nil
+}
+
+// noteRare sets rare: whether a query must look for holders whose scores
+// need finishRare. Holders come and go rarely; this scans them all.
+func (x *Index) noteRare() {
+	x.rare = false
+	for i := range x.holders {
+		if h := &x.holders[i]; h.live && (h.twin || h.kind == kindPredict) {
+			x.rare = true
+			return
+		}
+	}
 }
 
 // markTwins flags the holders of worker rank w when there is more than one
@@ -163,13 +188,15 @@ func (x *Index) dropHolder(id uint32) {
 	}
 	w := h.worker
 	*h = holder{}
+	x.tabs[id] = holderTabs{}
 	x.freeIDs = append(x.freeIDs, id)
 	x.markTwins(w)
+	x.noteRare()
 }
 
 // clearHolder removes every block of holder id, keeping the holder.
 func (x *Index) clearHolder(id uint32) {
-	h := &x.holders[id]
+	tb := &x.tabs[id]
 	// Tops: held nodes whose parent the holder does not hold. Dropping
 	// each top's subtree drops everything the holder holds.
 	var tops []uint32
@@ -183,22 +210,22 @@ func (x *Index) clearHolder(id uint32) {
 			tops = append(tops, nid)
 		}
 	}
-	for t := range h.engine {
-		h.engine[t].each(func(_ uint64, nid uint32, _ uint32) { visit(nid) })
+	for t := range tb.engine {
+		tb.engine[t].each(func(_ uint64, nid uint32, _ uint32) { visit(nid) })
 	}
-	if h.expiry != nil {
-		h.expiry.each(func(nid uint32, _ int64) { visit(nid) })
+	if tb.expiry != nil {
+		tb.expiry.each(func(nid uint32, _ int64) { visit(nid) })
 	}
 	slices.Sort(tops)
 	tops = slices.Compact(tops)
 	// The engine tables go wholesale: detach them so the cascades below
 	// do not delete their entries one by one.
-	h.engine = [kvevent.NumTiers]*engineTable{}
+	tb.engine = [kvevent.NumTiers]*engineTable{}
 	for _, nid := range tops {
 		x.dropSubtree(id, nid, false)
 	}
-	h.entries = 0
-	h.expiry = nil
+	tb.entries = 0
+	tb.expiry = nil
 }
 
 // Apply folds one event into the index. Errors are the sentinels above,
@@ -271,10 +298,11 @@ func (x *Index) store(ev *kvevent.Event) error {
 		}
 	}
 	h := &x.holders[id]
-	m := h.engine[ev.Tier]
+	tb := &x.tabs[id]
+	m := tb.engine[ev.Tier]
 	if m == nil {
 		m = x.newEngineTable(ev.Worker, ev.Tier)
-		h.engine[ev.Tier] = m
+		tb.engine[ev.Tier] = m
 	}
 	bit := uint8(1) << ev.Tier
 	if hasPrefetch {
@@ -317,7 +345,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 			}
 			h.blocks++
 			m.fill(slot, b.EngineHash, nid)
-			h.entries++
+			tb.entries++
 			x.touch(nid)
 			x.stats.blockOps++
 			parent = nid
@@ -335,7 +363,7 @@ func (x *Index) store(ev *kvevent.Event) error {
 			h.blocks++
 		}
 		m.fill(slot, b.EngineHash, nid)
-		h.entries++
+		tb.entries++
 		x.touch(nid)
 		x.stats.blockOps++
 		parent = nid
@@ -346,12 +374,12 @@ func (x *Index) store(ev *kvevent.Event) error {
 // lookupAnyTier resolves an engine hash of holder id, on tier t first and
 // then on the other tiers (a lower-tier store may hang below a device block).
 func (x *Index) lookupAnyTier(id uint32, t kvevent.Tier, hash uint64) (uint32, bool) {
-	h := &x.holders[id]
-	if nid := h.engine[t].get(hash); nid != 0 {
+	tb := &x.tabs[id]
+	if nid := tb.engine[t].get(hash); nid != 0 {
 		return nid, true
 	}
-	for o := range h.engine {
-		if nid := h.engine[o].get(hash); nid != 0 {
+	for o := range tb.engine {
+		if nid := tb.engine[o].get(hash); nid != 0 {
 			return nid, true
 		}
 	}
@@ -368,7 +396,7 @@ func (x *Index) remove(ev *kvevent.Event) error {
 	var first uint64
 	var m *engineTable
 	if id != 0 {
-		m = x.holders[id].engine[ev.Tier]
+		m = x.tabs[id].engine[ev.Tier]
 	}
 	pf := m != nil && m.n > 0
 	if pf && hasPrefetch {
@@ -409,7 +437,7 @@ func (x *Index) remove(ev *kvevent.Event) error {
 		if !last {
 			continue
 		}
-		x.holders[id].entries--
+		x.tabs[id].entries--
 		n := x.ns.at(nid)
 		_, e, _ := x.ns.find(n, id)
 		mask := entryMask(e) &^ (1 << ev.Tier)
@@ -458,7 +486,7 @@ func (x *Index) Prefetch(ev *kvevent.Event) uint32 {
 	if !ok {
 		return 0
 	}
-	m := x.holders[id].engine[ev.Tier]
+	m := x.tabs[id].engine[ev.Tier]
 	if m == nil || m.n == 0 {
 		return 0
 	}
@@ -512,6 +540,7 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 	}
 	x.stack, x.order = stack[:0], order[:0]
 	h := &x.holders[id]
+	tb := &x.tabs[id]
 	pending := false
 	for i := len(order) - 1; i >= 0; i-- {
 		nid := order[i]
@@ -524,13 +553,13 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 		if topDone && nid == top {
 			mask = 0
 		}
-		for t := range h.engine {
-			if mask&(1<<t) != 0 && h.engine[t] != nil {
+		for t := range tb.engine {
+			if mask&(1<<t) != 0 && tb.engine[t] != nil {
 				x.cascade[t] = append(x.cascade[t], nid)
 				pending = true
 			}
 		}
-		if h.expiry != nil && h.expiry.del(nid) {
+		if tb.expiry != nil && tb.expiry.del(nid) {
 			x.approx.entries--
 		}
 		x.ns.setMask(n, id, 0)
@@ -542,7 +571,7 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 	if pending {
 		for t := range x.cascade {
 			if len(x.cascade[t]) > 0 {
-				x.deleteEngineEntries(h, t, x.cascade[t])
+				x.deleteEngineEntries(tb, t, x.cascade[t])
 				x.cascade[t] = x.cascade[t][:0]
 			}
 		}
@@ -556,8 +585,8 @@ func (x *Index) dropSubtree(id uint32, top uint32, topDone bool) {
 // and storing the key on every entry would cost 8 bytes per (worker,
 // block). Node ids are not reused meanwhile (nothing is allocated during a
 // cascade), so deleting after the nodes are freed is the same.
-func (x *Index) deleteEngineEntries(h *holder, t int, nids []uint32) {
-	m := h.engine[t]
+func (x *Index) deleteEngineEntries(tb *holderTabs, t int, nids []uint32) {
+	m := tb.engine[t]
 	slices.Sort(nids)
 	// Membership by a bitmap over the nodes' id range (a cascade's nodes
 	// were mostly allocated together), or by binary search when the range
@@ -596,7 +625,7 @@ func (x *Index) deleteEngineEntries(h *holder, t int, nids []uint32) {
 	}
 	for _, k := range found {
 		m.del(k)
-		h.entries--
+		tb.entries--
 	}
 	x.found = found[:0]
 }

@@ -169,13 +169,13 @@ func (m *model) query(local []uint64) []Score {
 				blocks[e.prefix] = true
 			}
 		}
-		s.Indexed = len(blocks)
+		s.Indexed = int32(len(blocks))
 		for d := 1; d <= len(local); d++ {
 			mask := m.heldMask(w, key(local[:d]))
 			if mask == 0 {
 				break
 			}
-			s.Blocks = d
+			s.Blocks = int32(d)
 			s.Tiers[fastest(mask)]++
 		}
 		if s.Blocks > 0 {

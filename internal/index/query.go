@@ -8,19 +8,22 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
 
-// Score is one worker rank's overlap with a request.
+// Score is one worker rank's overlap with a request. Its counts are
+// int32 (40 bytes a score, not 64): a query over a prompt a whole fleet
+// shares writes one per worker, and at 1,024 workers writing them was
+// most of its cost.
 type Score struct {
 	// Worker is the worker rank.
 	Worker kvevent.WorkerRank
 	// Blocks is the number of consecutive leading request blocks the
 	// worker holds on any tier.
-	Blocks int
+	Blocks int32
 	// Tiers splits Blocks by the fastest tier holding each block:
 	// Tiers[kvevent.TierDevice] is the device overlap, the others the
 	// host/disk/external blocks that extend it.
-	Tiers [kvevent.NumTiers]int
+	Tiers [kvevent.NumTiers]int32
 	// Indexed is the worker rank's total number of indexed blocks.
-	Indexed int
+	Indexed int32
 }
 
 // Scores is a query result. Pass the same value back to later queries to
@@ -238,9 +241,42 @@ func subsetSameTiers(hs, ps []uint32) bool {
 
 // scoreLeavers scores, at depth i, the entries of ps (implicit holders,
 // see splitLazy) that are not in hs, a subset of ps (nil: all of ps).
+// The scores are written by a loop without calls (putLeavers); the rare
+// holders (twins, predict-on-route shadows) are completed after, in a
+// second walk, and only when the index has any.
 func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
-	list := slices.Grow(dst.List, len(ps)-len(hs))
-	holders := x.holders
+	n0 := len(dst.List)
+	dst.List = putLeavers(slices.Grow(dst.List, len(ps)-len(hs)), x.holders, ps, hs, i)
+	if !x.rare {
+		return
+	}
+	n, j := n0, 0
+	for _, e := range ps {
+		if j < len(hs) && hs[j] == e {
+			j++
+			continue
+		}
+		if h := &x.holders[entryID(e)]; h.twin || h.kind == kindPredict {
+			x.finishRare(dst, h, n)
+		}
+		n++
+	}
+}
+
+// putLeavers appends to list (with room for them) the scores at depth i
+// of the entries of ps not in hs: scoreLeavers' loop, the one a query
+// over a prompt a whole fleet shares spends its time in.
+func putLeavers(list []Score, holders []holder, ps, hs []uint32, i int) []Score {
+	if len(hs) == 0 {
+		// Every entry leaves (the end of the match): no merge.
+		n := len(list)
+		list = list[:n+len(ps)]
+		out := list[n:][:len(ps)]
+		for k, e := range ps {
+			putFirst(&out[k], &holders[entryID(e)], e, i)
+		}
+		return list
+	}
 	j := 0
 	for _, e := range ps {
 		if j < len(hs) && hs[j] == e {
@@ -249,14 +285,9 @@ func (x *Index) scoreLeavers(dst *Scores, ps, hs []uint32, i int) {
 		}
 		n := len(list)
 		list = list[:n+1]
-		h := &holders[entryID(e)]
-		putFirst(&list[n], h, e, i)
-		if h.twin || h.kind == kindPredict {
-			dst.List = list
-			x.finishRare(dst, h, n)
-		}
+		putFirst(&list[n], &holders[entryID(e)], e, i)
 	}
-	dst.List = list
+	return list
 }
 
 // bisectRun is the list length below which bisectLeavers merges instead
@@ -293,15 +324,15 @@ func (x *Index) finishLazy(dst *Scores, ps []uint32, depth int) {
 // putFirst writes the score of holder h, active since depth 0 on the
 // tiers of its entry e, ending at depth.
 func putFirst(s *Score, h *holder, e uint32, depth int) {
-	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
-	s.Tiers = [kvevent.NumTiers]int{}
-	s.Tiers[fastest(entryMask(e))&(kvevent.NumTiers-1)] = depth
+	s.Worker, s.Blocks, s.Indexed = h.worker, int32(depth), int32(h.blocks)
+	s.Tiers = [kvevent.NumTiers]int32{}
+	s.Tiers[fastest(entryMask(e))&(kvevent.NumTiers-1)] = int32(depth)
 }
 
 // finishRare completes score n of a holder that has twins or is a
 // predict-on-route shadow.
 func (x *Index) finishRare(dst *Scores, h *holder, n int) {
-	dst.List[n].Indexed = x.Indexed(h.worker) // predicted blocks are not indexed
+	dst.List[n].Indexed = int32(x.Indexed(h.worker)) // predicted blocks are not indexed
 	if h.twin {
 		dst.twins = append(dst.twins, int32(n))
 	}
@@ -318,9 +349,9 @@ func (x *Index) finish(dst *Scores, a active, depth int) {
 		dst.List = append(dst.List, Score{})
 	}
 	s := &dst.List[n]
-	s.Worker, s.Blocks, s.Indexed = h.worker, depth, h.blocks
-	s.Tiers = [kvevent.NumTiers]int{int(a.tiers[0]), int(a.tiers[1]), int(a.tiers[2]), int(a.tiers[3])}
-	s.Tiers[fastest(entryMask(a.e))] += depth - int(a.start)
+	s.Worker, s.Blocks, s.Indexed = h.worker, int32(depth), int32(h.blocks)
+	s.Tiers = a.tiers
+	s.Tiers[fastest(entryMask(a.e))] += int32(depth) - a.start
 	if h.twin || h.kind == kindPredict {
 		x.finishRare(dst, h, n)
 	}

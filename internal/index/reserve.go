@@ -38,7 +38,7 @@ func (x *Index) Reserve(w kvevent.WorkerRank, blocks int) error {
 		x.reserved[w] = slots
 	}
 	if id, ok := x.byKey[holderKey{w, kindExact}]; ok {
-		if m := x.holders[id].engine[kvevent.TierDevice]; m != nil {
+		if m := x.tabs[id].engine[kvevent.TierDevice]; m != nil {
 			m.setFloor(slots)
 		}
 	}

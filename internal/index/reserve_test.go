@@ -42,10 +42,10 @@ func TestReserveMatchesModel(t *testing.T) {
 
 func deviceSlots(x *Index, w kvevent.WorkerRank) int {
 	id, ok := x.byKey[holderKey{w, kindExact}]
-	if !ok || x.holders[id].engine[kvevent.TierDevice] == nil {
+	if !ok || x.tabs[id].engine[kvevent.TierDevice] == nil {
 		return 0
 	}
-	return len(x.holders[id].engine[kvevent.TierDevice].slots)
+	return len(x.tabs[id].engine[kvevent.TierDevice].slots)
 }
 
 // TestReserveGrowsLazilyAndKeepsIt pins the sizing policy: a reserved
@@ -125,7 +125,7 @@ func TestReserveGrowsLazilyAndKeepsIt(t *testing.T) {
 	_ = apply(t, x, rmHost)
 	_ = apply(t, x, func() kvevent.Event { e := chain(w1r1, 0, 100, 1); e.Tier = kvevent.TierHostPinned; return e }())
 	id := x.byKey[holderKey{w1r1, kindExact}]
-	if got := len(x.holders[id].engine[kvevent.TierHostPinned].slots); got >= 4096 {
+	if got := len(x.tabs[id].engine[kvevent.TierHostPinned].slots); got >= 4096 {
 		t.Fatalf("host tier table has %d slots after emptying, want it shrunk", got)
 	}
 }

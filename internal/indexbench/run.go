@@ -290,7 +290,7 @@ func timeQueries(x *index.Index, qs [][]uint64, n, limit int) (p50, p99, p999, c
 		x.Query(q, &sc)
 		lat[i] = time.Since(t0)
 		for _, v := range sc.List {
-			matched += v.Blocks
+			matched += int(v.Blocks)
 		}
 	}
 	if cpu1, ok := threadCPU(); ok && ok0 {

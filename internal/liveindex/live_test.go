@@ -143,7 +143,7 @@ func (p *pair) sameScores(a, b []index.Score) bool {
 			return false
 		}
 		if x.Tiers != y.Tiers {
-			sum := 0
+			sum := int32(0)
 			for _, n := range y.Tiers {
 				sum += n
 			}

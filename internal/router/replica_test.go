@@ -121,7 +121,7 @@ func TestLocalHashes(t *testing.T) {
 	}
 	var sc index.Scores
 	idx.Query(local, &sc)
-	if len(sc.List) != 1 || sc.List[0].Blocks != len(local) {
+	if len(sc.List) != 1 || int(sc.List[0].Blocks) != len(local) {
 		t.Fatalf("query of LocalHashes: %+v, want all %d blocks on worker 1", sc.List, len(local))
 	}
 	plain, err := r.LocalHashes(Request{Tokens: req.Tokens})

@@ -50,13 +50,19 @@ type Router struct {
 	workers map[kvevent.WorkerID]*workerState
 	ranks   []rank
 	pos     map[kvevent.WorkerRank]int
-	first   map[kvevent.WorkerID]int // worker -> index in ranks of its first rank (ranks are sorted by id, rank)
-	loads   []sequences.Load
-	cands   []scheduler.Candidate
-	stats   Stats
-	models  map[kvevent.WorkerRank]*timemodel.Model
-	disagg  bool   // some worker has a prefill or decode role (pd.go)
-	roles   [3]int // workers by role (pd.go)
+	first   idTable // worker -> index in ranks of its first rank (ranks are sorted by id, rank)
+	sharers []sequences.Sharer
+	// cands is aligned with ranks and keeps each rank's worker facts
+	// (Worker, Down, capacity, max batched tokens: set by rebuild and
+	// SetDown); Route writes only the load columns and the overlaps of
+	// the ranks the index scored, recorded in scored so that the next
+	// Route clears them.
+	cands  []scheduler.Candidate
+	scored []int32
+	stats  Stats
+	models map[kvevent.WorkerRank]*timemodel.Model
+	disagg bool   // some worker has a prefill or decode role (pd.go)
+	roles  [3]int // workers by role (pd.go)
 }
 
 // New returns a router over idx. clock supplies the time for bookings,
@@ -90,7 +96,6 @@ func New(cfg Config, idx Index, clock func() time.Time, observer Observer) (*Rou
 	r.rng = rand.New(r.pcg)
 	r.workers = make(map[kvevent.WorkerID]*workerState)
 	r.pos = make(map[kvevent.WorkerRank]int)
-	r.first = make(map[kvevent.WorkerID]int)
 	r.pool.New = func() any { return new(scratch) }
 	return r, nil
 }
@@ -169,6 +174,11 @@ func (r *Router) SetDown(id kvevent.WorkerID, down bool) bool {
 	ws, ok := r.workers[id]
 	if ok {
 		ws.down = down
+		if i, found := r.first.get(id); found {
+			for ; i < len(r.ranks) && r.ranks[i].w.ID == id; i++ {
+				r.cands[i].Down = down
+			}
+		}
 	}
 	return ok
 }
@@ -178,13 +188,18 @@ func (r *Router) rebuild() {
 	r.noteRoles()
 	ws := r.seq.Workers()
 	r.ranks = r.ranks[:0]
+	r.cands = r.cands[:0]
+	r.scored = r.scored[:0]
 	clear(r.pos)
-	clear(r.first)
+	r.first.reset(len(ws))
 	for i, w := range ws {
-		r.ranks = append(r.ranks, rank{w: w, ws: r.workers[w.ID]})
+		st := r.workers[w.ID]
+		r.ranks = append(r.ranks, rank{w: w, ws: st})
+		r.cands = append(r.cands, scheduler.Candidate{Worker: w, Down: st.down,
+			KVCapacityBlocks: st.info.KVCapacityBlocks, MaxBatchedTokens: st.info.MaxBatchedTokens})
 		r.pos[w] = i
-		if _, ok := r.first[w.ID]; !ok {
-			r.first[w.ID] = i
+		if i == 0 || ws[i-1].ID != w.ID {
+			r.first.put(w.ID, i)
 		}
 	}
 	r.pruneModels()
@@ -195,7 +210,7 @@ func (r *Router) rebuild() {
 // Route looks up one rank per scored worker): a worker's ranks are
 // contiguous, usually numbered without gaps.
 func (r *Router) rankPos(w kvevent.WorkerRank) (int, bool) {
-	i, ok := r.first[w.ID]
+	i, ok := r.first.get(w.ID)
 	if !ok {
 		return 0, false
 	}
@@ -282,30 +297,42 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 			fmt.Errorf("routing %q: no %s-capable worker: %w", req.ID, req.Phase, ErrNoCandidates)
 	}
 	now := r.clock()
-	r.loads = r.seq.Potential(sc.seq, req.Reuse, r.loads)
-	cands := slices.Grow(r.cands[:0], len(r.loads))[:len(r.loads)]
-	for i := range r.loads {
-		// Field by field in place: a Candidate built in registers and
-		// copied in stalls store forwarding once per worker.
-		l, info, c := &r.loads[i], r.ranks[i].ws, &cands[i]
-		*c = scheduler.Candidate{}
-		c.Worker = l.Worker
-		c.Down = info.down
+	// The ledger's own loads, read once (not copied first); every rank
+	// but the sharers would add newBlocks.
+	loads, newBlocks, sharers := r.seq.PotentialView(sc.seq, req.Reuse, r.sharers)
+	r.sharers = sharers
+	if len(loads) != len(r.cands) {
+		r.rebuild() // not expected: the ledger's ranks are the router's, realigned on every change
+	}
+	cands := r.cands
+	for _, p := range r.scored {
+		cands[p].Overlap = scheduler.Overlap{}
+	}
+	r.scored = r.scored[:0]
+	// The worker facts are in place (rebuild); the load columns are
+	// written field by field (a Candidate built in registers and copied
+	// in stalls store forwarding once per worker).
+	loads = loads[:len(cands)]
+	nb := float64(newBlocks)
+	for i := range loads {
+		l, c := &loads[i], &cands[i]
 		c.ActivePrefillTokens = l.ActivePrefillTokens
 		c.ActiveBlocks = l.ActiveBlocks
-		c.DecodeBlocks = l.PotentialDecodeBlocks()
+		c.DecodeBlocks = l.ActiveBlocks + nb // Load.PotentialDecodeBlocks
 		c.ActiveRequests = l.ActiveRequests
-		c.KVCapacityBlocks = info.info.KVCapacityBlocks
-		c.MaxBatchedTokens = info.info.MaxBatchedTokens
 	}
-	r.cands = cands
-	for _, s := range sc.scores.List {
+	for _, sh := range sharers {
+		cands[sh.Pos].DecodeBlocks = loads[sh.Pos].ActiveBlocks + float64(sh.NewBlocks)
+	}
+	for i := range sc.scores.List {
+		s := &sc.scores.List[i]
 		if p, ok := r.rankPos(s.Worker); ok {
 			cands[p].Overlap = scheduler.Overlap{
-				Device: s.Tiers[kvevent.TierDevice],
-				Host:   s.Tiers[kvevent.TierHostPinned],
-				Disk:   s.Tiers[kvevent.TierDisk] + s.Tiers[kvevent.TierExternal],
+				Device: int(s.Tiers[kvevent.TierDevice]),
+				Host:   int(s.Tiers[kvevent.TierHostPinned]),
+				Disk:   int(s.Tiers[kvevent.TierDisk] + s.Tiers[kvevent.TierExternal]),
 			}
+			r.scored = append(r.scored, int32(p))
 		}
 	}
 	sd, err := r.selectInto(book, req.Explanation, scheduler.Request{

@@ -257,3 +257,60 @@ func TestKVArgminInPassMatchesChoose(t *testing.T) {
 		}
 	})
 }
+
+// TestCostInPassMatchesCost: the kv cost the scheduler computes in its
+// eligibility pass (written out) has the same bits as cost(), the
+// function the credit decay uses, for every eligible row, whatever the
+// weights, tiers, clamp and block size.
+func TestCostInPassMatchesCost(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.TrackPrefillTokens = rapid.Bool().Draw(rt, "track")
+		cfg.PrefillClamp = rapid.Bool().Draw(rt, "clamp")
+		cfg.OverlapScoreCredit = rapid.Float64Range(0, 2).Draw(rt, "credit")
+		cfg.HostCacheHitWeight = rapid.Float64Range(0, 1).Draw(rt, "host")
+		cfg.DiskCacheHitWeight = rapid.Float64Range(0, 1).Draw(rt, "disk")
+		cfg.SharedCacheMultiplier = rapid.Float64Range(0, 1).Draw(rt, "shared")
+		cfg.DecodeActiveRequestWeight = rapid.Float64Range(0, 8).Draw(rt, "active")
+		cfg.PrefillLoadScale = rapid.Float64Range(0, 3).Draw(rt, "scale")
+		s, err := New(cfg, KV{})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		cands := make([]Candidate, rapid.IntRange(1, 40).Draw(rt, "n"))
+		for i := range cands {
+			cands[i] = Candidate{
+				Worker: kvevent.WorkerRank{ID: kvevent.WorkerID(i + 1)},
+				Overlap: Overlap{Device: rapid.IntRange(0, 300).Draw(rt, "dev"), Host: rapid.IntRange(0, 50).Draw(rt, "host"),
+					Disk: rapid.IntRange(0, 50).Draw(rt, "disk"), Shared: rapid.IntRange(0, 50).Draw(rt, "shared")},
+				ActivePrefillTokens: rapid.IntRange(0, 40000).Draw(rt, "apt"),
+				DecodeBlocks:        rapid.Float64Range(0, 5000).Draw(rt, "dec"),
+				ActiveRequests:      rapid.IntRange(0, 20).Draw(rt, "req"),
+			}
+		}
+		req := Request{InputTokens: rapid.IntRange(0, 20000).Draw(rt, "isl"),
+			BlockSize: rapid.SampledFrom([]int{1, 16, 48, 64, 100, 128}).Draw(rt, "bs")}
+		d, err := s.Select(req, cands, seeded(1))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		k := s.knobs(&req)
+		for i, row := range d.Candidates {
+			if row.Excluded != Eligible {
+				continue
+			}
+			want := row
+			want.RawPrefillBlocks, want.CreditBlocks, want.AdjustedPrefillBlocks, want.Cost = 0, 0, 0, 0
+			s.cost(&k, &want, 0)
+			for _, f := range []struct {
+				name      string
+				got, want float64
+			}{{"raw", row.RawPrefillBlocks, want.RawPrefillBlocks}, {"credit", row.CreditBlocks, want.CreditBlocks},
+				{"adjusted", row.AdjustedPrefillBlocks, want.AdjustedPrefillBlocks}, {"cost", row.Cost, want.Cost}} {
+				if math.Float64bits(f.got) != math.Float64bits(f.want) {
+					rt.Fatalf("row %d %s: in the pass %v, cost() %v", i, f.name, f.got, f.want)
+				}
+			}
+		}
+	})
+}

@@ -71,7 +71,6 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	}
 	if cap(rows) >= len(cands) {
 		rows = rows[:len(cands)]
-		clear(rows)
 	} else {
 		rows = make([]Explanation, len(cands))
 	}
@@ -91,43 +90,74 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 	// eligible ones.
 	_, isKV := s.policy.(KV)
 	inline := fused && isKV && temp <= 0
+	// Most requests name no allow-list, pin or dp range, and most
+	// configurations no busy threshold: then only Down is checked.
+	restricted := req.HasPinned || len(req.AllowedWorkers) > 0 || req.DPRankSize > 0
+	thOn := th.On()
 	best, ties, lo := -1, 0, 0.0
 	for i := range cands {
-		// Filled in place, field by field (the rows are zeroed), and
-		// Excluded written only when set: it is a string, so each write to
-		// the heap row costs a write barrier while the GC runs.
-		c, row := &cands[i], &d.Candidates[i]
+		c := &cands[i]
+		ex := Eligible
+		if c.Down {
+			ex = ExcludedDown
+		} else if restricted {
+			ex = eligibility(&req, c)
+		}
+		var raw, credit, adj, cost float64
+		if ex == Eligible {
+			eligible++
+			if thOn {
+				if ex = th.Busy(c); ex != Eligible {
+					busy++
+				}
+			}
+		}
+		if ex == Eligible {
+			minPrefill = min(minPrefill, c.ActivePrefillTokens)
+		}
+		if ex == Eligible && fused {
+			// s.cost written out for a credit without decay (decay 1:
+			// the same operations in the same order, so the same bits).
+			if k.track {
+				raw = float64(c.ActivePrefillTokens+k.isl) / k.b
+			}
+			o := &c.Overlap
+			credit = k.credit*float64(o.Device) + k.host*float64(o.Host) + k.disk*float64(o.Disk) + k.shared*float64(o.Shared)
+			adj = raw - credit
+			if k.clamp {
+				adj = max(adj, 0)
+			}
+			cost = k.scale*adj + c.DecodeBlocks + k.active*float64(c.ActiveRequests)
+			if inline {
+				switch c := compareCost(cost, lo); {
+				case best < 0 || c < 0:
+					best, ties, lo = i, 1, cost
+				case c == 0:
+					ties++
+					if rng.IntN(ties) == 0 {
+						best, lo = i, cost
+					}
+				}
+			}
+		}
+		// Every field of the reused row written once, in field order
+		// (zeroing the row first and then writing its columns stored
+		// half of it twice; TestSelectIntoOverwritesEveryField and TestSelectIntoMatchesSelect keep
+		// this list whole).
+		row := &d.Candidates[i]
 		row.Worker = c.Worker
+		row.Excluded = ex
 		row.Overlap = c.Overlap
+		row.RawPrefillBlocks = raw
+		row.CreditBlocks = credit
+		row.AdjustedPrefillBlocks = adj
 		row.DecodeBlocks = c.DecodeBlocks
 		row.ActiveBlocks = c.ActiveBlocks
 		row.ActivePrefillTokens = c.ActivePrefillTokens
 		row.ActiveRequests = c.ActiveRequests
-		if ex := eligibility(&req, c); ex != Eligible {
-			row.Excluded = ex
-			continue
-		}
-		eligible++
-		if ex := th.Busy(c); ex != Eligible {
-			row.Excluded = ex
-			busy++
-			continue
-		}
-		minPrefill = min(minPrefill, c.ActivePrefillTokens)
-		if fused {
-			s.cost(&k, row, minPrefill)
-		}
-		if inline {
-			switch c := cmp.Compare(row.Cost, lo); {
-			case best < 0 || c < 0:
-				best, ties, lo = i, 1, row.Cost
-			case c == 0:
-				ties++
-				if rng.IntN(ties) == 0 {
-					best, lo = i, row.Cost
-				}
-			}
-		}
+		row.Cost = cost
+		row.Probability = 0
+		row.Prediction = Prediction{}
 	}
 	switch {
 	case eligible == 0:
@@ -197,14 +227,20 @@ func eligibility(req *Request, c *Candidate) Exclusion {
 	return Eligible
 }
 
-// knobs are a request's cost parameters, resolved once per decision.
+// knobs are a request's cost parameters, resolved once per decision, and
+// the config's cost weights, copied so that the per-row loop reads them
+// from the stack.
 type knobs struct {
-	credit, scale, b float64
-	isl, reqBlocks   int
+	credit, scale, b           float64
+	isl, reqBlocks             int
+	host, disk, shared, active float64
+	track, clamp               bool
 }
 
 func (s *Scheduler) knobs(req *Request) knobs {
-	k := knobs{credit: s.cfg.OverlapScoreCredit, scale: s.cfg.PrefillLoadScale, b: float64(req.BlockSize), isl: max(req.InputTokens, 0)}
+	k := knobs{credit: s.cfg.OverlapScoreCredit, scale: s.cfg.PrefillLoadScale, b: float64(req.BlockSize), isl: max(req.InputTokens, 0),
+		host: s.cfg.HostCacheHitWeight, disk: s.cfg.DiskCacheHitWeight, shared: s.cfg.SharedCacheMultiplier,
+		active: s.cfg.DecodeActiveRequestWeight, track: s.cfg.TrackPrefillTokens, clamp: s.cfg.PrefillClamp}
 	if o := req.Overrides.OverlapScoreCredit; o != nil && validKnob(*o) {
 		k.credit = *o
 	}
@@ -217,9 +253,24 @@ func (s *Scheduler) knobs(req *Request) knobs {
 	return k
 }
 
-// cost fills the kv cost columns of an eligible row. minPrefill is only
-// read with the credit decay on (then it must be final).
-func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) {
+// compareCost is cmp.Compare for costs, with the usual case (two
+// numbers) first: the argmin compares a thousand of them per decision.
+func compareCost(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	case a == b:
+		return 0
+	}
+	return cmp.Compare(a, b) // a NaN
+}
+
+// cost fills the kv cost columns of an eligible row and returns its
+// Cost. minPrefill is only read with the credit decay on (then it must
+// be final).
+func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) float64 {
 	decay := 1.0
 	if s.cfg.TrackPrefillTokens {
 		row.RawPrefillBlocks = float64(row.ActivePrefillTokens+k.isl) / k.b
@@ -238,4 +289,5 @@ func (s *Scheduler) cost(k *knobs, row *Explanation, minPrefill int) {
 		row.AdjustedPrefillBlocks = max(row.AdjustedPrefillBlocks, 0)
 	}
 	row.Cost = k.scale*row.AdjustedPrefillBlocks + row.DecodeBlocks + s.cfg.DecodeActiveRequestWeight*float64(row.ActiveRequests)
+	return row.Cost
 }

@@ -28,9 +28,12 @@
 //     Potential is on every routing decision's path, so it does work only
 //     for the workers that can hold the candidate's first block (an index
 //     from each trie's top-edge first hash to its workers), compares a whole
-//     edge by its last hash (sequence hashes identify their prefix; a
-//     mismatch is binary-searched), and copies the other workers' loads from
-//     a dense cache. Edge labels are copies of the hashes taken from a small
+//     edge by its last hash, kept in the edge's node (sequence hashes
+//     identify their prefix; a mismatch is binary-searched), and copies the
+//     other workers' loads from a dense cache kept in Workers order and
+//     recomputed only for the workers whose requests changed;
+//     PotentialView hands that cache out without the copy (the router at a
+//     thousand workers). Edge labels are copies of the hashes taken from a small
 //     recycling pool, so booking does not allocate per block.
 //   - With ActiveSequenceStride N only every N-th block hash (positions N-1,
 //     2N-1, ...) is tracked and counts for N blocks; the last incomplete group

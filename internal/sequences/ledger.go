@@ -96,17 +96,21 @@ type Ledger struct {
 	// any leading block of a candidate are those listed under its first
 	// hash, so Potential walks their tries alone.
 	roots map[uint64][]int
-	// cache holds each slot's load (without NewBlocks), recomputed when
-	// fresh is false: Potential copies the loads from one dense slice
-	// instead of chasing a pointer per worker.
+	// cache holds each live rank's load (without NewBlocks) in Workers
+	// order (cache[pos[slot]]), recomputed when its slot's fresh is
+	// false; dirty lists the slots marked so since the last refreshAll.
+	// Potential copies the loads from one dense slice, and PotentialView
+	// hands it out, instead of chasing a pointer per worker.
 	cache     []Load
 	fresh     []bool
+	dirty     []int
 	reqs      map[string]*request
 	nextSweep time.Time
 	stats     Stats
 
-	cand   []uint64  // scratch: the tracking hashes when the stride is over 1
-	chunks chunkPool // recycled copies of tracking hashes, shared by the tries
+	cand    []uint64  // scratch: the tracking hashes when the stride is over 1
+	sharers []Sharer  // scratch of Potential
+	chunks  chunkPool // recycled copies of tracking hashes, shared by the tries
 }
 
 // tracking returns the n tracking hashes of a prompt's block hashes: the
@@ -153,10 +157,8 @@ func (t *Ledger) AddRank(w kvevent.WorkerRank) {
 	if slot < 0 {
 		slot = len(t.slots)
 		t.slots = append(t.slots, nil)
-		t.cache = append(t.cache, Load{})
 		t.fresh = append(t.fresh, false)
 	}
-	t.fresh[slot] = false
 	t.slots[slot] = &rank{id: w, active: trie{chunks: &t.chunks}}
 	t.bySlot[w] = slot
 	i, _ := slices.BinarySearchFunc(t.order, w, func(s int, w kvevent.WorkerRank) int { return compareRanks(t.slots[s].id, w) })
@@ -164,14 +166,38 @@ func (t *Ledger) AddRank(w kvevent.WorkerRank) {
 	t.reindex()
 }
 
-// reindex rebuilds pos from order.
+// reindex rebuilds pos from order, and the load cache (every live
+// slot's load is recomputed at the next refreshAll).
 func (t *Ledger) reindex() {
 	t.pos = slices.Grow(t.pos[:0], len(t.slots))[:len(t.slots)]
 	for s := range t.pos {
 		t.pos[s] = -1
 	}
+	t.cache = slices.Grow(t.cache[:0], len(t.order))[:len(t.order)]
 	for i, s := range t.order {
 		t.pos[s] = i
+		t.fresh[s] = false
+		t.dirty = append(t.dirty, s)
+	}
+}
+
+// stale marks the slot's cached load as out of date. A slot refreshed
+// alone (Load) stays listed in dirty and may be listed again: without
+// Potential calls to empty it, the list is rebuilt once it is twice as
+// long as there are slots.
+func (t *Ledger) stale(slot int) {
+	if !t.fresh[slot] {
+		return
+	}
+	t.fresh[slot] = false
+	t.dirty = append(t.dirty, slot)
+	if len(t.dirty) > 2*len(t.slots) {
+		t.dirty = t.dirty[:0]
+		for s, ok := range t.fresh {
+			if !ok && t.slots[s] != nil {
+				t.dirty = append(t.dirty, s)
+			}
+		}
 	}
 }
 
@@ -266,7 +292,7 @@ func (t *Ledger) AddRequest(req Request, now time.Time) error {
 	}
 	w.requests++
 	w.prefill += r.prefill
-	t.fresh[slot] = false
+	t.stale(slot)
 	t.reqs[req.ID] = r
 	return nil
 }
@@ -290,7 +316,7 @@ func (t *Ledger) completePrefill(r *request) {
 	}
 	r.prefillDone = true
 	t.slots[r.slot].prefill -= r.prefill
-	t.fresh[r.slot] = false
+	t.stale(r.slot)
 }
 
 // Free ends a request: its prefill (if still pending) and its blocks leave
@@ -321,7 +347,7 @@ func (t *Ledger) free(r *request) {
 	}
 	w.private -= r.private + r.output
 	w.requests--
-	t.fresh[r.slot] = false
+	t.stale(r.slot)
 	delete(w.fracReqs, r)
 	delete(t.reqs, r.id)
 }
@@ -359,7 +385,7 @@ func (t *Ledger) SetGenerated(id string, tokens int) bool {
 	w := t.slots[r.slot]
 	out := tokens / t.cfg.BlockSize
 	w.private += out - r.output
-	t.fresh[r.slot] = false
+	t.stale(r.slot)
 	r.output = out
 	if r.expected > 0 {
 		r.frac = max(0, 1-float64(tokens)/float64(r.expected))

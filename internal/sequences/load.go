@@ -45,16 +45,26 @@ func (t *Ledger) Load(w kvevent.WorkerRank) (Load, bool) {
 
 func (t *Ledger) load(slot int) Load {
 	t.refresh(slot)
-	return t.cache[slot]
+	return t.cache[t.pos[slot]]
 }
 
-// refresh recomputes the slot's cached load if it changed.
+// refreshAll recomputes every stale cached load.
+func (t *Ledger) refreshAll() {
+	for _, s := range t.dirty {
+		if t.slots[s] != nil {
+			t.refresh(s)
+		}
+	}
+	t.dirty = t.dirty[:0]
+}
+
+// refresh recomputes the live slot's cached load if it changed.
 func (t *Ledger) refresh(slot int) {
 	if t.fresh[slot] {
 		return
 	}
 	w := t.slots[slot]
-	t.cache[slot] = Load{
+	t.cache[t.pos[slot]] = Load{
 		Worker:              w.id,
 		ActiveRequests:      w.requests,
 		ActivePrefillTokens: w.prefill,
@@ -86,27 +96,55 @@ func (t *Ledger) activeBlocks(w *rank) float64 {
 // it; each of them finds its first missing block by one walk down its trie
 // of running requests.
 func (t *Ledger) Potential(hashes []uint64, reuse Reuse, dst []Load) []Load {
-	stride := t.cfg.ActiveSequenceStride
-	n := len(hashes) / stride
-	dst = slices.Grow(dst[:0], len(t.order))[:len(t.order)]
-	for i, s := range t.order {
+	loads, newBlocks, sharers := t.PotentialView(hashes, reuse, t.sharers)
+	t.sharers = sharers
+	dst = slices.Grow(dst[:0], len(loads))[:len(loads)]
+	for i := range loads {
 		// Copied memory to memory: a Load returned in registers and
 		// stored again costs a store-forwarding stall per worker.
-		t.refresh(s)
-		dst[i] = t.cache[s]
+		d := &dst[i]
+		*d = loads[i]
+		d.NewBlocks = newBlocks
 	}
+	for _, s := range sharers {
+		dst[s.Pos].NewBlocks = s.NewBlocks
+	}
+	return dst
+}
+
+// Sharer is a worker rank whose running requests hold some of a
+// candidate request's leading blocks (PotentialView).
+type Sharer struct {
+	// Pos is the worker rank's index in Workers order.
+	Pos int
+	// NewBlocks is the number of the candidate's blocks the worker rank
+	// does not hold yet.
+	NewBlocks int
+}
+
+// PotentialView is Potential without a copy of every load: loads is the
+// ledger's own slice of every known worker rank's load, in Workers order,
+// with NewBlocks 0 (read it, do not change or keep it: it is valid until
+// the ledger next changes). A candidate request with the given prompt
+// block sequence hashes and reuse override would add newBlocks blocks to
+// every worker rank except those in sharers (appended to sharers[:0]),
+// which hold some of its leading blocks and would add their NewBlocks.
+// Route at a thousand workers reads the loads once this way instead of
+// copying them first.
+func (t *Ledger) PotentialView(hashes []uint64, reuse Reuse, sharers []Sharer) (loads []Load, newBlocks int, _ []Sharer) {
+	t.refreshAll()
+	sharers = sharers[:0]
+	stride := t.cfg.ActiveSequenceStride
+	n := len(hashes) / stride
 	if !t.cfg.TrackActiveBlocks || n == 0 {
-		return dst
-	}
-	for i := range dst {
-		dst[i].NewBlocks = n * stride
+		return t.cache, 0, sharers
 	}
 	if !t.reuse(reuse) {
-		return dst
+		return t.cache, n * stride, sharers
 	}
 	cand := t.tracking(hashes, n)
 	for _, s := range t.roots[cand[0]] {
-		dst[t.pos[s]].NewBlocks = (n - t.slots[s].active.held(cand)) * stride
+		sharers = append(sharers, Sharer{Pos: t.pos[s], NewBlocks: (n - t.slots[s].active.held(cand)) * stride})
 	}
-	return dst
+	return t.cache, n * stride, sharers
 }

@@ -182,10 +182,53 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 					}
 				}
 			},
+			"load": func(rt *rapid.T) {
+				// One worker's load alone: refreshes its cache entry
+				// outside Potential.
+				w := rapid.SampledFrom(workers).Draw(rt, "w")
+				l, _ := tr.Load(w)
+				want := m.load(w)
+				if math.Abs(l.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
+					rt.Fatalf("%v active blocks %v, model %v", w, l.ActiveBlocks, want.ActiveBlocks)
+				}
+				if l.ActiveBlocks = want.ActiveBlocks; l != want {
+					rt.Fatalf("%v: load %+v, model %+v", w, l, want)
+				}
+				if len(tr.dirty) > 2*len(tr.slots) {
+					rt.Fatalf("%d slots listed dirty, %d slots", len(tr.dirty), len(tr.slots))
+				}
+			},
+			"readd": func(rt *rapid.T) {
+				// A worker removed (its requests freed) and added again:
+				// the ranks' order and load cache are rebuilt.
+				w := rapid.SampledFrom(workers).Draw(rt, "w")
+				for _, id := range tr.RemoveRank(w) {
+					delete(m.reqs, id)
+				}
+				for id, r := range m.reqs {
+					if r.w == w {
+						rt.Fatalf("request %s of %v not freed with it", id, w)
+					}
+				}
+				tr.AddRank(w)
+			},
 			"": func(rt *rapid.T) {
 				cand := prompt("cand")
 				reuse := rapid.SampledFrom([]Reuse{ReuseDefault, ReuseOff}).Draw(rt, "candReuse")
-				got := tr.Potential(cand, reuse, nil)
+				var got []Load
+				if rapid.Bool().Draw(rt, "view") {
+					// PotentialView, expanded as its doc says.
+					loads, nb, sharers := tr.PotentialView(cand, reuse, nil)
+					for _, l := range loads {
+						l.NewBlocks = nb
+						got = append(got, l)
+					}
+					for _, s := range sharers {
+						got[s.Pos].NewBlocks = s.NewBlocks
+					}
+				} else {
+					got = tr.Potential(cand, reuse, nil)
+				}
 				if len(got) != len(workers) {
 					rt.Fatalf("potential has %d workers, want %d", len(got), len(workers))
 				}

@@ -22,6 +22,7 @@ type trie struct {
 
 type tnode struct {
 	hashes []uint64 // edge label (empty for the root)
+	last   uint64   // hashes[len(hashes)-1]: held matches a whole edge without reading its label
 	chunk  *chunk   // the copy hashes is part of (shared after a split)
 	count  int32    // running requests covering the whole edge
 	parent *tnode
@@ -136,7 +137,7 @@ func seqLCP(a, b []uint64) int {
 // k that keeps k's count, and returns it. k keeps its identity, so request
 // end pointers to k stay valid.
 func (t *trie) split(k *tnode, m int) *tnode {
-	mid := &tnode{hashes: k.hashes[:m:m], chunk: k.chunk, count: k.count}
+	mid := &tnode{hashes: k.hashes[:m:m], last: k.hashes[m-1], chunk: k.chunk, count: k.count}
 	k.chunk.refs++
 	k.parent.replaceKid(k, mid)
 	k.hashes = k.hashes[m:]
@@ -153,7 +154,7 @@ func (t *trie) add(h []uint64) *tnode {
 		c := n.child(h[i])
 		if c == nil {
 			ch := t.chunks.get(len(h) - i)
-			c = &tnode{hashes: ch.buf[: len(h)-i : len(h)-i], chunk: ch, count: 1}
+			c = &tnode{hashes: ch.buf[: len(h)-i : len(h)-i], last: h[len(h)-1], chunk: ch, count: 1}
 			copy(c.hashes, h[i:])
 			n.addKid(c)
 			t.blocks += len(h) - i
@@ -190,13 +191,23 @@ func (t *trie) remove(end *tnode) {
 
 // held returns how many leading hashes of h the trie holds. h must be
 // sequence hashes (see seqLCP): each edge costs one comparison when the
-// request covers it whole.
+// request covers it whole, with the edge's last hash, kept in its node
+// (the label's first and last hashes would be two more cache misses per
+// worker: Potential walks the trie of every worker sharing the
+// candidate's first block).
 func (t *trie) held(h []uint64) int {
 	n, i := &t.root, 0
 	for i < len(h) {
 		c := n.child(h[i])
 		if c == nil {
 			return i
+		}
+		// c's first hash is h[i] (child); equal last hashes mean the
+		// whole edge is held, as seqLCP would find.
+		if l := len(c.hashes); l <= len(h)-i && c.last == h[i+l-1] {
+			i += l
+			n = c
+			continue
 		}
 		m := seqLCP(c.hashes, h[i:])
 		i += m

@@ -279,7 +279,7 @@ func (r *rig) truth(tokens []uint32) map[string]int {
 		var sc index.Scores
 		x.Query(local, &sc)
 		for _, s := range sc.List {
-			out[w.Name] += s.Blocks
+			out[w.Name] += int(s.Blocks)
 		}
 		out[w.Name] += 0
 	}

@@ -52,7 +52,7 @@ func TestEventsIntoRouterIndex(t *testing.T) {
 				}
 				ix.Query(local, &scores)
 				s := scores.Get(w)
-				if s.Tiers[kvevent.TierDevice] != nDev || s.Blocks != nAny {
+				if int(s.Tiers[kvevent.TierDevice]) != nDev || int(s.Blocks) != nAny {
 					t.Fatalf("prompt %v: index scores device %d / any %d, engine holds %d / %d", p, s.Tiers[kvevent.TierDevice], s.Blocks, nDev, nAny)
 				}
 			}
