@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/timemodel"
@@ -57,8 +58,18 @@ type Prediction struct {
 	// Decode is the decode term: the weighted delay its prefill adds to
 	// the worker rank's running decodes.
 	Decode float64
-	// Total is TTFT + KVPressure + Decode, what the policy minimises; on
-	// a prefill hop TTFT alone (see KVTime.predict).
+	// Later is the delay its prefill adds to the first tokens of the
+	// requests that will reach the worker rank after it (not part of its
+	// TTFT): see later.
+	Later float64
+	// Recompute is the price of recomputing prompt tokens another
+	// eligible worker rank holds cached: KVTimeConfig.RecomputeWeight ×
+	// the prefill seconds they add here (0 on the rank holding the most,
+	// and on a decode hop).
+	Recompute float64
+	// Total is TTFT + KVPressure + Decode + Later + Recompute, what the
+	// policy minimises; on a prefill hop TTFT + Later + Recompute (see
+	// KVTime.Prepare).
 	Total float64
 	// Error is the model's typical relative error of a TTFT there.
 	Error float64
@@ -76,6 +87,14 @@ type KVTimeConfig struct {
 	// DecodeWeight weighs the decode term: seconds of TTFT traded for one
 	// second of delay added to one running decode. Default 0.1.
 	DecodeWeight float64
+	// RecomputeWeight prices a cache miss the fleet could have avoided:
+	// seconds of TTFT traded for one second of prefill spent recomputing
+	// prompt tokens another eligible worker rank holds cached (on top of
+	// that prefill's own place in this request's TTFT). A move off a
+	// cached prefix must save the request (1 + RecomputeWeight) × the
+	// recompute. Default 8 (docs/design.md, "The kv-time policy", says
+	// why; docs/benchmarks.md shows 8 and 16 alike).
+	RecomputeWeight float64
 	// KVBytesPerToken is one token's KV size, for tier transfer times.
 	// Default timemodel.DefaultKVBytesPerToken.
 	KVBytesPerToken int
@@ -97,7 +116,7 @@ type KVTimeConfig struct {
 
 // DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
 func DefaultKVTimeConfig() KVTimeConfig {
-	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
+	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, RecomputeWeight: 8, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
 		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth,
 		TransferBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
 }
@@ -105,8 +124,8 @@ func DefaultKVTimeConfig() KVTimeConfig {
 // Validate reports the first invalid field.
 func (c KVTimeConfig) Validate() error {
 	switch {
-	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight):
-		return fmt.Errorf("%w: kv-time tolerance %v and decode weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight)
+	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight) || !validKnob(c.RecomputeWeight):
+		return fmt.Errorf("%w: kv-time tolerance %v, decode weight %v and recompute weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight, c.RecomputeWeight)
 	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !validKnob(c.TransferBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
 		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
 	}
@@ -142,6 +161,12 @@ func (p *KVTime) Config() KVTimeConfig { return p.cfg }
 func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 	bs := max(req.BlockSize, 1)
 	isl := max(req.InputTokens, 0)
+	held := 0
+	for i := range rows {
+		if rows[i].Excluded == Eligible && i < len(cands) {
+			held = max(held, min(cached(cands[i].Overlap)*bs, isl))
+		}
+	}
 	for i := range rows {
 		row := &rows[i]
 		if row.Excluded != Eligible || i >= len(cands) {
@@ -158,22 +183,27 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 			}
 		}
 		if req.Hop == HopDecode {
-			row.Prediction = p.predictDecodeHop(m, c, isl, bs)
+			row.Prediction = p.predictDecodeHop(m, c, isl, bs, req.Now)
 			continue
 		}
-		row.Prediction = p.predict(m, c, isl, bs)
+		row.Prediction = p.predict(m, c, isl, bs, held, req.Now)
 		if req.Hop == HopPrefill {
 			// Nothing decodes on a prefill worker, and its blocks leave
 			// with the transfer: the booked prefill's drain and this
 			// prompt's uncached prefill (with tier loads and any wait for
-			// KV room) are the whole prediction.
+			// KV room), the delay it adds to later prefills there and the
+			// price of recomputing what another prefill worker holds are
+			// the whole prediction.
 			pr := &row.Prediction
-			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT
+			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT+pr.Later+pr.Recompute
 		}
 	}
 }
 
-func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+// predict predicts a whole request (or a prefill hop) on candidate c;
+// held is the most prompt tokens any eligible candidate holds cached (all
+// tiers), for the recompute term.
+func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs, held int, now time.Time) Prediction {
 	o := c.Overlap
 	dev := min(max(o.Device, 0)*bs, isl)
 	tier := min(max(o.Host, 0)*bs, isl-dev)
@@ -193,9 +223,39 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
-	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
+	if held > isl-uncached && p.cfg.RecomputeWeight > 0 {
+		// The prefill of the tokens another eligible worker rank holds.
+		rest := own
+		rest.Uncached = isl - held
+		pr.Recompute = p.cfg.RecomputeWeight * max(pr.Prefill-m.PrefillSeconds(rest), 0)
+	}
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later + pr.Recompute
 	pr.Error = m.PrefillError()
 	return pr
+}
+
+// later is the delay a prefill of x seconds, behind q seconds of booked
+// prefill, adds to the first tokens of the requests that reach the worker
+// rank after it, at the rate λ (requests per second) the rank has been
+// receiving: the work is ahead of every one that arrives while it is
+// still to run, so those arriving in the next q seconds wait x longer
+// each and those arriving during its x seconds wait out what is left of
+// it, x/2 on average:
+//
+//	later = λ·q·x + λ·x·x/2 = λ·x·(q + x/2)
+//
+// It is the price of a cache miss that own TTFT does not see: recomputing
+// a prefix elsewhere makes x larger, and everyone queued behind it pays
+// (the marginal-cost view of routing: own delay plus the delay imposed
+// on others). Light load (λ·q and λ·x small) makes it vanish; a cache
+// worker's backlog still moves a request when the wait there outweighs
+// the recompute plus its toll on the other worker's later requests.
+func later(lambda, q, x float64) float64 {
+	if !(lambda > 0) || !(x > 0) {
+		return 0
+	}
+	return lambda * x * (max(q, 0) + x/2)
 }
 
 // predictDecodeHop predicts a decode hop: the prompt's blocks not on the
@@ -204,7 +264,7 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 // rank computes one token, the last of the prompt, behind any prefill
 // booked there (whole requests whose prefill hop was skipped), and the
 // decode term and KV wait and pressure count as on a whole request.
-func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int, now time.Time) Prediction {
 	dev := min(max(c.Overlap.Device, 0)*bs, isl)
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: min(isl, 1), Decodes: dec, Chunk: c.MaxBatchedTokens}
@@ -219,7 +279,8 @@ func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int)
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill)
 	}
-	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later
 	pr.Error = m.PrefillError()
 	return pr
 }
