@@ -161,12 +161,7 @@ func (p *KVTime) Config() KVTimeConfig { return p.cfg }
 func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 	bs := max(req.BlockSize, 1)
 	isl := max(req.InputTokens, 0)
-	held := 0
-	for i := range rows {
-		if rows[i].Excluded == Eligible && i < len(cands) {
-			held = max(held, min(cached(cands[i].Overlap)*bs, isl))
-		}
-	}
+	ref := p.recomputeRef(cands, rows, isl, bs)
 	for i := range rows {
 		row := &rows[i]
 		if row.Excluded != Eligible || i >= len(cands) {
@@ -186,7 +181,7 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 			row.Prediction = p.predictDecodeHop(m, c, isl, bs, req.Now)
 			continue
 		}
-		row.Prediction = p.predict(m, c, isl, bs, held, req.Now)
+		row.Prediction = p.predict(m, c, isl, bs, ref, req.Now)
 		if req.Hop == HopPrefill {
 			// Nothing decodes on a prefill worker, and its blocks leave
 			// with the transfer: the booked prefill's drain and this
@@ -201,9 +196,8 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 }
 
 // predict predicts a whole request (or a prefill hop) on candidate c;
-// held is the most prompt tokens any eligible candidate holds cached (all
-// tiers), for the recompute term.
-func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs, held int, now time.Time) Prediction {
+// ref is the prefix the recompute term prices (see recomputeRef).
+func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref recomputeRef, now time.Time) Prediction {
 	o := c.Overlap
 	dev := min(max(o.Device, 0)*bs, isl)
 	tier := min(max(o.Host, 0)*bs, isl-dev)
@@ -224,10 +218,11 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs, held int, no
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
 	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
-	if held > isl-uncached && p.cfg.RecomputeWeight > 0 {
-		// The prefill of the tokens another eligible worker rank holds.
+	if priced := ref.held - max(isl-uncached, ref.shared); priced > 0 && p.cfg.RecomputeWeight > 0 {
+		// The prefill this rank spends on the tokens the holder keeps
+		// for no other running request.
 		rest := own
-		rest.Uncached = isl - held
+		rest.Uncached = uncached - priced
 		pr.Recompute = p.cfg.RecomputeWeight * max(pr.Prefill-m.PrefillSeconds(rest), 0)
 	}
 	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later + pr.Recompute
@@ -357,6 +352,38 @@ func (p *KVTime) Choose(rows []Explanation, _ float64, rng *rand.Rand) int {
 		}
 		return cmp.Compare(a.Prediction.Total, b.Prediction.Total)
 	}, rng)
+}
+
+// recomputeRef is what the recompute term prices against: the longest
+// cached prefix among the eligible candidates (held tokens, all tiers) and
+// how much of it its holder's running requests also hold (shared tokens).
+// Recomputing the shared part elsewhere is no waste: that copy stays in
+// use on the holder whatever this request does (a system prompt many
+// sessions start from), so a second copy adds a place to serve it. The
+// rest is the request's own history, which a move leaves idle on the
+// holder and computes again.
+type recomputeRef struct{ held, shared int }
+
+// recomputeRef finds the holder of the longest cached prefix (ties: the
+// one whose running requests share the least of it). A rank's shared
+// tokens are the request's leading blocks its running requests hold: the
+// blocks the ledger does not count as new there (DecodeBlocks −
+// ActiveBlocks); without block tracking (no new blocks reported) all of
+// them count as shared and nothing is priced.
+func (p *KVTime) recomputeRef(cands []Candidate, rows []Explanation, isl, bs int) recomputeRef {
+	var ref recomputeRef
+	for i := range rows {
+		if rows[i].Excluded != Eligible || i >= len(cands) {
+			continue
+		}
+		c := &cands[i]
+		held := min(cached(c.Overlap)*bs, isl)
+		shared := min(max(isl/bs-int(math.Round(c.DecodeBlocks-c.ActiveBlocks)), 0)*bs, held)
+		if held > ref.held || held == ref.held && shared < ref.shared {
+			ref = recomputeRef{held: held, shared: shared}
+		}
+	}
+	return ref
 }
 
 func cached(o Overlap) int { return o.Device + o.Host + o.Disk }

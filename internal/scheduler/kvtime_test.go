@@ -257,12 +257,19 @@ func TestKVTimeKVWait(t *testing.T) {
 // Worker 1 wins (430.035 < 524.400; the band, 430.035 × 1.1 + 1 = 474.04,
 // leaves worker 2 out). Worker 2 wins again below a weight of
 // (430.035 − 83.971) / 55.054 = 6.29: at 4 its total is 304.185 ms.
+// Worker 1's running requests hold none of the prompt's 62 blocks (all
+// 62 are new there). When they hold its first 50 (12 new), the cached
+// prefix is one they share: a copy elsewhere is no waste, nothing is
+// priced and worker 2 wins at weight 8 too; holding 20 of them (42 new),
+// the other 30 blocks (1,920 tokens) are priced: 8 × (p(4,000) −
+// p(2,080)) = 8 × (83.971 − 49.904) = 272.534 ms, total 356.505: still
+// below worker 1's 430.035 and out of its band, so worker 2.
 func TestKVTimeRecomputeWorkedExample(t *testing.T) {
 	cfg := DefaultKVTimeConfig()
 	cfg.DecodeWeight = 0
 	cands := []Candidate{
-		{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 20000, MaxBatchedTokens: 8192},
-		{Worker: w(2), MaxBatchedTokens: 8192},
+		{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 20000, MaxBatchedTokens: 8192, DecodeBlocks: 62},
+		{Worker: w(2), MaxBatchedTokens: 8192, DecodeBlocks: 62},
 	}
 	req := Request{InputTokens: 4000, BlockSize: 64}
 	d, err := newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
@@ -284,6 +291,17 @@ func TestKVTimeRecomputeWorkedExample(t *testing.T) {
 	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
 	if p := d.Candidates[1].Prediction; d.Worker != w(2) || ms(p.Total) != 304.185 {
 		t.Fatalf("weight 4 chose %v, worker 2 total %v, want worker 2 at 304.185 ms", d.Worker, ms(p.Total))
+	}
+	cfg.RecomputeWeight = 8
+	cands[0].DecodeBlocks = 12
+	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if p := d.Candidates[1].Prediction; d.Worker != w(2) || p.Recompute != 0 {
+		t.Fatalf("shared prefix: chose %v, worker 2 %+v, want worker 2 with no recompute price", d.Worker, p)
+	}
+	cands[0].DecodeBlocks = 42
+	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if p := d.Candidates[1].Prediction; d.Worker != w(2) || ms(p.Recompute) != 272.534 || ms(p.Total) != 356.505 {
+		t.Fatalf("partly shared prefix: chose %v, worker 2 %+v, want worker 2 with recompute 272.534 ms", d.Worker, p)
 	}
 	// On a decode hop the prompt arrives by transfer: nothing recomputes.
 	d, _ = newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64, Hop: HopDecode}, cands, seeded(1))
