@@ -63,9 +63,9 @@ type Prediction struct {
 	// TTFT): see later.
 	Later float64
 	// Recompute is the price of recomputing prompt tokens another
-	// eligible worker rank holds cached: KVTimeConfig.RecomputeWeight ×
-	// the prefill seconds they add here (0 on the rank holding the most,
-	// and on a decode hop).
+	// eligible worker rank holds cached for no other running request:
+	// KVTimeConfig.RecomputeWeight × the prefill seconds they add here
+	// (0 on the rank holding the most, and on a decode hop).
 	Recompute float64
 	// Total is TTFT + KVPressure + Decode + Later + Recompute, what the
 	// policy minimises; on a prefill hop TTFT + Later + Recompute (see
@@ -89,11 +89,12 @@ type KVTimeConfig struct {
 	DecodeWeight float64
 	// RecomputeWeight prices a cache miss the fleet could have avoided:
 	// seconds of TTFT traded for one second of prefill spent recomputing
-	// prompt tokens another eligible worker rank holds cached (on top of
-	// that prefill's own place in this request's TTFT). A move off a
-	// cached prefix must save the request (1 + RecomputeWeight) × the
+	// prompt tokens another eligible worker rank holds cached and its
+	// running requests do not share (on top of that prefill's own place
+	// in this request's TTFT; see recomputeRef). A move off a cached
+	// prefix must save the request (1 + RecomputeWeight) × the
 	// recompute. Default 8 (docs/design.md, "The kv-time policy", says
-	// why; docs/benchmarks.md shows 8 and 16 alike).
+	// why; docs/benchmarks.md measures 0 to 16).
 	RecomputeWeight float64
 	// KVBytesPerToken is one token's KV size, for tier transfer times.
 	// Default timemodel.DefaultKVBytesPerToken.
