@@ -152,6 +152,7 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 		cfg := DefaultKVTimeConfig()
 		cfg.Tolerance = rapid.Float64Range(0, 0.5).Draw(rt, "tol")
 		cfg.DecodeWeight = rapid.Float64Range(0, 1).Draw(rt, "dw")
+		cfg.RecomputeWeight = rapid.Float64Range(0, 16).Draw(rt, "rw")
 		s := newKVTime(t, cfg, nil)
 		n := rapid.IntRange(1, 12).Draw(rt, "n")
 		cands := make([]Candidate, n)
@@ -166,6 +167,7 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 				KVCapacityBlocks:    1000,
 				MaxBatchedTokens:    rapid.SampledFrom([]int{0, 2048, 8192}).Draw(rt, "chunk"),
 			}
+			cands[i].DecodeBlocks = cands[i].ActiveBlocks + float64(rapid.IntRange(0, 100).Draw(rt, "new"))
 		}
 		d, err := s.Select(Request{InputTokens: rapid.IntRange(0, 6000).Draw(rt, "isl"), BlockSize: 64}, cands, seeded(rapid.Uint64().Draw(rt, "seed")))
 		if err != nil {
@@ -179,6 +181,24 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 				}
 			} else if r.Prediction != (Prediction{}) {
 				rt.Fatalf("excluded row has a prediction %+v", r)
+			}
+		}
+		longest := 0
+		for _, r := range d.Candidates {
+			if r.Excluded == Eligible {
+				longest = max(longest, cached(r.Overlap))
+			}
+		}
+		for _, r := range d.Candidates {
+			p := r.Prediction
+			if r.Excluded != Eligible {
+				continue
+			}
+			if p.Recompute < 0 || p.Later != 0 || math.Abs(p.Total-(p.TTFT+p.KVPressure+p.Decode+p.Later+p.Recompute)) > 1e-12 {
+				rt.Fatalf("row %v: %+v (no rate: later 0; total the sum of the terms)", r.Worker, p)
+			}
+			if cached(r.Overlap) >= longest && p.Recompute != 0 {
+				rt.Fatalf("row %v holds the longest prefix (%d blocks) but pays recompute %v", r.Worker, longest, p.Recompute)
 			}
 		}
 		band := lo*(1+tol) + 1e-3
