@@ -17,8 +17,13 @@ type predictionJSON struct {
 	KVPressS  float64 `json:"kv_pressure_s"`
 	TTFTS     float64 `json:"ttft_s"`
 	DecodeS   float64 `json:"decode_s"`
-	TotalS    float64 `json:"total_s"`
-	Error     float64 `json:"model_error"`
+	// LaterS is the delay the prefill adds to later requests' first
+	// tokens there; RecomputeS the price of recomputing what another
+	// candidate holds cached.
+	LaterS     float64 `json:"later_s"`
+	RecomputeS float64 `json:"recompute_s"`
+	TotalS     float64 `json:"total_s"`
+	Error      float64 `json:"model_error"`
 }
 
 // predictionOf renders an eligible row's prediction under kv-time; nil
@@ -28,7 +33,7 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 		return nil
 	}
 	p := c.Prediction
-	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, TransferS: p.Transfer, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, TotalS: p.Total, Error: p.Error}
+	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, TransferS: p.Transfer, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, LaterS: p.Later, RecomputeS: p.Recompute, TotalS: p.Total, Error: p.Error}
 }
 
 // timeModelJSON is one rank's fitted time model (/v1/workers): the

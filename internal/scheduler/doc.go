@@ -48,8 +48,14 @@
 //	         + KV wait (blocks beyond capacity, freed at the learned residence)
 //	pressure = residence × new blocks / capacity × u/(1 − u), u = KV use
 //	decode   = decode_weight × running requests × (own prefill passes − the decode steps they displace)
-//	total    = TTFT + pressure + decode
+//	later    = λ × x × (queue + x/2), λ the rank's request rate, x the own prefill
+//	recompute = recompute_weight × the prefill spent here on prompt tokens another
+//	           eligible rank holds cached and its running requests do not share
+//	total    = TTFT + pressure + decode + later + recompute
 //
+// (later and recompute price what the placement costs other requests: the
+// delay its prefill adds to the first tokens of later arrivals there, and
+// fleet prefill spent computing a private prefix twice),
 // and picks the lowest total; rows within a band of the lowest (the
 // larger of the tolerance and the fastest row's model error, + 1 ms) tie,
 // and the tie goes to the longest cached prefix (all tiers), then the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/timemodel"
@@ -57,8 +58,18 @@ type Prediction struct {
 	// Decode is the decode term: the weighted delay its prefill adds to
 	// the worker rank's running decodes.
 	Decode float64
-	// Total is TTFT + KVPressure + Decode, what the policy minimises; on
-	// a prefill hop TTFT alone (see KVTime.predict).
+	// Later is the delay its prefill adds to the first tokens of the
+	// requests that will reach the worker rank after it (not part of its
+	// TTFT): see later.
+	Later float64
+	// Recompute is the price of recomputing prompt tokens another
+	// eligible worker rank holds cached for no other running request:
+	// KVTimeConfig.RecomputeWeight × the prefill seconds they add here
+	// (0 on the rank holding the most, and on a decode hop).
+	Recompute float64
+	// Total is TTFT + KVPressure + Decode + Later + Recompute, what the
+	// policy minimises; on a prefill hop TTFT + Later + Recompute (see
+	// KVTime.Prepare).
 	Total float64
 	// Error is the model's typical relative error of a TTFT there.
 	Error float64
@@ -76,6 +87,15 @@ type KVTimeConfig struct {
 	// DecodeWeight weighs the decode term: seconds of TTFT traded for one
 	// second of delay added to one running decode. Default 0.1.
 	DecodeWeight float64
+	// RecomputeWeight prices a cache miss the fleet could have avoided:
+	// seconds of TTFT traded for one second of prefill spent recomputing
+	// prompt tokens another eligible worker rank holds cached and its
+	// running requests do not share (on top of that prefill's own place
+	// in this request's TTFT; see recomputeRef). A move off a cached
+	// prefix must save the request (1 + RecomputeWeight) × the
+	// recompute. Default 8 (docs/design.md, "The kv-time policy", says
+	// why; docs/benchmarks.md measures 0 to 16).
+	RecomputeWeight float64
 	// KVBytesPerToken is one token's KV size, for tier transfer times.
 	// Default timemodel.DefaultKVBytesPerToken.
 	KVBytesPerToken int
@@ -97,7 +117,7 @@ type KVTimeConfig struct {
 
 // DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
 func DefaultKVTimeConfig() KVTimeConfig {
-	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
+	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, RecomputeWeight: 8, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
 		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth,
 		TransferBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
 }
@@ -105,8 +125,8 @@ func DefaultKVTimeConfig() KVTimeConfig {
 // Validate reports the first invalid field.
 func (c KVTimeConfig) Validate() error {
 	switch {
-	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight):
-		return fmt.Errorf("%w: kv-time tolerance %v and decode weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight)
+	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight) || !validKnob(c.RecomputeWeight):
+		return fmt.Errorf("%w: kv-time tolerance %v, decode weight %v and recompute weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight, c.RecomputeWeight)
 	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !validKnob(c.TransferBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
 		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
 	}
@@ -142,6 +162,7 @@ func (p *KVTime) Config() KVTimeConfig { return p.cfg }
 func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 	bs := max(req.BlockSize, 1)
 	isl := max(req.InputTokens, 0)
+	ref := p.recomputeRef(cands, rows, isl, bs)
 	for i := range rows {
 		row := &rows[i]
 		if row.Excluded != Eligible || i >= len(cands) {
@@ -158,22 +179,26 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 			}
 		}
 		if req.Hop == HopDecode {
-			row.Prediction = p.predictDecodeHop(m, c, isl, bs)
+			row.Prediction = p.predictDecodeHop(m, c, isl, bs, req.Now)
 			continue
 		}
-		row.Prediction = p.predict(m, c, isl, bs)
+		row.Prediction = p.predict(m, c, isl, bs, ref, req.Now)
 		if req.Hop == HopPrefill {
 			// Nothing decodes on a prefill worker, and its blocks leave
 			// with the transfer: the booked prefill's drain and this
 			// prompt's uncached prefill (with tier loads and any wait for
-			// KV room) are the whole prediction.
+			// KV room), the delay it adds to later prefills there and the
+			// price of recomputing what another prefill worker holds are
+			// the whole prediction.
 			pr := &row.Prediction
-			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT
+			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT+pr.Later+pr.Recompute
 		}
 	}
 }
 
-func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+// predict predicts a whole request (or a prefill hop) on candidate c;
+// ref is the prefix the recompute term prices (see recomputeRef).
+func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref recomputeRef, now time.Time) Prediction {
 	o := c.Overlap
 	dev := min(max(o.Device, 0)*bs, isl)
 	tier := min(max(o.Host, 0)*bs, isl-dev)
@@ -193,9 +218,40 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
 	}
-	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
+	if priced := ref.held - max(isl-uncached, ref.shared); priced > 0 && p.cfg.RecomputeWeight > 0 {
+		// The prefill this rank spends on the tokens the holder keeps
+		// for no other running request.
+		rest := own
+		rest.Uncached = uncached - priced
+		pr.Recompute = p.cfg.RecomputeWeight * max(pr.Prefill-m.PrefillSeconds(rest), 0)
+	}
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later + pr.Recompute
 	pr.Error = m.PrefillError()
 	return pr
+}
+
+// later is the delay a prefill of x seconds, behind q seconds of booked
+// prefill, adds to the first tokens of the requests that reach the worker
+// rank after it, at the rate λ (requests per second) the rank has been
+// receiving: the work is ahead of every one that arrives while it is
+// still to run, so those arriving in the next q seconds wait x longer
+// each and those arriving during its x seconds wait out what is left of
+// it, x/2 on average:
+//
+//	later = λ·q·x + λ·x·x/2 = λ·x·(q + x/2)
+//
+// It is the price of a cache miss that own TTFT does not see: recomputing
+// a prefix elsewhere makes x larger, and everyone queued behind it pays
+// (the marginal-cost view of routing: own delay plus the delay imposed
+// on others). Light load (λ·q and λ·x small) makes it vanish; a cache
+// worker's backlog still moves a request when the wait there outweighs
+// the recompute plus its toll on the other worker's later requests.
+func later(lambda, q, x float64) float64 {
+	if !(lambda > 0) || !(x > 0) {
+		return 0
+	}
+	return lambda * x * (max(q, 0) + x/2)
 }
 
 // predictDecodeHop predicts a decode hop: the prompt's blocks not on the
@@ -204,7 +260,7 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int) Predicti
 // rank computes one token, the last of the prompt, behind any prefill
 // booked there (whole requests whose prefill hop was skipped), and the
 // decode term and KV wait and pressure count as on a whole request.
-func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int) Prediction {
+func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int, now time.Time) Prediction {
 	dev := min(max(c.Overlap.Device, 0)*bs, isl)
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: min(isl, 1), Decodes: dec, Chunk: c.MaxBatchedTokens}
@@ -219,7 +275,8 @@ func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int)
 	if dec > 0 && p.cfg.DecodeWeight > 0 {
 		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill)
 	}
-	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode
+	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
+	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later
 	pr.Error = m.PrefillError()
 	return pr
 }
@@ -296,6 +353,38 @@ func (p *KVTime) Choose(rows []Explanation, _ float64, rng *rand.Rand) int {
 		}
 		return cmp.Compare(a.Prediction.Total, b.Prediction.Total)
 	}, rng)
+}
+
+// recomputeRef is what the recompute term prices against: the longest
+// cached prefix among the eligible candidates (held tokens, all tiers) and
+// how much of it its holder's running requests also hold (shared tokens).
+// Recomputing the shared part elsewhere is no waste: that copy stays in
+// use on the holder whatever this request does (a system prompt many
+// sessions start from), so a second copy adds a place to serve it. The
+// rest is the request's own history, which a move leaves idle on the
+// holder and computes again.
+type recomputeRef struct{ held, shared int }
+
+// recomputeRef finds the holder of the longest cached prefix (ties: the
+// one whose running requests share the least of it). A rank's shared
+// tokens are the request's leading blocks its running requests hold: the
+// blocks the ledger does not count as new there (DecodeBlocks −
+// ActiveBlocks); without block tracking (no new blocks reported) all of
+// them count as shared and nothing is priced.
+func (p *KVTime) recomputeRef(cands []Candidate, rows []Explanation, isl, bs int) recomputeRef {
+	var ref recomputeRef
+	for i := range rows {
+		if rows[i].Excluded != Eligible || i >= len(cands) {
+			continue
+		}
+		c := &cands[i]
+		held := min(cached(c.Overlap)*bs, isl)
+		shared := min(max(isl/bs-int(math.Round(c.DecodeBlocks-c.ActiveBlocks)), 0)*bs, held)
+		if held > ref.held || held == ref.held && shared < ref.shared {
+			ref = recomputeRef{held: held, shared: shared}
+		}
+	}
+	return ref
 }
 
 func cached(o Overlap) int { return o.Device + o.Host + o.Disk }

@@ -44,7 +44,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // with 900 booked. Cold models: the mocker's polynomial.
 func TestKVTimeWorkedExample(t *testing.T) {
 	cfg := DefaultKVTimeConfig()
-	cfg.DecodeWeight = 0
+	cfg.DecodeWeight, cfg.RecomputeWeight = 0, 0
 	s := newKVTime(t, cfg, nil)
 	cands := []Candidate{
 		{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 30000, MaxBatchedTokens: 8192},
@@ -152,6 +152,7 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 		cfg := DefaultKVTimeConfig()
 		cfg.Tolerance = rapid.Float64Range(0, 0.5).Draw(rt, "tol")
 		cfg.DecodeWeight = rapid.Float64Range(0, 1).Draw(rt, "dw")
+		cfg.RecomputeWeight = rapid.Float64Range(0, 16).Draw(rt, "rw")
 		s := newKVTime(t, cfg, nil)
 		n := rapid.IntRange(1, 12).Draw(rt, "n")
 		cands := make([]Candidate, n)
@@ -166,6 +167,7 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 				KVCapacityBlocks:    1000,
 				MaxBatchedTokens:    rapid.SampledFrom([]int{0, 2048, 8192}).Draw(rt, "chunk"),
 			}
+			cands[i].DecodeBlocks = cands[i].ActiveBlocks + float64(rapid.IntRange(0, 100).Draw(rt, "new"))
 		}
 		d, err := s.Select(Request{InputTokens: rapid.IntRange(0, 6000).Draw(rt, "isl"), BlockSize: 64}, cands, seeded(rapid.Uint64().Draw(rt, "seed")))
 		if err != nil {
@@ -179,6 +181,24 @@ func TestKVTimeChoosesInBand(t *testing.T) {
 				}
 			} else if r.Prediction != (Prediction{}) {
 				rt.Fatalf("excluded row has a prediction %+v", r)
+			}
+		}
+		longest := 0
+		for _, r := range d.Candidates {
+			if r.Excluded == Eligible {
+				longest = max(longest, cached(r.Overlap))
+			}
+		}
+		for _, r := range d.Candidates {
+			p := r.Prediction
+			if r.Excluded != Eligible {
+				continue
+			}
+			if p.Recompute < 0 || p.Later != 0 || math.Abs(p.Total-(p.TTFT+p.KVPressure+p.Decode+p.Later+p.Recompute)) > 1e-12 {
+				rt.Fatalf("row %v: %+v (no rate: later 0; total the sum of the terms)", r.Worker, p)
+			}
+			if cached(r.Overlap) >= longest && p.Recompute != 0 {
+				rt.Fatalf("row %v holds the longest prefix (%d blocks) but pays recompute %v", r.Worker, longest, p.Recompute)
 			}
 		}
 		band := lo*(1+tol) + 1e-3
@@ -198,7 +218,7 @@ func TestKVTimeConfigValidate(t *testing.T) {
 	if err := DefaultKVTimeConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []KVTimeConfig{{Tolerance: -1}, {DecodeWeight: math.NaN()}, {HostBandwidth: math.Inf(1)}, {KVBytesPerToken: -1}} {
+	for _, c := range []KVTimeConfig{{Tolerance: -1}, {DecodeWeight: math.NaN()}, {RecomputeWeight: -1}, {RecomputeWeight: math.Inf(1)}, {HostBandwidth: math.Inf(1)}, {KVBytesPerToken: -1}} {
 		if _, err := NewKVTime(c, nil); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
@@ -238,5 +258,133 @@ func TestKVTimeKVWait(t *testing.T) {
 			!near(p.Total, p.TTFT+p.KVPressure+p.Decode) {
 			t.Errorf("case %d: prediction %+v, want KV wait %v, pressure %v", i, p, want[i], pressure[i])
 		}
+	}
+}
+
+// TestKVTimeRecomputeWorkedExample: a 4,000-token prompt, 64-token
+// blocks, no decode term, cold models. Worker 1 holds 50 blocks (3,200
+// tokens) behind 20,000 booked tokens; worker 2 is idle and holds nothing.
+// Per pass (the mocker's polynomial, ms): p(800) = 28.918, p(4,000) =
+// 83.971, p(8,192) = 169.137, p(4,416) = 91.761.
+//
+//   - worker 1: 20,800 tokens in passes of 8,192 (2 full + 4,416):
+//     TTFT 2 × 169.137 + 91.761 = 430.035 ms, of which queue 401.118; it
+//     holds the most, so no recompute.
+//   - worker 2: TTFT p(4,000) = 83.971 ms; it would recompute the 3,200
+//     tokens worker 1 holds, p(4,000) − p(800) = 55.054 ms, priced at the
+//     weight: 8 × 55.054 = 440.428, total 524.400 ms.
+//
+// Worker 1 wins (430.035 < 524.400; the band, 430.035 × 1.1 + 1 = 474.04,
+// leaves worker 2 out). Worker 2 wins again below a weight of
+// (430.035 − 83.971) / 55.054 = 6.29: at 4 its total is 304.185 ms.
+// Worker 1's running requests hold none of the prompt's 62 blocks (all
+// 62 are new there). When they hold its first 50 (12 new), the cached
+// prefix is one they share: a copy elsewhere is no waste, nothing is
+// priced and worker 2 wins at weight 8 too; holding 20 of them (42 new),
+// the other 30 blocks (1,920 tokens) are priced: 8 × (p(4,000) −
+// p(2,080)) = 8 × (83.971 − 49.904) = 272.534 ms, total 356.505: still
+// below worker 1's 430.035 and out of its band, so worker 2.
+func TestKVTimeRecomputeWorkedExample(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight = 0
+	cands := []Candidate{
+		{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 20000, MaxBatchedTokens: 8192, DecodeBlocks: 62},
+		{Worker: w(2), MaxBatchedTokens: 8192, DecodeBlocks: 62},
+	}
+	req := Request{InputTokens: 4000, BlockSize: 64}
+	d, err := newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(v float64) float64 { return math.Round(v*1e6) / 1e3 } // seconds to ms, 3 decimals
+	p1, p2 := d.Candidates[0].Prediction, d.Candidates[1].Prediction
+	if ms(p1.TTFT) != 430.035 || ms(p1.Queue) != 401.118 || p1.Recompute != 0 || ms(p1.Total) != 430.035 {
+		t.Errorf("worker 1: %+v", p1)
+	}
+	if ms(p2.TTFT) != 83.971 || ms(p2.Recompute) != 440.428 || ms(p2.Total) != 524.4 {
+		t.Errorf("worker 2: %+v", p2)
+	}
+	if d.Worker != w(1) {
+		t.Fatalf("weight 8 chose %v, want worker 1 (its cache)", d.Worker)
+	}
+	cfg.RecomputeWeight = 4
+	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if p := d.Candidates[1].Prediction; d.Worker != w(2) || ms(p.Total) != 304.185 {
+		t.Fatalf("weight 4 chose %v, worker 2 total %v, want worker 2 at 304.185 ms", d.Worker, ms(p.Total))
+	}
+	cfg.RecomputeWeight = 8
+	cands[0].DecodeBlocks = 12
+	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if p := d.Candidates[1].Prediction; d.Worker != w(2) || p.Recompute != 0 {
+		t.Fatalf("shared prefix: chose %v, worker 2 %+v, want worker 2 with no recompute price", d.Worker, p)
+	}
+	cands[0].DecodeBlocks = 42
+	d, _ = newKVTime(t, cfg, nil).Select(req, cands, seeded(1))
+	if p := d.Candidates[1].Prediction; d.Worker != w(2) || ms(p.Recompute) != 272.534 || ms(p.Total) != 356.505 {
+		t.Fatalf("partly shared prefix: chose %v, worker 2 %+v, want worker 2 with recompute 272.534 ms", d.Worker, p)
+	}
+	// On a decode hop the prompt arrives by transfer: nothing recomputes.
+	d, _ = newKVTime(t, cfg, nil).Select(Request{InputTokens: 4000, BlockSize: 64, Hop: HopDecode}, cands, seeded(1))
+	for i, r := range d.Candidates {
+		if r.Prediction.Recompute != 0 {
+			t.Errorf("decode hop row %d recompute %v", i, r.Prediction.Recompute)
+		}
+	}
+}
+
+// onPrior feeds m one prefill sample exactly on the prior polynomial (so
+// the fit stays the prior) at each of the given seconds.
+func onPrior(m *timemodel.Model, secs ...int) {
+	j := timemodel.Job{Uncached: 1000, Chunk: 8192}
+	for _, s := range secs {
+		ttft := time.Duration(priorSeconds(1000, 0, 8192) * float64(time.Second))
+		m.ObservePrefill(j, ttft, time.Unix(int64(s), 0))
+	}
+}
+
+// TestKVTimeLaterWorkedExample: one worker with 8,192 tokens booked and a
+// 4,000-token uncached prompt; its model saw one request at 0, 15 and 30 s
+// (half-life 15 s), so at 30 s its rate is (¼ + ½ + 1) × ln 2 / 15 =
+// 0.080867 requests a second. Queue q = p(8,192) = 169.137 ms (one pass
+// of 8,192, then one of 4,000), own prefill x = p(4,000) = 83.971 ms, and
+// later = λ·x·(q + x/2) = 0.080867 × 0.083971 × 0.211123 = 1.434 ms. A
+// second, idle worker that saw 40 requests (one a second up to 30 s) has
+// λ = Σ 2^(−k/15), k = 0..39, × ln 2 / 15, and later = λ·x²/2 there.
+func TestKVTimeLaterWorkedExample(t *testing.T) {
+	busy, calm := timemodel.New(timemodel.DefaultConfig()), timemodel.New(timemodel.DefaultConfig())
+	onPrior(calm, 0, 15, 30)
+	var secs []int
+	for s := -9; s <= 30; s++ {
+		secs = append(secs, s)
+	}
+	onPrior(busy, secs...)
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight = 0
+	s := newKVTime(t, cfg, models{w(1): calm, w(2): busy})
+	now := time.Unix(30, 0)
+	d, err := s.Select(Request{InputTokens: 4000, BlockSize: 64, Now: now},
+		[]Candidate{{Worker: w(1), ActivePrefillTokens: 8192, MaxBatchedTokens: 8192}, {Worker: w(2), MaxBatchedTokens: 8192}}, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Candidates[0].Prediction
+	if math.Abs(p.Later-1.434e-3) > 1e-6 || math.Abs(p.Queue-0.169137) > 1e-6 || math.Abs(p.Total-(p.TTFT+p.Later)) > 1e-12 {
+		t.Errorf("calm worker: %+v, want later 1.434 ms", p)
+	}
+	lambda := 0.0
+	for k := range 40 {
+		lambda += math.Exp2(-float64(k) / 15)
+	}
+	lambda *= math.Ln2 / 15
+	x := 0.0839711624
+	if p := d.Candidates[1].Prediction; math.Abs(p.Later-lambda*x*x/2) > 1e-8 {
+		t.Errorf("busy worker: later %v, want %v (λ %v)", p.Later, lambda*x*x/2, lambda)
+	}
+	// Idle twins but for their rates: both in the band, the same prefix,
+	// so the lower total wins: the worker that gets fewer requests.
+	d, _ = s.Select(Request{InputTokens: 4000, BlockSize: 64, Now: now},
+		[]Candidate{{Worker: w(2), MaxBatchedTokens: 8192}, {Worker: w(1), MaxBatchedTokens: 8192}}, seeded(1))
+	if d.Worker != w(1) {
+		t.Fatalf("chose %v, want the calmer worker 1: %+v", d.Worker, d.Candidates)
 	}
 }

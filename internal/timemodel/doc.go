@@ -22,7 +22,7 @@
 // those constants; the mocker's timing calls them) as a few pseudo-samples
 // that never decay, so a cold router behaves as if every worker ran at the
 // mocker's speed. Data is held as exponentially decayed sufficient
-// statistics (half-life Config.HalfLife, default 10 s): memory is fixed per
+// statistics (half-life Config.HalfLife, default 15 s): memory is fixed per
 // worker and a worker that slows down dominates its own fit within a few
 // half-lives. Outliers are down-weighted as they arrive (a Huber weight on
 // the relative residual against the current fit, the threshold a multiple
@@ -32,5 +32,6 @@
 // (Relax, at most once per eighth of a half-life), so that a worker once
 // seen slow is tried again. Besides the fits the model keeps the decayed
 // mean time a request holds its KV blocks (the residence), which prices KV
-// use in the kv-time policy.
+// use in the kv-time policy, and its decayed request rate (RequestRate),
+// which prices the delay a prefill there adds to the requests after it.
 package timemodel

@@ -222,6 +222,39 @@ func (a *mean) value() (float64, bool) {
 	return a.sum / a.weight, true
 }
 
+// rate is an exponentially decayed event rate: the decayed count of
+// events S, read as S·ln2/half-life events per second (the decayed mean
+// of the rate; it starts from 0, so it undercounts for about the first
+// half-life of a worker's life).
+type rate struct {
+	count float64
+	last  time.Time
+	seen  bool
+}
+
+func (r *rate) add(cfg *Config, now time.Time) {
+	r.count = r.at(cfg, now) + 1
+	if !r.seen || now.After(r.last) {
+		r.seen, r.last = true, now
+	}
+}
+
+// at is the decayed count at now (no decay for a now before the last
+// event, or the zero time).
+func (r *rate) at(cfg *Config, now time.Time) float64 {
+	if !r.seen {
+		return 0
+	}
+	if dt := now.Sub(r.last); dt > 0 && !now.IsZero() {
+		return r.count * math.Exp2(-dt.Seconds()/cfg.HalfLife.Seconds())
+	}
+	return r.count
+}
+
+func (r *rate) perSecond(cfg *Config, now time.Time) float64 {
+	return r.at(cfg, now) * math.Ln2 / cfg.HalfLife.Seconds()
+}
+
 func (f *fit) solve(p *prior) {
 	eq := f.data
 	for i := range dims {

@@ -115,6 +115,7 @@ type Model struct {
 	decode         fit
 	pPrior, dPrior prior
 	residence      mean
+	requests       rate
 	prefillN       uint64
 	decodeN        uint64
 }
@@ -141,15 +142,25 @@ func New(cfg Config) *Model {
 func (m *Model) Config() Config { return m.cfg }
 
 // ObservePrefill folds in one time to first token of a job observed at
-// now. It returns the weight the sample got (0 if rejected: a
-// non-positive or non-finite time).
+// now, and counts one request served by the worker (RequestRate). It
+// returns the weight the sample got (0 if rejected: a non-positive or
+// non-finite time, which counts no request).
 func (m *Model) ObservePrefill(j Job, ttft time.Duration, now time.Time) float64 {
 	w := m.prefill.observe(&m.cfg, &m.pPrior, prefillFeatures(j, m.cfg.DefaultChunkTokens), ms(ttft), now)
 	if w > 0 {
 		m.prefillN++
+		m.requests.add(&m.cfg, now)
 	}
 	return w
 }
+
+// RequestRate is the worker's decayed request rate at now, in requests
+// per second: the prefill samples of the last half-lives, each weighing
+// 2^(−age/half-life), times ln 2 / half-life (so a steady λ per second
+// reads λ once the worker has been observed for a few half-lives; it
+// starts from 0). The zero time or a time before the last sample reads
+// the rate at that sample.
+func (m *Model) RequestRate(now time.Time) float64 { return m.requests.perSecond(&m.cfg, now) }
 
 // ObserveDecode folds in one inter-token time observed at KV use fraction
 // u (clamped to [0, 1]) at now. It returns the weight the sample got.

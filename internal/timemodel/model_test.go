@@ -345,3 +345,44 @@ func TestResidenceMean(t *testing.T) {
 		t.Fatalf("residence %v, want %v", got, 7.0/1.5)
 	}
 }
+
+// TestRequestRate: with a 10 s half-life, accepted samples at 0, 10 and
+// 20 s read (¼ + ½ + 1) × ln 2 / 10 = 0.121301 requests a second at 20 s
+// (and at the zero time, or before the last sample), half that at 30 s;
+// a rejected sample counts nothing. One request a second for 200 s reads
+// Σ 2^(−k/10) × ln 2 / 10 ≈ 1.035 (a discrete sum over-counts a steady
+// rate by about half a sample per half-life's worth).
+func TestRequestRate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HalfLife = 10 * time.Second
+	m := New(cfg)
+	if r := m.RequestRate(t0); r != 0 {
+		t.Fatalf("cold rate %v", r)
+	}
+	j := Job{Uncached: 500}
+	for _, s := range []int{0, 10, 20} {
+		if m.ObservePrefill(j, 50*time.Millisecond, t0.Add(time.Duration(s)*time.Second)) <= 0 {
+			t.Fatal("sample rejected")
+		}
+	}
+	m.ObservePrefill(j, 0, t0.Add(20*time.Second))
+	want := 1.75 * math.Ln2 / 10
+	for _, c := range []struct {
+		at   time.Time
+		want float64
+	}{{t0.Add(20 * time.Second), want}, {time.Time{}, want}, {t0.Add(5 * time.Second), want}, {t0.Add(30 * time.Second), want / 2}} {
+		if got := m.RequestRate(c.at); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("rate at %v = %v, want %v", c.at, got, c.want)
+		}
+	}
+	if math.Abs(want-0.121301) > 1e-6 {
+		t.Fatalf("worked value %v", want)
+	}
+	m = New(cfg)
+	for s := range 201 {
+		m.ObservePrefill(j, 50*time.Millisecond, t0.Add(time.Duration(s)*time.Second))
+	}
+	if got := m.RequestRate(t0.Add(200 * time.Second)); math.Abs(got-1.035) > 0.001 {
+		t.Fatalf("steady 1/s reads %v, want 1.035", got)
+	}
+}
