@@ -10,11 +10,19 @@ import (
 // finished 2xx stream showed: the time from sending to the first token,
 // the mean gap between tokens, the worker's cached tokens (its usage
 // report, else the router's predicted overlap) and the load the router had
-// booked there when it chose. A response that is not a stream shows no
-// first token and teaches nothing.
+// booked there when it chose. A 2xx response that is not a stream shows
+// no first token: it only counts toward the rank's request rate (what
+// kv-time's delay to later requests is priced with), unless it was a
+// decode hop, whose prefill ran elsewhere.
 func (a *try) observe() {
 	tr := a.tr
-	if tr == nil || !a.sse || !tr.started || a.d.Chosen < 0 || a.d.Chosen >= len(a.d.Candidates) {
+	if tr == nil || a.d.Chosen < 0 || a.d.Chosen >= len(a.d.Candidates) {
+		return
+	}
+	if !a.sse || !tr.started {
+		if a.ok2xx && a.d.Phase != router.PhaseDecode {
+			a.f.router.Observe(a.d.Worker, router.Sample{Served: true}, a.f.clock())
+		}
 		return
 	}
 	row := a.d.ChosenRow()

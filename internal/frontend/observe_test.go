@@ -3,6 +3,7 @@ package frontend
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -90,5 +91,44 @@ func TestStreamsFeedTimeModel(t *testing.T) {
 	}
 	if samples != 2 {
 		t.Fatalf("workers show %d prefill samples, want 2: %s", samples, b)
+	}
+}
+
+// TestUnstreamedResponsesCountTowardTheRate: responses that are not
+// streamed show no first token, so they teach the fits nothing, but each
+// still counts toward the serving rank's request rate (kv-time's delay to
+// later requests is priced with it; counting streams only read 0 for a
+// fleet serving no streams). Three requests at once on one worker read
+// 3 × ln 2 / half-life at the last of them, within the time between them.
+func TestUnstreamedResponsesCountTowardTheRate(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, speedup: 10, exact: true, rcfg: func(c *router.Config) { c.Policy = "kv-time" }})
+	for i := range 3 {
+		if resp, b := fl.do(http.MethodPost, "/v1/completions", map[string]any{"prompt": words(20+i, 50), "max_tokens": 3}); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	}
+	half := fl.r.Config().TimeModel.HalfLife.Seconds()
+	var got []router.TimeModel
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		got = fl.r.TimeModels()
+		return len(got) == 1 && got[0].RequestRate > 0, fmt.Sprintf("%+v", got)
+	}, "the requests counted")
+	want := 3 * math.Ln2 / half
+	if m := got[0]; m.PrefillSamples != 0 || m.RequestRate > want || m.RequestRate < 0.9*want {
+		t.Fatalf("model %+v: want no prefill samples and a rate in [0.9, 1] × %v", m, want)
+	}
+	resp, b := fl.do(http.MethodGet, "/v1/workers", nil)
+	var ws struct {
+		Workers []struct {
+			Ranks []struct {
+				TimeModel *struct {
+					Rate float64 `json:"requests_per_s"`
+				} `json:"time_model"`
+			} `json:"ranks"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &ws); err != nil || resp.StatusCode != http.StatusOK || len(ws.Workers) != 1 || len(ws.Workers[0].Ranks) != 1 ||
+		ws.Workers[0].Ranks[0].TimeModel == nil || ws.Workers[0].Ranks[0].TimeModel.Rate != got[0].RequestRate {
+		t.Fatalf("workers: status %d, %v: %s", resp.StatusCode, err, b)
 	}
 }

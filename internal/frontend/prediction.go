@@ -39,13 +39,15 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 // timeModelJSON is one rank's fitted time model (/v1/workers): the
 // per-pass prefill polynomial a + b·n + c·n² in ms over n tokens, the
 // decode-step polynomial in ms over KV use, their sample counts, and what
-// the prefill fit predicts for one pass of 1,000 tokens.
+// the prefill fit predicts for one pass of 1,000 tokens, and the rank's
+// decayed request rate at its last observation.
 type timeModelJSON struct {
 	Prefill        [3]float64 `json:"prefill_ms_abc"`
 	Decode         [3]float64 `json:"decode_ms_abc"`
 	Prefill1kMs    float64    `json:"prefill_1k_tokens_ms"`
 	PrefillSamples uint64     `json:"prefill_samples"`
 	DecodeSamples  uint64     `json:"decode_samples"`
+	RequestsPerS   float64    `json:"requests_per_s"`
 }
 
 func timeModelsByRank(ms []router.TimeModel) map[kvevent.WorkerRank]*timeModelJSON {
@@ -55,6 +57,7 @@ func timeModelsByRank(ms []router.TimeModel) map[kvevent.WorkerRank]*timeModelJS
 			Prefill:     [3]float64{m.Prefill.A, m.Prefill.B, m.Prefill.C},
 			Decode:      [3]float64{m.Decode.A, m.Decode.B, m.Decode.C},
 			Prefill1kMs: m.Prefill.At(1000), PrefillSamples: m.PrefillSamples, DecodeSamples: m.DecodeSamples,
+			RequestsPerS: m.RequestRate,
 		}
 	}
 	return out

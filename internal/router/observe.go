@@ -32,6 +32,10 @@ type Sample struct {
 	// Duration is how long the request held its blocks there (sent to
 	// last token); 0 means unknown.
 	Duration time.Duration
+	// Served says the worker rank served the request's prefill even when
+	// no TTFT was seen (a response that was not streamed): it counts
+	// toward the rank's request rate (timemodel.Model.RequestRate).
+	Served bool
 }
 
 // Observe folds one sample into worker rank w's time model at now. It
@@ -54,6 +58,8 @@ func (r *Router) Observe(w kvevent.WorkerRank, s Sample, now time.Time) bool {
 		j := timemodel.Job{Queued: s.QueuedPrefillTokens, Uncached: s.PromptTokens - max(s.CachedTokens, 0),
 			Decodes: s.ActiveRequests, Chunk: info.MaxBatchedTokens}
 		m.ObservePrefill(j, s.TTFT, now)
+	} else if s.Served {
+		m.CountRequest(now)
 	}
 	if s.ITL > 0 {
 		use := 0.0
@@ -77,6 +83,9 @@ type TimeModel struct {
 	Decode timemodel.Poly
 	// PrefillSamples and DecodeSamples count the samples it accepted.
 	PrefillSamples, DecodeSamples uint64
+	// RequestRate is the rank's decayed request rate at its last
+	// observation, in requests per second (timemodel.Model.RequestRate).
+	RequestRate float64
 }
 
 // TimeModels returns every observed worker rank's model, in rank order.
@@ -87,7 +96,8 @@ func (r *Router) TimeModels() []TimeModel {
 	for _, rk := range r.ranks {
 		if m := r.models[rk.w]; m != nil {
 			p, d := m.Samples()
-			out = append(out, TimeModel{Worker: rk.w, Prefill: m.Prefill(), Decode: m.Decode(), PrefillSamples: p, DecodeSamples: d})
+			out = append(out, TimeModel{Worker: rk.w, Prefill: m.Prefill(), Decode: m.Decode(), PrefillSamples: p, DecodeSamples: d,
+				RequestRate: m.RequestRate(time.Time{})})
 		}
 	}
 	return out

@@ -154,6 +154,12 @@ func (m *Model) ObservePrefill(j Job, ttft time.Duration, now time.Time) float64
 	return w
 }
 
+// CountRequest counts one request served by the worker at now whose time
+// to first token was not seen (a response that was not streamed), so
+// that RequestRate covers every request the worker served, not only the
+// streamed ones ObservePrefill counts.
+func (m *Model) CountRequest(now time.Time) { m.requests.add(&m.cfg, now) }
+
 // RequestRate is the worker's decayed request rate at now, in requests
 // per second: the prefill samples of the last half-lives, each weighing
 // 2^(−age/half-life), times ln 2 / half-life (so a steady λ per second

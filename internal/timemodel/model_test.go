@@ -386,3 +386,21 @@ func TestRequestRate(t *testing.T) {
 		t.Fatalf("steady 1/s reads %v, want 1.035", got)
 	}
 }
+
+// TestCountRequest: requests counted without a TTFT read the same rate as
+// the worked example of TestRequestRate ((¼ + ½ + 1) × ln 2 / 10 at 20 s
+// with a 10 s half-life) and leave the prefill fit without samples.
+func TestCountRequest(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HalfLife = 10 * time.Second
+	m := New(cfg)
+	for _, s := range []int{0, 10, 20} {
+		m.CountRequest(t0.Add(time.Duration(s) * time.Second))
+	}
+	if got, want := m.RequestRate(t0.Add(20*time.Second)), 1.75*math.Ln2/10; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("rate %v, want %v", got, want)
+	}
+	if p, _ := m.Samples(); p != 0 {
+		t.Fatalf("%d prefill samples from counted requests", p)
+	}
+}
