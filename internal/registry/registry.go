@@ -65,9 +65,10 @@ func (c RegistryConfig) Validate() error {
 // heartbeats. With one value per key, a put superseded before a watcher's
 // consumer delivered it is gone: a watcher that falls behind (a loaded
 // host, a consumer re-created after a missed heartbeat) while a second
-// process writes the key every TTL/5 missed the owner's heartbeats for a
-// whole TTL and let the second process take the worker (seen once in the
-// service tests under load). Keeping the last puts lets the consumer
+// process writes the key every TTL/5 can miss the owner's heartbeats for a
+// whole TTL and let the second process take the worker (the likely cause
+// of a takeover test that failed once under heavy load; not reproduced on
+// demand). Keeping the last puts lets the consumer
 // deliver every one of them unless it falls this many puts of one key
 // behind. The cost is small: a key holds at most TTL / (TTL/3) + 1 = 4
 // values of its own heartbeats anyway before they age out, so 4 bounds
