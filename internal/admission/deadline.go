@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -14,7 +15,14 @@ import (
 // been popped: Done ends its count in flight) and releases the next, so
 // the capacity goes to a request that can still meet the target.
 func (q *Queue) Late(e Entry, now time.Time, prefill time.Duration) bool {
-	return q.cfg.TTFTTarget > 0 && now.Sub(e.Arrival)+max(prefill, 0) > q.cfg.TTFTTarget
+	target := q.cfg.TTFTTarget
+	if target <= 0 {
+		return false
+	}
+	wait := max(now.Sub(e.Arrival), 0)
+	// Compared as prefill > target − wait, which cannot overflow as
+	// wait + prefill can (a saturated LeastPrefill).
+	return wait > target || max(prefill, 0) > target-wait
 }
 
 // LeastPrefill is the least time from release to first token predicted
@@ -28,13 +36,16 @@ func (q *Queue) Late(e Entry, now time.Time, prefill time.Duration) bool {
 // milliseconds over the tokens of one pass (router.TimeModel.Prefill;
 // timemodel.PriorPrefill for a worker with no samples yet), summed over
 // the passes of chunk tokens the job needs (timemodel.Job.Passes), as the
-// time model fits it. Never negative.
+// time model fits it. Never negative; saturates at the longest Duration.
 func LeastPrefill(p timemodel.Poly, row scheduler.Explanation, prompt, blockSize, chunk int) time.Duration {
 	job := timemodel.Job{Uncached: prompt - row.Overlap.Device*max(blockSize, 1), Decodes: row.ActiveRequests, Chunk: chunk}
 	k, n, n2 := job.Passes(timemodel.DefaultConfig().DefaultChunkTokens)
 	ms := p.A*k + p.B*n + p.C*n2
-	if !(ms > 0) {
+	switch {
+	case !(ms > 0):
 		return 0
+	case ms >= float64(math.MaxInt64)/float64(time.Millisecond):
+		return math.MaxInt64 // a float past int64 would convert to a negative duration
 	}
 	return time.Duration(ms * float64(time.Millisecond))
 }

@@ -29,6 +29,12 @@ func TestLate(t *testing.T) {
 	if q.Late(e, t0.Add(2001*time.Millisecond), 0) != true {
 		t.Fatal("a request that already waited past the target is not late")
 	}
+	// A prediction past what a Duration holds saturates (it used to
+	// convert to a negative Duration), and a saturated one is late.
+	huge := LeastPrefill(timemodel.Poly{B: 1e300}, scheduler.Explanation{}, 1<<20, 16, 8192)
+	if huge != math.MaxInt64 || !q.Late(e, now, huge) {
+		t.Fatalf("a 1e300 ms/token worker predicts %v (late %v), want the longest Duration, late", huge, q.Late(e, now, huge))
+	}
 	off := newQueue(t, nil)
 	if off.Late(e, t0.Add(time.Hour), time.Hour) {
 		t.Fatal("late with the target off")
