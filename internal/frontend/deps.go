@@ -42,6 +42,9 @@ type Router interface {
 	Config() router.Config
 	Observe(w kvevent.WorkerRank, s router.Sample, now time.Time) bool
 	TimeModels() []router.TimeModel
+	// PrefillModel gives one rank's prefill fit for the queue's
+	// deadline check (queue.go).
+	PrefillModel(w kvevent.WorkerRank) (router.PrefillModel, bool)
 	// Saturated and RankSaturated judge load against the admission
 	// queue's thresholds (queue.go, session.go).
 	Saturated(t scheduler.Thresholds) bool

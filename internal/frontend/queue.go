@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -206,20 +205,11 @@ func (g *gate) late(ex *exchange, req router.Request, d router.Decision) bool {
 		return false
 	}
 	row := d.ChosenRow()
-	poly := timemodel.PriorPrefill
-	for _, m := range g.router.TimeModels() {
-		if m.Worker == row.Worker {
-			poly = m.Prefill
-		}
+	pm, ok := g.router.PrefillModel(row.Worker)
+	if !ok { // gone since it was chosen: judge by the prior
+		pm = router.PrefillModel{Prefill: timemodel.PriorPrefill, BlockSize: g.router.Config().BlockSize}
 	}
-	bs, chunk := g.router.Config().BlockSize, 0
-	infos, _ := g.router.Workers()
-	for _, w := range infos {
-		if w.ID == d.Worker.ID {
-			bs, chunk = cmp.Or(w.BlockSize, bs), w.MaxBatchedTokens
-		}
-	}
-	pred := admission.LeastPrefill(poly, row, len(req.Tokens), bs, chunk)
+	pred := admission.LeastPrefill(pm.Prefill, row, len(req.Tokens), pm.BlockSize, pm.MaxBatchedTokens)
 	g.mu.Lock()
 	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred)
 	g.mu.Unlock()

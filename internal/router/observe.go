@@ -103,6 +103,37 @@ func (r *Router) TimeModels() []TimeModel {
 	return out
 }
 
+// PrefillModel is what a deadline check needs of one worker rank to
+// predict a prefill there (admission.LeastPrefill): its fitted per-pass
+// prefill polynomial (timemodel.PriorPrefill before it has samples), its
+// max batched tokens (0: unknown) and its block size.
+type PrefillModel struct {
+	Prefill          timemodel.Poly
+	MaxBatchedTokens int
+	BlockSize        int
+}
+
+// PrefillModel returns worker rank w's PrefillModel; false for an unknown
+// rank. It copies one rank's facts (TimeModels and Workers copy the
+// fleet's, too much for every request the admission queue releases).
+func (r *Router) PrefillModel(w kvevent.WorkerRank) (PrefillModel, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.rankPos(w)
+	if !ok {
+		return PrefillModel{}, false
+	}
+	info := r.ranks[p].ws.info
+	pm := PrefillModel{Prefill: timemodel.PriorPrefill, MaxBatchedTokens: info.MaxBatchedTokens, BlockSize: r.cfg.BlockSize}
+	if info.BlockSize > 0 {
+		pm.BlockSize = info.BlockSize
+	}
+	if m := r.models[w]; m != nil {
+		pm.Prefill = m.Prefill()
+	}
+	return pm, true
+}
+
 // policy builds the configured policy; kv-time reads r's models.
 func (r *Router) policy(cfg Config) (scheduler.Policy, error) {
 	if cfg.Policy == scheduler.PolicyKVTime {

@@ -404,6 +404,19 @@ func (p *Pools) Observe(w kvevent.WorkerRank, s Sample, now time.Time) bool {
 	return ok && r.Observe(w, s, now)
 }
 
+// PrefillModel returns worker rank w's PrefillModel from its pool (see
+// Router.PrefillModel); false when w is in no pool.
+func (p *Pools) PrefillModel(w kvevent.WorkerRank) (PrefillModel, bool) {
+	p.mu.RLock()
+	m, ok := p.worker[w.ID]
+	r := p.pools[m]
+	p.mu.RUnlock()
+	if !ok {
+		return PrefillModel{}, false
+	}
+	return r.PrefillModel(w)
+}
+
 // TimeModels returns every pool's observed worker ranks' models, sorted
 // by worker rank.
 func (p *Pools) TimeModels() []TimeModel {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
+	"github.com/kvrouter/kvrouter/internal/timemodel"
 )
 
 func newPools(t *testing.T, idx Index) *Pools {
@@ -213,5 +215,43 @@ func TestPoolsBounded(t *testing.T) {
 	}
 	if _, ok := p.Pool(""); !ok {
 		t.Fatal("the default pool went with its last worker")
+	}
+}
+
+// PrefillModel gives one rank's prefill facts from its own pool, as the
+// fleet-wide TimeModels and Workers give them: before any sample the
+// prior, then the fitted polynomial; the worker's max batched tokens and
+// its pool's block size; false for a worker in no pool.
+func TestPrefillModelFromItsPool(t *testing.T) {
+	p := newPools(t, serialIndex(t))
+	if err := p.AddWorker("", WorkerInfo{ID: 1, BlockSize: 16, MaxBatchedTokens: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddWorker("model-b", WorkerInfo{ID: 2, BlockSize: 32, MaxBatchedTokens: 2048}); err != nil {
+		t.Fatal(err)
+	}
+	w2 := kvevent.WorkerRank{ID: 2}
+	if pm, ok := p.PrefillModel(w2); !ok || pm.Prefill != timemodel.PriorPrefill || pm.MaxBatchedTokens != 2048 || pm.BlockSize != 32 {
+		t.Fatalf("cold worker 2: %+v %v", pm, ok)
+	}
+	for s := range 30 {
+		n := 500 + 100*(s%10)
+		p.Observe(w2, Sample{PromptTokens: n, TTFT: time.Duration(3 * timemodel.PriorPrefillMs(n) * float64(time.Millisecond))}, t0.Add(time.Duration(s)*time.Second))
+	}
+	ms := p.TimeModels()
+	if len(ms) != 1 || ms[0].Worker != w2 || ms[0].Prefill == timemodel.PriorPrefill {
+		t.Fatalf("time models %+v", ms)
+	}
+	if pm, ok := p.PrefillModel(w2); !ok || pm.Prefill != ms[0].Prefill {
+		t.Fatalf("worker 2 after samples: %+v, time models say %+v", pm, ms[0].Prefill)
+	}
+	if pm, ok := p.PrefillModel(kvevent.WorkerRank{ID: 1}); !ok || pm.Prefill != timemodel.PriorPrefill || pm.MaxBatchedTokens != 4096 || pm.BlockSize != 16 {
+		t.Fatalf("worker 1: %+v %v", pm, ok)
+	}
+	if _, ok := p.PrefillModel(kvevent.WorkerRank{ID: 9}); ok {
+		t.Fatal("a worker in no pool has a prefill model")
+	}
+	if _, ok := p.PrefillModel(kvevent.WorkerRank{ID: 1, Rank: 3}); ok {
+		t.Fatal("a rank the worker does not have has a prefill model")
 	}
 }

@@ -267,10 +267,8 @@ func (r *run) leastPrefill(req workload.Request, d router.Decision) time.Duratio
 	}
 	row, ec := d.ChosenRow(), r.cfg.EngineConfig(int(d.Worker.ID))
 	poly := timemodel.PriorPrefill
-	for _, m := range r.rt.TimeModels() {
-		if m.Worker == row.Worker {
-			poly = m.Prefill
-		}
+	if pm, ok := r.rt.PrefillModel(row.Worker); ok {
+		poly = pm.Prefill
 	}
 	return admission.LeastPrefill(poly, row, len(req.Prompt), ec.BlockSize, ec.MaxNumBatchedTokens)
 }
