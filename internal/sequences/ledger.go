@@ -174,6 +174,10 @@ func (t *Ledger) reindex() {
 		t.pos[s] = -1
 	}
 	t.cache = slices.Grow(t.cache[:0], len(t.order))[:len(t.order)]
+	// Every live slot is stale now: dirty lists each once (appending to
+	// the old list grew it by the whole fleet per AddRank, quadratically
+	// while a fleet registers before its first Route).
+	t.dirty = t.dirty[:0]
 	for i, s := range t.order {
 		t.pos[s] = i
 		t.fresh[s] = false
