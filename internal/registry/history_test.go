@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/natsbus/natstest"
 )
@@ -17,11 +15,7 @@ import (
 // with one value per key is upgraded when a registry opens it; the
 // negative control shows what one value per key loses.
 func TestRegistryKeepsSupersededHeartbeats(t *testing.T) {
-	srv := natstest.StartServer(t, -1, true)
-	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.StartEmbedded(t).JetStream()
 	ctx := t.Context()
 	cfg := DefaultRegistryConfig()
 	cfg.Bucket = "reg"
