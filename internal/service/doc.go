@@ -20,7 +20,8 @@
 // with requests running and no event for --kv-events-silent-after is
 // DEGRADED, "no events for 60 s while serving requests"), and the health
 // prober (--worker-health-failures failed GET /health in a row: DOWN, not
-// routed to). A worker without events is APPROX and routed in approximate
+// routed to; a probe that timed out while the worker's KV events kept
+// arriving is not counted). A worker without events is APPROX and routed in approximate
 // mode. /ready turns true once every event-fed rank's initial replay is
 // done or given up (--ready-timeout).
 //

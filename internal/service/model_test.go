@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -16,7 +17,9 @@ import (
 // TestWorkerStateMatchesModel drives a two-rank worker through random
 // stream states, health probes, silence checks and event arrivals, and
 // checks its published state against a naive model of the rules in
-// doc.go: DOWN after `limit` failed probes in a row until one succeeds;
+// doc.go: DOWN after `limit` failed probes in a row until one succeeds (a
+// probe that timed out while events arrived after it was sent counts as
+// neither);
 // else DEGRADED while any rank is not EXACT or events have been silent
 // for the window while requests run; else EXACT.
 func TestWorkerStateMatchesModel(t *testing.T) {
@@ -40,17 +43,26 @@ func TestWorkerStateMatchesModel(t *testing.T) {
 				rs := s.rank("w2", r)
 				rs.StateChanged(vllmzmq.StateChange{Worker: rs.worker, State: st, Reason: "x"})
 				ranks[r] = st
-			case 1: // a health probe
-				ok := rapid.Bool().Draw(rt, "healthy")
+			case 1: // a health probe, sent some seconds ago
+				outcome := rapid.SampledFrom([]string{"ok", "refused", "timeout"}).Draw(rt, "outcome")
+				sent := s.now.Add(-time.Duration(rapid.IntRange(0, 5).Draw(rt, "age")) * time.Second)
 				var err error
-				if !ok {
+				switch outcome {
+				case "refused":
 					err = errors.New("refused")
+				case "timeout":
+					err = fmt.Errorf("GET /health: %w", context.DeadlineExceeded)
 				}
-				s.ws.probed(id, err, limit)
-				if ok {
+				s.ws.probed(id, err, limit, sent)
+				switch {
+				case outcome == "ok":
 					failures, down = 0, false
-				} else if failures++; failures >= limit {
-					down = true
+				case outcome == "timeout" && !lastEvent.Before(sent):
+					// inconclusive: the worker published while the probe waited
+				default:
+					if failures++; failures >= limit {
+						down = true
+					}
 				}
 			case 2: // time passes, then the watchdog looks
 				s.now = s.now.Add(time.Duration(rapid.IntRange(0, 90).Draw(rt, "secs")) * time.Second)

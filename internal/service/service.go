@@ -616,7 +616,8 @@ func (s *Service) silenceLoop(ctx context.Context) {
 }
 
 // healthLoop probes every worker's /health; failures in a row mark it DOWN
-// (not routed to), one success brings it back.
+// (not routed to), one success brings it back. A timeout while the
+// worker's events kept arriving is not a failure (workerSet.probed).
 func (s *Service) healthLoop(ctx context.Context) {
 	client := &http.Client{Timeout: s.cfg.Events.HealthTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	t := time.NewTicker(s.cfg.Events.HealthInterval)
@@ -630,11 +631,12 @@ func (s *Service) healthLoop(ctx context.Context) {
 		var wg sync.WaitGroup
 		for id, u := range s.workers.urls() {
 			wg.Go(func() {
+				started := s.clock()
 				err := probe(ctx, client, strings.TrimRight(u, "/")+"/health")
 				if ctx.Err() != nil {
 					return
 				}
-				s.workers.probed(id, err, s.cfg.Events.HealthFailures)
+				s.workers.probed(id, err, s.cfg.Events.HealthFailures, started)
 			})
 		}
 		wg.Wait()

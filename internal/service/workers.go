@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -81,6 +82,9 @@ type workerState struct {
 	down      bool
 	downWhy   string
 	failures  int
+	// slowProbes counts probes in a row that timed out while the
+	// worker's events kept arriving (not counted as failures).
+	slowProbes int
 	// Event-plane state (plane workers): the tracker's last report, and
 	// whether it has been EXACT once (initial recovery done).
 	planeExact  bool
@@ -367,8 +371,15 @@ func (s *workerSet) checkSilence(active map[kvevent.WorkerID]int, now time.Time)
 }
 
 // probed records a health probe's outcome; failures in a row past limit
-// mark the worker DOWN, one success brings it back.
-func (s *workerSet) probed(id kvevent.WorkerID, err error, limit int) {
+// mark the worker DOWN, one success brings it back. started is when the
+// probe was sent: a probe that timed out while the worker's KV events
+// kept arriving (one applied at or after started) is inconclusive, not a
+// failure. An engine starved of CPU answers /health late while it still
+// computes and publishes; counting those timeouts took healthy workers out
+// of the fleet exactly when it was busiest. A refused connection or a
+// bad status always counts, and an inconclusive probe does not bring a
+// DOWN worker back either.
+func (s *workerSet) probed(id kvevent.WorkerID, err error, limit int, started time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.byID[id]
@@ -376,7 +387,7 @@ func (s *workerSet) probed(id kvevent.WorkerID, err error, limit int) {
 		return
 	}
 	if err == nil {
-		w.failures = 0
+		w.failures, w.slowProbes = 0, 0
 		if w.down {
 			w.down, w.downWhy = false, ""
 			s.router.SetDown(id, false)
@@ -384,12 +395,28 @@ func (s *workerSet) probed(id kvevent.WorkerID, err error, limit int) {
 		}
 		return
 	}
+	if timedOut(err) && w.lastEvent.Load() >= started.UnixNano() {
+		if w.slowProbes++; w.slowProbes == 1 {
+			s.log.Warn("health probe timed out while the worker's KV events kept arriving; not counted as a failure",
+				"worker", w.name, "err", err)
+		}
+		return
+	}
+	w.slowProbes = 0
 	w.failures++
 	if w.failures >= limit && !w.down {
 		w.down, w.downWhy = true, fmt.Sprintf("health check failed %d times: %v", w.failures, err)
 		s.router.SetDown(id, true)
 		s.updateLocked(w)
 	}
+}
+
+// timedOut reports whether a probe failed by running out of time (the
+// client's timeout or a deadline), as opposed to being refused or
+// answered badly.
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &t) && t.Timeout())
 }
 
 // synced reports whether every event-fed rank has finished (or given up)

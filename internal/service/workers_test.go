@@ -137,20 +137,20 @@ func TestWorkerStates(t *testing.T) {
 	// Health: two failures in a row mark DOWN (and tell the router), one
 	// success brings the worker back to what its events say.
 	id := fleet.DeriveID("w1")
-	s.ws.probed(id, errors.New("connection refused"), 2)
+	s.ws.probed(id, errors.New("connection refused"), 2, s.now)
 	s.expect("w1", fleet.StateExact, "")
-	s.ws.probed(id, errors.New("connection refused"), 2)
+	s.ws.probed(id, errors.New("connection refused"), 2, s.now)
 	s.expect("w1", fleet.StateDown, "health check failed 2 times: connection refused")
 	if !s.fr.down[id] {
 		t.Fatal("router not told the worker is down")
 	}
-	s.ws.probed(id, nil, 2)
+	s.ws.probed(id, nil, 2, s.now)
 	s.expect("w1", fleet.StateExact, "")
 	if s.fr.down[id] {
 		t.Fatal("router not told the worker is back")
 	}
 	// The refused worker stays refused whatever is observed.
-	s.ws.probed(fleet.DeriveID("w4"), errors.New("x"), 1)
+	s.ws.probed(fleet.DeriveID("w4"), errors.New("x"), 1, s.now)
 	s.expect("w4", fleet.StateRefused, "block size")
 }
 
