@@ -196,11 +196,11 @@ func (f *Frontend) handleRoute(rw http.ResponseWriter, r *http.Request) {
 	t0 := f.clock()
 	var pd *pdJSON
 	var d router.Decision
+	req := nr.request("plan", tokens)
+	req.AllowedWorkers = f.adapterWorkers(nr.lora)
 	if f.disaggregated() {
-		d, pd, err = f.planPD(tokens, nr.expectedOutput())
+		d, pd, err = f.planPD(req)
 	} else {
-		req := nr.request("plan", tokens)
-		req.AllowedWorkers = f.adapterWorkers(nr.lora)
 		d, err = f.router.Plan(req)
 	}
 	f.m.decision.Observe(f.clock().Sub(t0).Seconds())

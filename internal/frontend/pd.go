@@ -428,12 +428,15 @@ func withFields(body []byte, fields map[string]any) ([]byte, error) {
 }
 
 // planPD is /v1/route's view of a disaggregated fleet: the prefill choice
-// (or why it would be skipped) beside the decode decision d.
-func (f *Frontend) planPD(tokens []uint32, expected int) (router.Decision, *pdJSON, error) {
-	ex := &exchange{tokens: tokens}
+// (or why it would be skipped) beside the decode decision d. base is the
+// request as /v1/route parsed it (model, salt, adapter and the workers the
+// adapter allows), so the preview plans what serving it would.
+func (f *Frontend) planPD(base router.Request) (router.Decision, *pdJSON, error) {
 	p := &pdJSON{Protocol: f.cfg.PD.Protocol, BypassTokens: f.cfg.PD.BypassTokens}
 	phase := router.PhaseDecode
-	plan, err := f.router.Plan(router.Request{ID: "plan-prefill", Tokens: ex.tokens, ExpectedOutputTokens: 1, Phase: router.PhasePrefill})
+	pre := base
+	pre.ID, pre.ExpectedOutputTokens, pre.Phase = "plan-prefill", 1, router.PhasePrefill
+	plan, err := f.router.Plan(pre)
 	switch {
 	case err != nil:
 		p.Bypassed, p.Reason, phase = true, "no prefill worker: "+clientMessage(err, router.ErrNoCandidates), router.PhaseWhole
@@ -441,14 +444,16 @@ func (f *Frontend) planPD(tokens []uint32, expected int) (router.Decision, *pdJS
 		v := f.decisionView(plan, true)
 		v.RequestID = ""
 		p.Prefill, p.UncachedTokens, p.PrefillWorker = &v, plan.PrefillTokens, f.workerName(plan.Worker.ID)
-		p.Reason = fmt.Sprintf("prefill on %s (%d of %d prompt tokens uncached), decode by decode load", p.PrefillWorker, plan.PrefillTokens, len(tokens))
+		p.Reason = fmt.Sprintf("prefill on %s (%d of %d prompt tokens uncached), decode by decode load", p.PrefillWorker, plan.PrefillTokens, len(base.Tokens))
 		if plan.PrefillTokens < f.cfg.PD.BypassTokens {
 			p.Bypassed, p.PrefillWorker, phase = true, "", router.PhaseWhole
 			p.Reason = fmt.Sprintf("the best prefill worker %s would compute %d uncached prompt tokens, under the bypass threshold of %d",
 				f.workerName(plan.Worker.ID), plan.PrefillTokens, f.cfg.PD.BypassTokens)
 		}
 	}
-	d, err := f.router.Plan(router.Request{ID: "plan", Tokens: tokens, ExpectedOutputTokens: expected, Phase: phase})
+	dec := base
+	dec.Phase = phase
+	d, err := f.router.Plan(dec)
 	return d, p, err
 }
 

@@ -102,6 +102,18 @@ func testPD(t *testing.T, protocol string) {
 	if err := json.Unmarshal([]byte(plan), &v); err != nil || v.PD.PrefillWorker != first || !decodes[v.Worker] || v.PD.UncachedTokens >= 1000 {
 		t.Errorf("/v1/route after the first request: %s; want prefill on %s with part of the prompt cached", plan, first)
 	}
+	// The preview plans what serving would: another tenant's salt finds
+	// none of the prompt cached (it used to be planned unsalted).
+	_, plan = r.post("/v1/route", map[string]any{"model": model, "prompt": long, "cache_salt": "another tenant"})
+	var salted struct {
+		PD struct {
+			UncachedTokens int `json:"uncached_tokens"`
+		} `json:"pd"`
+		InputTokens int `json:"input_tokens"`
+	}
+	if err := json.Unmarshal([]byte(plan), &salted); err != nil || salted.InputTokens < 1000 || salted.PD.UncachedTokens != salted.InputTokens {
+		t.Errorf("/v1/route with another cache_salt: %s; want all of its input tokens uncached (unsalted: %d uncached)", plan, v.PD.UncachedTokens)
+	}
 	resp, body = r.post("/v1/completions", pdBody(long, 4, true))
 	if second, _ := pdAnswer(t, resp, body, 4, true); second != first {
 		t.Errorf("the same long prompt went to prefill worker %s, then %s", first, second)
