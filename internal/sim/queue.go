@@ -309,16 +309,17 @@ func (r *run) unsaturated() []kvevent.WorkerID {
 // routeReleased routes a request the queue released: with staggered
 // release, among the workers below the queue thresholds only (a hold
 // leaves a worker idle for a light tenant's request, which would
-// otherwise go to a saturated worker holding its cached prefix), else
-// among every worker.
+// otherwise go to a saturated worker holding its cached prefix; every
+// worker when none is below them any more), else among every worker.
 func (r *run) routeReleased(req workload.Request) (router.Decision, error) {
 	if !r.wait.q.Staggers() {
 		return r.route(req)
 	}
-	if len(r.unsaturated()) == 0 {
-		return router.Decision{}, router.ErrAllBusy
+	allowed := r.unsaturated()
+	if len(allowed) == 0 {
+		return r.route(req) // none below them any more: every worker, as the front door
 	}
-	return r.routeAmong(req, r.unsaturated())
+	return r.routeAmong(req, allowed)
 }
 
 // noteStarted tells staggered release when the prefill of req, just routed
