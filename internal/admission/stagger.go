@@ -53,6 +53,20 @@ func (q *Queue) crowds(t *tenant) bool {
 	return false
 }
 
+// Contended reports whether two or more tenants have requests waiting
+// or in flight: only then can one crowd another, and only then does the
+// caller route a released request among the workers below the
+// thresholds (a hold may have left one idle for it).
+func (q *Queue) Contended() bool {
+	n := 0
+	for _, t := range q.tenants {
+		if t.waiting > 0 || t.inflight > 0 {
+			n++
+		}
+	}
+	return n >= 2
+}
+
 // PopUncrowded is Pop among the tenants that crowd no other (Crowds
 // false): what to release while a crowding tenant's release is held.
 func (q *Queue) PopUncrowded() (Entry, bool) {

@@ -67,6 +67,9 @@ func TestCrowdsAndPopUncrowded(t *testing.T) {
 	if e, _ := q.Peek(); e.ID != "a0" {
 		t.Fatalf("Pop would release %s, want a0", e.ID)
 	}
+	if !q.Contended() {
+		t.Fatal("a and b both waiting: contended")
+	}
 	if e, ok := q.PopUncrowded(); !ok || e.ID != "b0" {
 		t.Fatalf("PopUncrowded released %s %v, want b0", e.ID, ok)
 	}
@@ -77,8 +80,8 @@ func TestCrowdsAndPopUncrowded(t *testing.T) {
 		t.Fatalf("PopUncrowded released %s: only a, which crowds, has requests waiting", e.ID)
 	}
 	q.Done("b")
-	if q.Crowds("a") {
-		t.Fatal("a alone crowds nobody")
+	if q.Crowds("a") || q.Contended() {
+		t.Fatal("a alone crowds nobody and is not contended")
 	}
 
 	w := newQueue(t, func(c *Config) { c.Weights = map[string]float64{"a": 4} })

@@ -189,7 +189,7 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 	if err := g.wait(r.Context(), ex, req); err != nil {
 		return router.Decision{}, err
 	}
-	if ex.adm.released && g.q.Staggers() {
+	if ex.adm.released && g.staggering() {
 		// A hold may have left a worker idle for this one: only the
 		// workers below the thresholds take it (see admission's
 		// stagger.go), not a saturated one holding its cached prefix
@@ -489,6 +489,17 @@ func (g *gate) started(req router.Request, d router.Decision) {
 	now := g.clock()
 	g.q.Started(req.ID, now, now.Add(pred))
 	g.mu.Unlock()
+}
+
+// staggering reports whether staggered release is on and two tenants
+// or more are active (admission.Queue.Contended).
+func (g *gate) staggering() bool {
+	if !g.q.Staggers() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.q.Contended()
 }
 
 // finished tells staggered release that request id's prefill ended.

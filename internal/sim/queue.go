@@ -307,12 +307,13 @@ func (r *run) unsaturated() []kvevent.WorkerID {
 }
 
 // routeReleased routes a request the queue released: with staggered
-// release, among the workers below the queue thresholds only (a hold
+// release while two tenants or more are active, among the workers below
+// the queue thresholds only (a hold
 // leaves a worker idle for a light tenant's request, which would
 // otherwise go to a saturated worker holding its cached prefix; every
 // worker when none is below them any more), else among every worker.
 func (r *run) routeReleased(req workload.Request) (router.Decision, error) {
-	if !r.wait.q.Staggers() {
+	if q := r.wait.q; !q.Staggers() || !q.Contended() {
 		return r.route(req)
 	}
 	allowed := r.unsaturated()
