@@ -40,17 +40,25 @@ func (t *tenant) load() float64 { return float64(t.waiting+max(t.inflight, 0)) /
 // tenant is one staggered release may hold. False for a tenant alone.
 func (q *Queue) Crowds(tenant string) bool {
 	t := q.tenants[tenant]
-	return t != nil && q.crowds(t)
+	if t == nil {
+		return false
+	}
+	least, ok := q.leastLoad()
+	return ok && t.load() > least
 }
 
-func (q *Queue) crowds(t *tenant) bool {
-	l := t.load()
-	for _, o := range q.tenants {
-		if o != t && (o.waiting > 0 || o.inflight > 0) && o.load() < l {
-			return true
+// leastLoad is the least load of a tenant with requests waiting or in
+// flight: a tenant crowds another exactly when its load is above it.
+func (q *Queue) leastLoad() (float64, bool) {
+	least, ok := 0.0, false
+	for _, t := range q.tenants {
+		if t.waiting > 0 || t.inflight > 0 {
+			if l := t.load(); !ok || l < least {
+				least, ok = l, true
+			}
 		}
 	}
-	return false
+	return least, ok
 }
 
 // Contended reports whether two or more tenants have requests waiting
@@ -70,7 +78,8 @@ func (q *Queue) Contended() bool {
 // PopUncrowded is Pop among the tenants that crowd no other (Crowds
 // false): what to release while a crowding tenant's release is held.
 func (q *Queue) PopUncrowded() (Entry, bool) {
-	return q.release(q.nextAmong(q.crowds))
+	least, _ := q.leastLoad()
+	return q.release(q.nextAmong(func(t *tenant) bool { return t.load() > least }))
 }
 
 // Started notes that the prefill of the request id, routed at now, is
