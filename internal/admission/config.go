@@ -52,6 +52,27 @@ type Config struct {
 	// instead of being served late, and the next one is released. Set it
 	// to the time to first token you promise. 0 is off. Default 0.
 	TTFTTarget time.Duration
+	// BurstCredit lets a tenant that starts waiting again keep up to this
+	// many tokens of predicted prefill (Entry.Cost) of unused share: its
+	// virtual time is brought up to the queue's less BurstCredit / its
+	// weight, so a short burst of an otherwise light tenant is released
+	// ahead of a tenant that kept the queue full, instead of alternating
+	// with it. A tenant banks at most this much however long it was idle.
+	// 0 banks nothing (plain start-time fair queueing). Default 0.
+	BurstCredit float64
+	// StaggerGap turns on staggered release (stagger.go): while a tenant
+	// crowds another (Queue.Crowds), a request of the crowding tenant is
+	// held (Queue.Hold) when its prefill would be predicted to end within
+	// StaggerGap of the predicted end of another prefill the queue
+	// released, so that the workers' prefills end spread out in time and
+	// a light tenant's request finds a worker freeing soon. Set it to
+	// about the crowding tenant's prefill time ÷ the number of workers,
+	// a little less. 0 is off. Default 0.
+	StaggerGap time.Duration
+	// StaggerMaxHold is the longest a release is held by StaggerGap: a
+	// request that would have to wait longer to end clear of the others
+	// is released at once. 0 is three times StaggerGap. Default 0.
+	StaggerMaxHold time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -92,6 +113,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: default weight %v must be finite and > 0", ErrConfig, c.DefaultWeight)
 	case c.TTFTTarget < 0:
 		return fmt.Errorf("%w: TTFT target %v is negative", ErrConfig, c.TTFTTarget)
+	case !finite(c.BurstCredit) || c.BurstCredit < 0:
+		return fmt.Errorf("%w: burst credit %v tokens must be finite and >= 0", ErrConfig, c.BurstCredit)
+	case c.StaggerGap < 0 || c.StaggerMaxHold < 0:
+		return fmt.Errorf("%w: stagger gap %v and max hold %v must be >= 0", ErrConfig, c.StaggerGap, c.StaggerMaxHold)
 	}
 	for t, w := range c.Weights {
 		if !finite(w) || w <= 0 {

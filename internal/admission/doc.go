@@ -25,8 +25,9 @@
 //     below their in-flight cap, the one that has received the least
 //     service relative to its weight (start-time fair queueing: a request
 //     of cost c charges its tenant c / weight when released; a tenant that
-//     starts waiting again is brought up to the current virtual time, so
-//     an idle tenant banks no credit).
+//     starts waiting again is brought up to the current virtual time less
+//     BurstCredit, so an idle tenant banks at most that much credit: 0
+//     by default, none).
 //  3. Within the tenant and tier: arrival order (FCFS, PolicyPriority) or
 //     shortest predicted prefill first with aging (PolicyWSPT): the key is
 //     cost + AgingTokensPerSecond × arrival, so a request that has waited
@@ -56,4 +57,11 @@
 // have made it: docs/benchmarks.md, "Overload"), and bursts are
 // untouched: a request that can still make it is served however long it
 // waited (within the caller's timeout).
+//
+// Staggered release (StaggerGap, stagger.go): while one tenant crowds
+// another, the caller asks Hold before releasing the crowding tenant's
+// request, which may hold it briefly so that the workers' prefills end
+// spread out in time; a light tenant's request then waits for the next
+// of them, not for all. The caller notes each routed request's predicted
+// prefill end (Started) and its first token (Finished).
 package admission

@@ -141,6 +141,7 @@ type Queue struct {
 	base      time.Time // WSPT's time origin (the first push)
 	hasBase   bool
 	stats     Stats
+	ends      map[string]time.Time // predicted prefill ends of released requests (stagger.go)
 }
 
 // New returns an empty queue.
@@ -170,7 +171,8 @@ func (q *Queue) weight(name string) float64 {
 func (q *Queue) tenant(name string) *tenant {
 	t := q.tenants[name]
 	if t == nil {
-		t = &tenant{name: name, weight: q.weight(name), served: q.vtime, tiers: map[int]*tierHeap{}}
+		w := q.weight(name)
+		t = &tenant{name: name, weight: w, served: q.vtime - q.cfg.BurstCredit/w, tiers: map[int]*tierHeap{}}
 		q.tenants[name] = t
 	}
 	return t
@@ -342,8 +344,9 @@ func (q *Queue) insert(it *item) {
 	}
 	t := q.tenant(e.Tenant)
 	if t.waiting == 0 {
-		// Back from idle: no credit banked while away.
-		t.served = max(t.served, q.vtime)
+		// Back from idle: no more credit banked while away than
+		// BurstCredit.
+		t.served = max(t.served, q.vtime-q.cfg.BurstCredit/t.weight)
 	}
 	h := t.tiers[it.tier]
 	if h == nil {
@@ -383,11 +386,15 @@ func (q *Queue) Peek() (Entry, bool) {
 }
 
 // next finds the entry to release and its tenant.
-func (q *Queue) next() (*tenant, *item) {
+func (q *Queue) next() (*tenant, *item) { return q.nextAmong(nil) }
+
+// nextAmong finds the entry to release among the tenants skip does not
+// rule out (nil: every tenant).
+func (q *Queue) nextAmong(skip func(*tenant) bool) (*tenant, *item) {
 	var bt *tenant
 	var bi *item
 	for _, t := range q.tenants {
-		if t.waiting == 0 || (q.cfg.TenantInFlight > 0 && t.inflight >= q.cfg.TenantInFlight) {
+		if t.waiting == 0 || (q.cfg.TenantInFlight > 0 && t.inflight >= q.cfg.TenantInFlight) || (skip != nil && skip(t)) {
 			continue
 		}
 		_, h := t.minTier()
@@ -403,8 +410,10 @@ func (q *Queue) next() (*tenant, *item) {
 // Pop releases the next entry in policy order among the tenants below
 // their in-flight cap, counts it in flight for its tenant and charges
 // the tenant its cost. false when nothing may be released.
-func (q *Queue) Pop() (Entry, bool) {
-	t, it := q.next()
+func (q *Queue) Pop() (Entry, bool) { return q.release(q.next()) }
+
+// release pops it, t's entry.
+func (q *Queue) release(t *tenant, it *item) (Entry, bool) {
 	if it == nil {
 		return Entry{}, false
 	}

@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -274,6 +275,10 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.DefaultWeight = 0 },
 		func(c *Config) { c.Weights = map[string]float64{"a": -2} },
 		func(c *Config) { c.TTFTTarget = -time.Second },
+		func(c *Config) { c.BurstCredit = -1 },
+		func(c *Config) { c.BurstCredit = math.Inf(1) },
+		func(c *Config) { c.StaggerGap = -time.Millisecond },
+		func(c *Config) { c.StaggerMaxHold = -time.Millisecond },
 	} {
 		c := DefaultConfig()
 		mod(&c)

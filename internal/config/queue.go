@@ -58,6 +58,24 @@ type Queue struct {
 	// beyond it, 429 at the timeout) (--router-tenant-max-in-flight); 0 is
 	// no cap. Default 0.
 	TenantMaxInFlight int
+	// TenantBurstCredit lets a tenant back from idle keep up to this many
+	// tokens of predicted prefill of unused share
+	// (--router-tenant-burst-credit): its short burst goes ahead of a
+	// tenant that keeps the queue full instead of alternating with it.
+	// 0 banks nothing (plain fair queueing). Default 0.
+	TenantBurstCredit float64
+	// StaggerGap turns on staggered release (--router-queue-stagger-gap):
+	// while one tenant crowds another, a release of the crowding tenant
+	// is held while its prefill would be predicted to end within this of
+	// another released prefill's predicted end, so that the workers'
+	// prefills end spread out and the lighter tenant's request waits
+	// less. About the crowding tenant's prefill time ÷ the number of
+	// workers, a little less. 0 is off. Default 0.
+	StaggerGap time.Duration
+	// StaggerMaxHold is the longest one release is held by staggering
+	// (--router-queue-stagger-max-hold); 0 is three times the gap.
+	// Default 0.
+	StaggerMaxHold time.Duration
 	// SessionAffinityTTLSecs keeps a session (X-Session-ID or
 	// X-Dynamo-Session-ID) on its worker this many seconds after its last
 	// request (--router-session-affinity-ttl-secs); 0 is off. Default 0.
@@ -84,6 +102,9 @@ func (q *Queue) bind(fs *flag.FlagSet) {
 	fs.StringVar(&q.TenantHeader, "router-tenant-header", q.TenantHeader, "header naming the tenant when no API keys are set (with keys, the key is the tenant)")
 	fs.StringVar(&q.TenantWeights, "router-tenant-weights", q.TenantWeights, "fair-queueing weights, name=weight,... (others weigh 1)")
 	fs.IntVar(&q.TenantMaxInFlight, "router-tenant-max-in-flight", q.TenantMaxInFlight, "cap on each tenant's requests in flight (0: none)")
+	fs.Float64Var(&q.TenantBurstCredit, "router-tenant-burst-credit", q.TenantBurstCredit, "tokens of predicted prefill a tenant back from idle may be released ahead of tenants that kept waiting (0: none)")
+	fs.DurationVar(&q.StaggerGap, "router-queue-stagger-gap", q.StaggerGap, "while one tenant crowds another, hold its release while its prefill would end within this of another's predicted end (0: off)")
+	fs.DurationVar(&q.StaggerMaxHold, "router-queue-stagger-max-hold", q.StaggerMaxHold, "longest a release is held by --router-queue-stagger-gap (0: three times the gap)")
 	fs.Float64Var(&q.SessionAffinityTTLSecs, "router-session-affinity-ttl-secs", q.SessionAffinityTTLSecs, "keep a session (X-Session-ID, X-Dynamo-Session-ID) on its worker this long after its last request (0: off)")
 }
 
@@ -114,6 +135,12 @@ func (q Queue) validate() error {
 	if q.SessionAffinityTTLSecs > 0 && q.SessionAffinityTTLSecs < 1 {
 		return fmt.Errorf("--router-session-affinity-ttl-secs %v: at least 1 when on", q.SessionAffinityTTLSecs)
 	}
+	if !(q.TenantBurstCredit >= 0) || math.IsInf(q.TenantBurstCredit, 0) {
+		return fmt.Errorf("--router-tenant-burst-credit %v: must be finite and >= 0", q.TenantBurstCredit)
+	}
+	if q.StaggerGap < 0 || q.StaggerMaxHold < 0 {
+		return fmt.Errorf("--router-queue-stagger-gap %v, --router-queue-stagger-max-hold %v: must be >= 0", q.StaggerGap, q.StaggerMaxHold)
+	}
 	return nil
 }
 
@@ -131,6 +158,8 @@ func (q Queue) admission() admission.Config {
 	a.TenantInFlight = q.TenantMaxInFlight
 	a.TTFTTarget = q.TTFTTarget
 	a.Weights, _ = q.weights()
+	a.BurstCredit = q.TenantBurstCredit
+	a.StaggerGap, a.StaggerMaxHold = q.StaggerGap, q.StaggerMaxHold
 	return a
 }
 
@@ -158,8 +187,8 @@ func (q *Queue) bindSim(fs *flag.FlagSet) {
 	q.bind(all)
 	for _, name := range []string{"router-queue-threshold", "router-queue-prefill-tokens", "router-queue-kv-threshold",
 		"router-queue-policy", "router-queue-max-len", "router-queue-timeout", "router-queue-wspt-aging",
-		"router-queue-ttft-target",
-		"router-tenant-weights", "router-tenant-max-in-flight"} {
+		"router-queue-ttft-target", "router-queue-stagger-gap", "router-queue-stagger-max-hold",
+		"router-tenant-weights", "router-tenant-max-in-flight", "router-tenant-burst-credit"} {
 		f := all.Lookup(name)
 		fs.Var(f.Value, f.Name, f.Usage)
 	}

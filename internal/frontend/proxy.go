@@ -991,6 +991,9 @@ func (t *progress) firstToken(ex *exchange) {
 	t.started, t.lastToken, t.firstAt = true, now, now
 	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
 	t.f.m.lifecycleCall("mark_prefill_completed", t.f.router.MarkPrefillCompleted(t.id))
+	if t.f.gate != nil {
+		t.f.gate.finished(t.id)
+	}
 	t.f.kick()
 }
 

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/admission"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 	"github.com/kvrouter/kvrouter/internal/timemodel"
@@ -109,6 +111,12 @@ type gate struct {
 	// next is released only once it has (a request ending meanwhile must
 	// not release a second one against load that is about to be booked).
 	releasing int
+	// With staggered release (admission.Config.StaggerGap): the waiting
+	// requests, to predict a held one's prefill, and the timer that
+	// looks again when a hold is over (due then).
+	planned map[string]router.Request
+	wake    *time.Timer
+	due     time.Time
 }
 
 func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.Registry, keyTenants []string) (*gate, error) {
@@ -116,7 +124,7 @@ func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}}
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}, planned: map[string]router.Request{}}
 	g.m = newQueueMetrics(reg, g, keyTenants)
 	return g, nil
 }
@@ -181,11 +189,24 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 	if err := g.wait(r.Context(), ex, req); err != nil {
 		return router.Decision{}, err
 	}
+	if ex.adm.released && g.staggering() {
+		// A hold may have left a worker idle for this one: only the
+		// workers below the thresholds take it (see admission's
+		// stagger.go), not a saturated one holding its cached prefix
+		// (every worker when none is below them any more).
+		if allowed := g.unsaturated(req.AllowedWorkers); len(allowed) > 0 {
+			req.AllowedWorkers = allowed
+		}
+	}
 	d, err := f.routeSession(ex, req)
+	if err == nil {
+		g.started(req, d)
+	}
 	if err == nil && g.late(ex, req, d) {
 		// Too late to meet the TTFT target there: give the capacity to
 		// the next one (and leave the session's binding as it was).
 		f.free(req.ID)
+		g.finished(req.ID)
 		err = errQueueLate
 	}
 	if err == nil {
@@ -204,12 +225,7 @@ func (g *gate) late(ex *exchange, req router.Request, d router.Decision) bool {
 	if !ex.adm.released || g.cfg.Admission.TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
 		return false
 	}
-	row := d.ChosenRow()
-	pm, ok := g.router.PrefillModel(row.Worker)
-	if !ok { // gone since it was chosen: judge by the prior
-		pm = router.PrefillModel{Prefill: timemodel.PriorPrefill, BlockSize: g.router.Config().BlockSize}
-	}
-	pred := admission.LeastPrefill(pm.Prefill, row, len(req.Tokens), pm.BlockSize, pm.MaxBatchedTokens)
+	pred := g.prefillOn(req, d) // a worker gone since it was chosen: judged by the prior
 	g.mu.Lock()
 	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred)
 	g.mu.Unlock()
@@ -267,7 +283,11 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	}
 	ch := make(chan struct{}, 1)
 	g.waiters[e.ID] = ch
+	if g.q.Staggers() {
+		g.planned[e.ID] = req
+	}
 	if pushed {
+		delete(g.planned, out.ID)
 		// The pushed-out request's waiter answers 429 (its channel stays
 		// open: it sees its entry gone and no release).
 		if och, ok := g.waiters[out.ID]; ok {
@@ -323,6 +343,7 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 	g.mu.Lock()
 	delete(g.waiters, e.ID)
+	delete(g.planned, e.ID)
 	_, waiting := g.q.Remove(e.ID)
 	released := false
 	if !waiting {
@@ -347,16 +368,17 @@ func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 // kick releases the next waiting request when some worker is below the
 // thresholds (or the queue waits only on tenant caps). Called when
 // capacity may have freed: a request's first token, its end, a released
-// request's booking.
+// request's booking, a staggering hold's end.
 func (g *gate) kick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.lastProbe = g.clock()
 	for g.releasing == 0 && g.q.Len() > 0 && !g.router.Saturated(g.cfg.Thresholds) {
-		e, ok := g.q.Pop()
+		e, ok := g.pop()
 		if !ok {
 			return
 		}
+		delete(g.planned, e.ID)
 		ch, ok := g.waiters[e.ID]
 		if !ok {
 			g.q.Done(e.Tenant) // its waiter is gone; try the next
@@ -367,6 +389,127 @@ func (g *gate) kick() {
 		g.releasing = 1
 		return // one at a time: it books, then kicks the next
 	}
+}
+
+// pop is the next request to release: the queue's next, unless staggered
+// release holds it (admission.Queue.Hold: its tenant crowds another and
+// its prefill, predicted on the worker it would be routed to, would end
+// too close to another's); then the next of a tenant that does not
+// crowd, or none until the hold is over (a timer kicks then). The
+// prediction plans the request under the gate's lock: staggering's cost,
+// paid only while a tenant crowds another.
+func (g *gate) pop() (admission.Entry, bool) {
+	if g.q.Staggers() {
+		if e, ok := g.q.Peek(); ok && g.q.Crowds(e.Tenant) {
+			if req, ok := g.planned[e.ID]; ok {
+				if hold := g.q.Hold(g.clock(), g.predict(req)); hold > 0 {
+					if e, ok := g.q.PopUncrowded(); ok {
+						return e, true
+					}
+					g.wakeIn(hold)
+					return admission.Entry{}, false
+				}
+			}
+		}
+	}
+	return g.q.Pop()
+}
+
+// predict is the least prefill time of req on the worker below the
+// thresholds it would be routed to now (0 when none).
+func (g *gate) predict(req router.Request) time.Duration {
+	req.ID = ""
+	if req.AllowedWorkers = g.unsaturated(req.AllowedWorkers); len(req.AllowedWorkers) == 0 {
+		return 0
+	}
+	d, err := g.router.Plan(req)
+	if err != nil {
+		return 0
+	}
+	return g.prefillOn(req, d)
+}
+
+// prefillOn is the least time to req's first token on d's worker
+// (admission.LeastPrefill, from that worker's time model), 0 when d
+// chose none.
+func (g *gate) prefillOn(req router.Request, d router.Decision) time.Duration {
+	if d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+		return 0
+	}
+	row := d.ChosenRow()
+	pm, ok := g.router.PrefillModel(row.Worker)
+	if !ok {
+		pm = router.PrefillModel{Prefill: timemodel.PriorPrefill, BlockSize: g.router.Config().BlockSize}
+	}
+	return admission.LeastPrefill(pm.Prefill, row, len(req.Tokens), pm.BlockSize, pm.MaxBatchedTokens)
+}
+
+// unsaturated narrows allowed (nil: every worker) to the workers with a
+// rank below the queue thresholds.
+func (g *gate) unsaturated(allowed []kvevent.WorkerID) []kvevent.WorkerID {
+	infos, down := g.router.Workers()
+	var out []kvevent.WorkerID
+	for i, w := range infos {
+		if (i < len(down) && down[i]) || (len(allowed) > 0 && !slices.Contains(allowed, w.ID)) {
+			continue
+		}
+		for r := w.DPStart; r < w.DPStart+max(w.DPSize, 1); r++ {
+			if !g.router.RankSaturated(g.cfg.Thresholds, kvevent.WorkerRank{ID: w.ID, Rank: kvevent.DPRank(r)}) {
+				out = append(out, w.ID)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// wakeIn kicks after d unless a kick is already due sooner. Called with
+// g.mu held.
+func (g *gate) wakeIn(d time.Duration) {
+	at := g.clock().Add(d)
+	if g.wake != nil && g.due.After(g.clock()) && !g.due.After(at) {
+		return
+	}
+	g.due = at
+	if g.wake == nil {
+		g.wake = time.AfterFunc(d, g.kick)
+		return
+	}
+	g.wake.Reset(d)
+}
+
+// started tells staggered release when the prefill of req, just routed
+// by d, is predicted to end.
+func (g *gate) started(req router.Request, d router.Decision) {
+	if !g.q.Staggers() {
+		return
+	}
+	pred := g.prefillOn(req, d)
+	g.mu.Lock()
+	now := g.clock()
+	g.q.Started(req.ID, now, now.Add(pred))
+	g.mu.Unlock()
+}
+
+// staggering reports whether staggered release is on and two tenants
+// or more are active (admission.Queue.Contended).
+func (g *gate) staggering() bool {
+	if !g.q.Staggers() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.q.Contended()
+}
+
+// finished tells staggered release that request id's prefill ended.
+func (g *gate) finished(id string) {
+	if !g.q.Staggers() {
+		return
+	}
+	g.mu.Lock()
+	g.q.Finished(id)
+	g.mu.Unlock()
 }
 
 // probe kicks unless a kick ran within Recheck.

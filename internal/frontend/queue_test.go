@@ -93,6 +93,51 @@ func TestQueueFloodWaitsInsteadOfFailing(t *testing.T) {
 	}, "the queue empty and nothing in flight after the flood")
 }
 
+// TestQueueStaggeredReleaseServesEveryone: staggered release on (a gap
+// far longer than these prefills, so any release of the crowding tenant
+// near another's predicted end is held), two workers and two tenants,
+// one sending five times the other's requests at once: every request is
+// served (a hold always ends: a request of the other tenant or the
+// wake-up timer releases the next), and nothing of the queue is left
+// afterwards (no waiting request's plan, no tenant count).
+func TestQueueStaggeredReleaseServesEveryone(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 2, speedup: 200, cfg: saturating(func(c *Config) {
+		c.Queue.Admission.StaggerGap = 30 * time.Millisecond
+		c.Queue.Admission.BurstCredit = 1024
+	})})
+	const n = 24
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	for i := range n {
+		tenant := "a"
+		if i%6 == 5 {
+			tenant = "b"
+		}
+		wg.Go(func() {
+			resp, _ := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8}`, words(i, 60)), "X-Tenant-ID", tenant)
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusOK {
+			t.Fatalf("request %d: status %d, want 200 (codes %v)", i, c, codes)
+		}
+	}
+	if q := fl.metric("kvrouter_queue_requests_total", "outcome", "queued"); q < 1 {
+		t.Fatalf("%v requests queued: the flood did not saturate the workers", q)
+	}
+	fl.waitIdle()
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		depth, g := fl.queueDepth(), fl.f.gate // the depth gauge takes the gate's lock
+		g.mu.Lock()
+		na, nb, plans := g.q.InFlight("a"), g.q.InFlight("b"), len(g.planned)
+		g.mu.Unlock()
+		return depth == 0 && na == 0 && nb == 0 && plans == 0,
+			fmt.Sprintf("depth %v, in flight a %d b %d, %d plans kept", depth, na, nb, plans)
+	}, "the queue empty, nothing in flight and no plan kept after the flood")
+}
+
 // TestQueueDisconnectFreesEverything: a request waiting behind a long
 // stream leaves the queue the moment its client goes; nothing of it is
 // left (no waiter, no booking, no tenant count), and the blocker's end

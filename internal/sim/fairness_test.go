@@ -60,9 +60,10 @@ func fairnessFleet(q *QueueConfig) Config {
 // queue p50 117 ms (1.36×), p99 221 ms (1.9×); no queue p50/p99 in the
 // tens of seconds. Under the flood b's time in the engine (TTFT less its
 // queue wait) is no longer than alone: the whole excess is its wait in
-// the router for the first of the workers' running steps to end. The p99 misses the 1.5×, and no admission
-// rule reaches it: b's tail grows as soon as it shares the engines at
-// all. With a at only 2× b's rate (16 requests/s, under the fleet's
+// the router for the first of the workers' running steps to end. With
+// the plain fair queue the p99 misses the 1.5× (staggered
+// release below meets it): b's tail grows as soon as it shares the
+// engines at all. With a at only 2× b's rate (16 requests/s, under the fleet's
 // capacity, almost nothing queued) b's p99 is already 237 ms (2.0×):
 // b's prefills share engine steps with a's prefill chunks and decodes,
 // which a router cannot preempt. Under the 10× flood fair queueing keeps
@@ -80,6 +81,19 @@ func fairnessFleet(q *QueueConfig) Config {
 // worse on both. The router still counts a's prompt pending until its
 // first token, so b still waits for one of a's (now longer) prefills to
 // end, not for a step. Figures in docs/benchmarks.md.
+//
+// What meets 1.5× (2026-12-06, second session): staggered release
+// (admission.Config.StaggerGap 22 ms: a's releases are held a little so
+// that the workers' prefills end spread out, and b waits for the next of
+// them rather than for all four ending together) with a burst credit of
+// 10,240 tokens (b's occasional burst of two or three requests goes
+// ahead of a instead of alternating with it). Neither alone reaches it
+// (1.6–2.0× and 1.6–1.8× over five workload seeds); together b's p99 is
+// 1.37–1.45× its p99 alone on every seed, and a is served 6–9 % fewer
+// requests (the time a hold leaves a worker idle). The test asserts, on
+// each of the five seeds, b's p99 within 1.5× of b alone on the same
+// seed, and a served at least 75 % of what it is under the plain fair
+// queue.
 func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of simulation")
@@ -155,5 +169,49 @@ func TestFairQueueingProtectsTheSmallTenant(t *testing.T) {
 	}
 	if none.P99 < 10*fair.P99 {
 		t.Fatalf("b without the queue p99 %.0f ms, with it %.0f ms: the queue should help b at least 10×", none.P99, fair.P99)
+	}
+	staggeredMeetsTheBar(t)
+}
+
+// staggeredMeetsTheBar runs the flood with staggered release and a burst
+// credit (and each alone, logged for docs/benchmarks.md) on five
+// workload seeds: b's p99 within 1.5× of b alone on the same seed, a
+// served at least 75 % of its count under the plain fair queue.
+func staggeredMeetsTheBar(t *testing.T) {
+	queue := func(credit float64, gap time.Duration) *QueueConfig {
+		c := admission.DefaultConfig()
+		c.MaxLen, c.BurstCredit, c.StaggerGap = 512, credit, gap
+		return &QueueConfig{Thresholds: scheduler.Thresholds{ActivePrefillTokensThresholdFrac: 0.25}, Admission: c, Timeout: 5 * time.Second}
+	}
+	type row struct {
+		b, wait report.Summary
+		a       int
+	}
+	run := func(q *QueueConfig, reqs []workload.Request) row {
+		o, err := Run(fairnessFleet(q), "kv", workload.NewSlice(reqs, 0), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row{report.Summarize(o.Queue.TenantTTFTs["b"]), report.Summarize(o.Queue.TenantWaits["b"]), len(o.Queue.TenantTTFTs["a"])}
+	}
+	for _, seed := range []uint64{11, 21, 31, 41, 51} {
+		a := tenantRequests(t, "a", 2400, 80, seed, 4096)
+		b := tenantRequests(t, "b", 240, 8, seed+1, 4096)
+		alone := run(nil, b).b
+		plain := run(queue(0, 0), merged(a, b))
+		credit := run(queue(10240, 0), merged(a, b))
+		stagger := run(queue(0, 22*time.Millisecond), merged(a, b))
+		both := run(queue(10240, 22*time.Millisecond), merged(a, b))
+		line := func(r row) string {
+			return fmt.Sprintf("b p50 %.0f p99 %.0f ms (%.2f×, wait p99 %.0f ms), a served %d", r.b.P50, r.b.P99, r.b.P99/alone.P99, r.wait.P99, r.a)
+		}
+		t.Logf("seed %d: b alone p50 %.0f p99 %.0f ms; fair queue: %s; + burst credit 10240: %s; + stagger 22 ms: %s; both: %s",
+			seed, alone.P50, alone.P99, line(plain), line(credit), line(stagger), line(both))
+		if both.b.P99 > 1.5*alone.P99 {
+			t.Errorf("seed %d: b's p99 with staggered release and burst credit %.0f ms, alone %.0f ms: over 1.5×", seed, both.b.P99, alone.P99)
+		}
+		if float64(both.a) < 0.75*float64(plain.a) {
+			t.Errorf("seed %d: a served %d with staggered release, %d without: more than a quarter lost", seed, both.a, plain.a)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/admission"
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/report"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -91,7 +92,8 @@ type waiting struct {
 	th      scheduler.Thresholds
 	reqs    map[string]workload.Request
 	arrived map[string]time.Duration
-	kicked  bool // a prefill completed or a request ended since the last release
+	kicked  bool          // a prefill completed or a request ended since the last release
+	wakeAt  time.Duration // a release held by staggering looks again then (0: none pending)
 	st      QueueStats
 }
 
@@ -123,9 +125,12 @@ func (w *waiting) stats() QueueStats {
 	return w.st
 }
 
-// first notes a request's first token (its prefill left the load) after
+// first notes request id's first token (its prefill left the load) after
 // waiting wait in the admission queue.
-func (w *waiting) first(tenant string, ttft, wait time.Duration) {
+func (w *waiting) first(id uint64, tenant string, ttft, wait time.Duration) {
+	if w.q != nil {
+		w.q.Finished(strconv.FormatUint(id, 10))
+	}
 	if tenant != "" {
 		w.st.TenantTTFTs[tenant] = append(w.st.TenantTTFTs[tenant], float64(ttft)/float64(time.Millisecond))
 		w.st.TenantWaits[tenant] = append(w.st.TenantWaits[tenant], float64(wait)/float64(time.Millisecond))
@@ -159,6 +164,7 @@ func (r *run) admit(req workload.Request) {
 			return
 		}
 		w.q.Begin(req.Tenant)
+		r.noteStarted(req, d)
 		r.dispatch(req, d, r.now)
 		return
 	}
@@ -204,7 +210,9 @@ func (r *run) predictedPrefill(req workload.Request) float64 {
 // busy (its own busy thresholds) goes back in its place, and one that
 // can no longer meet the TTFT target on the worker it was routed to
 // (admission.Queue.Late) is refused, its booking freed, and the next
-// released.
+// released. With staggered release a crowding tenant's request may be
+// held (pop); then a request of a tenant that does not crowd goes
+// instead, or none, and the queue looks again when the hold is over.
 func (r *run) releaseWaiting() {
 	w := r.wait
 	if w.q == nil || !w.kicked {
@@ -212,12 +220,12 @@ func (r *run) releaseWaiting() {
 	}
 	w.kicked = false
 	for w.q.Len() > 0 && !r.rt.Saturated(w.th) {
-		e, ok := w.q.Pop()
+		e, ok := r.pop()
 		if !ok {
 			return
 		}
 		req := w.reqs[e.ID]
-		d, err := r.route(req)
+		d, err := r.routeReleased(req)
 		if errors.Is(err, router.ErrAllBusy) {
 			w.q.Requeue(e)
 			return
@@ -238,7 +246,88 @@ func (r *run) releaseWaiting() {
 			r.fail(arrived)
 			continue
 		}
+		r.noteStarted(req, d)
 		r.dispatch(req, d, arrived)
+	}
+}
+
+// pop is the next request to release: the queue's next, unless
+// staggered release holds it (admission.Queue.Hold: its tenant crowds
+// another and its prefill, predicted on the worker it would be routed
+// to, would end too close to another's); then the next of a tenant that
+// does not crowd, or none until the hold is over (a wake event then).
+func (r *run) pop() (admission.Entry, bool) {
+	q := r.wait.q
+	if q.Staggers() {
+		if e, ok := q.Peek(); ok && q.Crowds(e.Tenant) {
+			req := r.wait.reqs[e.ID]
+			rreq := router.Request{ID: "plan", Tokens: req.Prompt, AllowedWorkers: r.unsaturated()}
+			if d, err := r.rt.Plan(rreq); err == nil {
+				if hold := q.Hold(r.virtual(r.now), r.prefillOn(req, d)); hold > 0 {
+					if e, ok := q.PopUncrowded(); ok {
+						return e, true
+					}
+					r.wakeAt(r.now + hold)
+					return admission.Entry{}, false
+				}
+			}
+		}
+	}
+	return q.Pop()
+}
+
+// wakeAt has the queue look again at t (staggered release's hold).
+func (r *run) wakeAt(t time.Duration) {
+	w := r.wait
+	if w.wakeAt > r.now && w.wakeAt <= t {
+		return // an earlier look is due
+	}
+	w.wakeAt = t
+	r.push(t, evWake, 0)
+}
+
+// wake is a held release's look again.
+func (r *run) wake() {
+	if r.wait.wakeAt == r.now {
+		r.wait.wakeAt = 0
+	}
+	r.wait.kicked = true
+	r.releaseWaiting()
+}
+
+// unsaturated lists the workers below the queue thresholds.
+func (r *run) unsaturated() []kvevent.WorkerID {
+	var out []kvevent.WorkerID
+	for i := range r.workers {
+		if !r.rt.RankSaturated(r.wait.th, workerRank(i)) {
+			out = append(out, kvevent.WorkerID(i))
+		}
+	}
+	return out
+}
+
+// routeReleased routes a request the queue released: with staggered
+// release while two tenants or more are active, among the workers below
+// the queue thresholds only (a hold
+// leaves a worker idle for a light tenant's request, which would
+// otherwise go to a saturated worker holding its cached prefix; every
+// worker when none is below them any more), else among every worker.
+func (r *run) routeReleased(req workload.Request) (router.Decision, error) {
+	if q := r.wait.q; !q.Staggers() || !q.Contended() {
+		return r.route(req)
+	}
+	allowed := r.unsaturated()
+	if len(allowed) == 0 {
+		return r.route(req) // none below them any more: every worker, as the front door
+	}
+	return r.routeAmong(req, allowed)
+}
+
+// noteStarted tells staggered release when the prefill of req, just routed
+// by d, is predicted to end.
+func (r *run) noteStarted(req workload.Request, d router.Decision) {
+	if q := r.wait.q; q.Staggers() {
+		q.Started(strconv.Itoa(req.ID), r.virtual(r.now), r.virtual(r.now+r.prefillOn(req, d)))
 	}
 }
 
@@ -262,7 +351,16 @@ func (r *run) expireWaiting() {
 // worker d chose (admission.LeastPrefill), from that worker's time model
 // (the prior before it has samples); 0 when the TTFT target is off.
 func (r *run) leastPrefill(req workload.Request, d router.Decision) time.Duration {
-	if r.wait.q.Config().TTFTTarget == 0 || d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
+	if r.wait.q.Config().TTFTTarget == 0 {
+		return 0
+	}
+	return r.prefillOn(req, d)
+}
+
+// prefillOn is the least time from now to req's first token on the
+// worker d chose (admission.LeastPrefill), 0 when d chose none.
+func (r *run) prefillOn(req workload.Request, d router.Decision) time.Duration {
+	if d.Chosen < 0 || d.Chosen >= len(d.Candidates) {
 		return 0
 	}
 	row, ec := d.ChosenRow(), r.cfg.EngineConfig(int(d.Worker.ID))

@@ -120,6 +120,7 @@ const (
 	evStepEnd
 	evSpeedChange // worker is the index in Config.SpeedChanges
 	evTransfer    // a disaggregated request's KV reached its decode engine (pd.go)
+	evWake        // a release held by staggering looks again (queue.go)
 )
 
 type event struct {
@@ -310,6 +311,8 @@ func (r *run) loop() error {
 			}
 		case evTransfer:
 			r.transferDone(ev.id)
+		case evWake:
+			r.wake()
 		}
 		r.tryIssue()
 	}
@@ -363,8 +366,11 @@ func (r *run) issue(req workload.Request) {
 }
 
 // route asks the router for req's worker and books it there.
-func (r *run) route(req workload.Request) (router.Decision, error) {
-	rreq := router.Request{ID: strconv.Itoa(req.ID), Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen}
+func (r *run) route(req workload.Request) (router.Decision, error) { return r.routeAmong(req, nil) }
+
+// routeAmong is route among the workers allowed (nil: every one).
+func (r *run) routeAmong(req workload.Request, allowed []kvevent.WorkerID) (router.Decision, error) {
+	rreq := router.Request{ID: strconv.Itoa(req.ID), Tokens: req.Prompt, ExpectedOutputTokens: req.OutputLen, AllowedWorkers: allowed}
 	if r.oracle {
 		if w, ok := r.oracleWorker(rreq); ok {
 			rreq.PinnedWorker, rreq.HasPinned = w, true
@@ -467,7 +473,7 @@ func (r *run) stepEnd(w int) error {
 				f.cached = o.CachedTokens
 			}
 			r.rt.MarkPrefillCompleted(sid)
-			r.wait.first(f.tenant, f.ttft, f.sentAt-f.issued)
+			r.wait.first(o.ID, f.tenant, f.ttft, f.sentAt-f.issued)
 			// The time model sees the engine's part: from the send, not
 			// from an arrival that waited in the admission queue.
 			engine := r.now - f.sentAt
