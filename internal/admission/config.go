@@ -67,11 +67,20 @@ type Config struct {
 	// released, so that the workers' prefills end spread out in time and
 	// a light tenant's request finds a worker freeing soon. Set it to
 	// about the crowding tenant's prefill time ÷ the number of workers,
-	// a little less. 0 is off. Default 0.
+	// a little less, or use StaggerAuto. 0 is off. Default 0.
 	StaggerGap time.Duration
+	// StaggerAuto turns on staggered release with a gap worked out for
+	// each held request instead of StaggerGap: its predicted prefill ÷
+	// (the prefills predicted to be running + 1), so that it and the
+	// prefills already running would end evenly spread over one prefill
+	// time. It scales with the prompts and the fleet without a setting
+	// (the fairness scenario: 86–105 ms prefills on 4 workers give gaps
+	// of about 21–26 ms, where a fixed 22 ms was the best hand-set gap).
+	// StaggerGap must be 0 with it. Default false.
+	StaggerAuto bool
 	// StaggerMaxHold is the longest a release is held by StaggerGap: a
 	// request that would have to wait longer to end clear of the others
-	// is released at once. 0 is three times StaggerGap. Default 0.
+	// is released at once. 0 is three times the gap. Default 0.
 	StaggerMaxHold time.Duration
 }
 
@@ -117,6 +126,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: burst credit %v tokens must be finite and >= 0", ErrConfig, c.BurstCredit)
 	case c.StaggerGap < 0 || c.StaggerMaxHold < 0:
 		return fmt.Errorf("%w: stagger gap %v and max hold %v must be >= 0", ErrConfig, c.StaggerGap, c.StaggerMaxHold)
+	case c.StaggerAuto && c.StaggerGap != 0:
+		return fmt.Errorf("%w: stagger gap %v set beside the automatic gap", ErrConfig, c.StaggerGap)
 	}
 	for t, w := range c.Weights {
 		if !finite(w) || w <= 0 {

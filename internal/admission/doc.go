@@ -58,7 +58,7 @@
 // untouched: a request that can still make it is served however long it
 // waited (within the caller's timeout).
 //
-// Staggered release (StaggerGap, stagger.go): while one tenant crowds
+// Staggered release (StaggerGap or StaggerAuto, stagger.go): while one tenant crowds
 // another, the caller asks Hold before releasing the crowding tenant's
 // request, which may hold it briefly so that the workers' prefills end
 // spread out in time; a light tenant's request then waits for the next

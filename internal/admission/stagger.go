@@ -29,8 +29,9 @@ import "time"
 // releases a request of a tenant that does not crowd (PopUncrowded) or
 // none, and looks again once the hold is over.
 
-// Staggers reports whether staggered release is on (Config.StaggerGap).
-func (q *Queue) Staggers() bool { return q.cfg.StaggerGap > 0 }
+// Staggers reports whether staggered release is on (Config.StaggerGap
+// or Config.StaggerAuto).
+func (q *Queue) Staggers() bool { return q.cfg.StaggerGap > 0 || q.cfg.StaggerAuto }
 
 // load is t's requests waiting and in flight over its weight.
 func (t *tenant) load() float64 { return float64(t.waiting+max(t.inflight, 0)) / t.weight }
@@ -111,12 +112,20 @@ func (q *Queue) Finished(id string) { delete(q.ends, id) }
 
 // Hold returns how long to hold, at now, the release of a request whose
 // prefill is predicted to take prefill: 0 when it would end at least
-// StaggerGap from every other predicted end not yet past (or when
+// the gap from every other predicted end not yet past (or when
 // staggering is off), else the least wait after which it would, when
-// that is at most StaggerMaxHold (3 × StaggerGap when 0), and 0 when no
-// such wait is (holding longer costs more than it spreads).
+// that is at most StaggerMaxHold (3 × the gap when 0), and 0 when no
+// such wait is (holding longer costs more than it spreads). The gap is
+// StaggerGap, or with StaggerAuto prefill ÷ (the ends not yet past + 1).
 func (q *Queue) Hold(now time.Time, prefill time.Duration) time.Duration {
+	if !q.Staggers() {
+		return 0
+	}
+	q.prune(now)
 	gap := q.cfg.StaggerGap
+	if q.cfg.StaggerAuto {
+		gap = max(prefill, 0) / time.Duration(len(q.ends)+1)
+	}
 	if gap <= 0 {
 		return 0
 	}
@@ -124,7 +133,6 @@ func (q *Queue) Hold(now time.Time, prefill time.Duration) time.Duration {
 	if maxHold <= 0 {
 		maxHold = 3 * gap
 	}
-	q.prune(now)
 	ends := make([]time.Time, 0, len(q.ends))
 	for _, e := range q.ends {
 		ends = append(ends, e)

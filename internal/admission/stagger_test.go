@@ -49,6 +49,40 @@ func TestHoldWorkedExample(t *testing.T) {
 	}
 }
 
+// TestHoldAutoWorkedExample: with StaggerAuto the gap is the held
+// request's prefill ÷ (ends not yet past + 1). Ends at now+90 ms (x) and
+// now+100 ms (y), one past (z, not counted): a 90 ms prefill gets a gap
+// of 90 / 3 = 30 ms (max hold 90 ms). Now it would end at 90, on x.
+// Waits: x: 90+30−90 = 30 ms (ends at 120, 20 ms from y: no); y:
+// 100+30−90 = 40 ms (ends at 130: 40 from x, 30 from y: clear). So 40 ms.
+// Once y has finished the gap is 90 / 2 = 45 ms and the wait after x is
+// 90+45−90 = 45 ms. A 30 ms prefill (gap 10 ms) ends at 30, 60 ms before
+// x: released at once.
+func TestHoldAutoWorkedExample(t *testing.T) {
+	ms := time.Millisecond
+	now := t0.Add(time.Second)
+	q := newQueue(t, func(c *Config) { c.StaggerAuto = true })
+	if !q.Staggers() {
+		t.Fatal("StaggerAuto should turn staggering on")
+	}
+	q.Started("z", t0, now.Add(-ms))
+	q.Started("x", now.Add(-10*ms), now.Add(90*ms))
+	q.Started("y", now.Add(-5*ms), now.Add(100*ms))
+	if got := q.Hold(now, 90*ms); got != 40*ms {
+		t.Fatalf("hold %v, want 40ms", got)
+	}
+	if got := q.Hold(now, 30*ms); got != 0 {
+		t.Fatalf("a 30 ms prefill: hold %v, want 0", got)
+	}
+	q.Finished("y")
+	if got := q.Hold(now, 90*ms); got != 45*ms {
+		t.Fatalf("after y finished: hold %v, want 45ms", got)
+	}
+	if err := (Config{Policy: PolicyFCFS, MaxLen: 1, DefaultWeight: 1, StaggerAuto: true, StaggerGap: ms}).Validate(); err == nil {
+		t.Fatal("a gap beside the automatic gap was accepted")
+	}
+}
+
 // TestCrowdsAndPopUncrowded: a has three requests waiting and b one, so a
 // crowds b and b crowds nobody; Pop would release a's first (equal
 // virtual times, a's arrived first) but PopUncrowded releases b's. With

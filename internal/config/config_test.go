@@ -81,6 +81,37 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// TestStaggerGapFromEveryLayer: --router-queue-stagger-gap takes "auto"
+// or a duration from a flag, the file and the environment, and reaches
+// the admission queue's config as StaggerAuto or StaggerGap.
+func TestStaggerGapFromEveryLayer(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		auto bool
+		gap  time.Duration
+	}{
+		{},
+		{args: []string{"--router-queue-stagger-gap", "auto"}, auto: true},
+		{args: []string{"--config", writeFile(t, "router-queue-stagger-gap: auto\n")}, auto: true},
+		{env: []string{"KVROUTER_ROUTER_QUEUE_STAGGER_GAP=22ms"}, gap: 22 * time.Millisecond},
+		{args: []string{"--router-queue-stagger-gap", "auto"}, env: []string{"KVROUTER_ROUTER_QUEUE_STAGGER_GAP=5ms"}, auto: true},
+		{args: []string{"--router-queue-stagger-gap", "0"}},
+	} {
+		c, err := Load(tc.args, Options{Name: "serve", Environ: tc.env})
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
+		}
+		a := c.Queue.admission()
+		if a.StaggerAuto != tc.auto || a.StaggerGap != tc.gap {
+			t.Errorf("%v %v: auto %v gap %v, want %v %v", tc.args, tc.env, a.StaggerAuto, a.StaggerGap, tc.auto, tc.gap)
+		}
+		if err := a.Validate(); err != nil {
+			t.Errorf("%v %v: admission config invalid: %v", tc.args, tc.env, err)
+		}
+	}
+}
+
 func TestConfigFileFromEnv(t *testing.T) {
 	p := writeFile(t, "block-size: 32\n")
 	c, err := Load(nil, Options{Environ: []string{"KVROUTER_CONFIG=" + p, "PATH=/bin"}})
@@ -171,6 +202,8 @@ func TestBadConfig(t *testing.T) {
 		{name: "duplicate worker", args: []string{"--worker", "name=w1,url=http://h:1", "--worker", "name=w1,url=http://h:2"}, wantErr: "duplicate"},
 		{name: "missing file", args: []string{"--config", "/nonexistent/kvrouter.yaml"}, wantErr: "reading config file"},
 		{name: "health failures", args: []string{"--worker-health-failures", "0"}, wantErr: "--worker-health-failures"},
+		{name: "stagger gap word", args: []string{"--router-queue-stagger-gap", "soon"}, wantErr: "neither auto nor a duration"},
+		{name: "negative stagger gap", env: []string{"KVROUTER_ROUTER_QUEUE_STAGGER_GAP=-1ms"}, wantErr: "KVROUTER_ROUTER_QUEUE_STAGGER_GAP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args

@@ -70,8 +70,10 @@ type Queue struct {
 	// another released prefill's predicted end, so that the workers'
 	// prefills end spread out and the lighter tenant's request waits
 	// less. About the crowding tenant's prefill time ÷ the number of
-	// workers, a little less. 0 is off. Default 0.
-	StaggerGap time.Duration
+	// workers, a little less; "auto" works the gap out for each held
+	// request (its predicted prefill ÷ the prefills running + 1,
+	// admission.Config.StaggerAuto). 0 is off. Default 0.
+	StaggerGap StaggerGap
 	// StaggerMaxHold is the longest one release is held by staggering
 	// (--router-queue-stagger-max-hold); 0 is three times the gap.
 	// Default 0.
@@ -103,7 +105,7 @@ func (q *Queue) bind(fs *flag.FlagSet) {
 	fs.StringVar(&q.TenantWeights, "router-tenant-weights", q.TenantWeights, "fair-queueing weights, name=weight,... (others weigh 1)")
 	fs.IntVar(&q.TenantMaxInFlight, "router-tenant-max-in-flight", q.TenantMaxInFlight, "cap on each tenant's requests in flight (0: none)")
 	fs.Float64Var(&q.TenantBurstCredit, "router-tenant-burst-credit", q.TenantBurstCredit, "tokens of predicted prefill a tenant back from idle may be released ahead of tenants that kept waiting (0: none)")
-	fs.DurationVar(&q.StaggerGap, "router-queue-stagger-gap", q.StaggerGap, "while one tenant crowds another, hold its release while its prefill would end within this of another's predicted end (0: off)")
+	fs.Var(&q.StaggerGap, "router-queue-stagger-gap", "while one tenant crowds another, hold its release while its prefill would end within this of another's predicted end: a duration, or auto (its prefill ÷ the prefills running + 1) (0: off)")
 	fs.DurationVar(&q.StaggerMaxHold, "router-queue-stagger-max-hold", q.StaggerMaxHold, "longest a release is held by --router-queue-stagger-gap (0: three times the gap)")
 	fs.Float64Var(&q.SessionAffinityTTLSecs, "router-session-affinity-ttl-secs", q.SessionAffinityTTLSecs, "keep a session (X-Session-ID, X-Dynamo-Session-ID) on its worker this long after its last request (0: off)")
 }
@@ -138,7 +140,7 @@ func (q Queue) validate() error {
 	if !(q.TenantBurstCredit >= 0) || math.IsInf(q.TenantBurstCredit, 0) {
 		return fmt.Errorf("--router-tenant-burst-credit %v: must be finite and >= 0", q.TenantBurstCredit)
 	}
-	if q.StaggerGap < 0 || q.StaggerMaxHold < 0 {
+	if q.StaggerGap.Gap < 0 || q.StaggerMaxHold < 0 {
 		return fmt.Errorf("--router-queue-stagger-gap %v, --router-queue-stagger-max-hold %v: must be >= 0", q.StaggerGap, q.StaggerMaxHold)
 	}
 	return nil
@@ -159,7 +161,7 @@ func (q Queue) admission() admission.Config {
 	a.TTFTTarget = q.TTFTTarget
 	a.Weights, _ = q.weights()
 	a.BurstCredit = q.TenantBurstCredit
-	a.StaggerGap, a.StaggerMaxHold = q.StaggerGap, q.StaggerMaxHold
+	a.StaggerGap, a.StaggerAuto, a.StaggerMaxHold = q.StaggerGap.Gap, q.StaggerGap.Auto, q.StaggerMaxHold
 	return a
 }
 
@@ -209,4 +211,37 @@ func bindSimThresholds(fs *flag.FlagSet, s *scheduler.Config) {
 	fs.Float64Var(&s.ActiveDecodeBlocksThreshold, "active-decode-blocks-threshold", s.ActiveDecodeBlocksThreshold, "refuse (503) when every worker holds more than this fraction of its KV capacity (0: off)")
 	fs.IntVar(&s.ActivePrefillTokensThreshold, "active-prefill-tokens-threshold", s.ActivePrefillTokensThreshold, "refuse (503) when every worker has more than this many prefill tokens pending (0: off)")
 	fs.Float64Var(&s.ActivePrefillTokensThresholdFrac, "active-prefill-tokens-threshold-frac", s.ActivePrefillTokensThresholdFrac, "refuse (503) when every worker has more than this × its max batched tokens of prefill pending (0: off)")
+}
+
+// StaggerGap is --router-queue-stagger-gap: a duration (0 is off) or
+// "auto", the gap worked out for each held request.
+type StaggerGap struct {
+	// Auto is "auto" (Gap is 0 then).
+	Auto bool
+	// Gap is the fixed gap.
+	Gap time.Duration
+}
+
+var _ flag.Value = (*StaggerGap)(nil)
+
+// String is the flag's text: "auto" or the duration.
+func (g *StaggerGap) String() string {
+	if g.Auto {
+		return "auto"
+	}
+	return g.Gap.String()
+}
+
+// Set parses "auto" or a duration of at least 0.
+func (g *StaggerGap) Set(s string) error {
+	if strings.TrimSpace(s) == "auto" {
+		*g = StaggerGap{Auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is neither auto nor a duration of at least 0", s)
+	}
+	*g = StaggerGap{Gap: d}
+	return nil
 }

@@ -117,6 +117,8 @@ type gate struct {
 	planned map[string]router.Request
 	wake    *time.Timer
 	due     time.Time
+	// lastHeld is the last request a hold delayed, to count each once.
+	lastHeld string
 }
 
 func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.Registry, keyTenants []string) (*gate, error) {
@@ -403,6 +405,10 @@ func (g *gate) pop() (admission.Entry, bool) {
 		if e, ok := g.q.Peek(); ok && g.q.Crowds(e.Tenant) {
 			if req, ok := g.planned[e.ID]; ok {
 				if hold := g.q.Hold(g.clock(), g.predict(req)); hold > 0 {
+					if e.ID != g.lastHeld {
+						g.lastHeld = e.ID
+						g.m.holds.Inc()
+					}
 					if e, ok := g.q.PopUncrowded(); ok {
 						return e, true
 					}
@@ -581,6 +587,7 @@ func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool
 type queueMetrics struct {
 	requests *prometheus.CounterVec   // tenant, outcome
 	wait     *prometheus.HistogramVec // outcome
+	holds    prometheus.Counter       // requests a staggering hold delayed
 	known    map[string]bool          // tenants named in the weights
 }
 
@@ -593,6 +600,8 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "wait_seconds", Help: "Time requests spent waiting in the admission queue, by outcome (released, timeout, disconnected, pushed_out).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"outcome"}),
+		holds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stagger_holds_total", Help: "Waiting requests whose release staggered release held (--router-queue-stagger-gap), each counted once however often it was looked at."}),
 		known: map[string]bool{},
 	}
 	for t := range g.cfg.Admission.Weights {
@@ -607,7 +616,7 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 		defer g.mu.Unlock()
 		return float64(g.q.Len())
 	})
-	reg.MustRegister(m.requests, m.wait, depth)
+	reg.MustRegister(m.requests, m.wait, m.holds, depth)
 	return m
 }
 

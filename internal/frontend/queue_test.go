@@ -99,10 +99,20 @@ func TestQueueFloodWaitsInsteadOfFailing(t *testing.T) {
 // one sending five times the other's requests at once: every request is
 // served (a hold always ends: a request of the other tenant or the
 // wake-up timer releases the next), and nothing of the queue is left
-// afterwards (no waiting request's plan, no tenant count).
+// afterwards (no waiting request's plan, no tenant count). The same
+// with the automatic gap.
 func TestQueueStaggeredReleaseServesEveryone(t *testing.T) {
+	t.Run("gap 30ms", func(t *testing.T) {
+		testStaggeredServesEveryone(t, func(a *admission.Config) { a.StaggerGap = 30 * time.Millisecond })
+	})
+	t.Run("auto", func(t *testing.T) {
+		testStaggeredServesEveryone(t, func(a *admission.Config) { a.StaggerAuto = true })
+	})
+}
+
+func testStaggeredServesEveryone(t *testing.T, stagger func(*admission.Config)) {
 	fl := newFleet(t, fleetOpt{workers: 2, speedup: 200, cfg: saturating(func(c *Config) {
-		c.Queue.Admission.StaggerGap = 30 * time.Millisecond
+		stagger(&c.Queue.Admission)
 		c.Queue.Admission.BurstCredit = 1024
 	})})
 	const n = 24
@@ -136,6 +146,7 @@ func TestQueueStaggeredReleaseServesEveryone(t *testing.T) {
 		return depth == 0 && na == 0 && nb == 0 && plans == 0,
 			fmt.Sprintf("depth %v, in flight a %d b %d, %d plans kept", depth, na, nb, plans)
 	}, "the queue empty, nothing in flight and no plan kept after the flood")
+	t.Logf("%v releases held", fl.metric("kvrouter_queue_stagger_holds_total"))
 }
 
 // TestQueueDisconnectFreesEverything: a request waiting behind a long
