@@ -137,12 +137,12 @@ type gate struct {
 	// bounded by the models with requests waiting or in flight. names
 	// are the pools with a queue, sorted ("" first), and last the pool
 	// released from last (round-robin). All share ledger.
-	q       *admission.Queue
-	more    map[string]*admission.Queue
-	names   []string
-	last    string
-	ledger  *admission.Ledger
-	waiters map[string]chan struct{} // closed (buffered send) on release
+	q         *admission.Queue
+	more      map[string]*admission.Queue
+	names     []string
+	last      string
+	ledger    *admission.Ledger
+	waiters   map[string]chan struct{} // closed (buffered send) on release
 	lastProbe time.Time
 	// releasing is 1 while a released request has not booked yet: the
 	// next is released only once it has (a request ending meanwhile must
