@@ -505,13 +505,12 @@ func (g *gate) kick() {
 }
 
 // pop is the next request to release from q (one pool's queue): the
-// queue's next, unless staggered
-// release holds it (admission.Queue.Hold: its tenant crowds another and
-// its prefill, predicted on the worker it would be routed to, would end
-// too close to another's); then the next of a tenant that does not
-// crowd, or none until the hold is over (a timer kicks then). The
-// prediction plans the request under the gate's lock: staggering's cost,
-// paid only while a tenant crowds another.
+// queue's next, unless staggered release holds it (admission.Queue.Hold:
+// its tenant crowds another and its prefill, predicted on the worker it
+// would be routed to, would end too close to another's); then the next
+// of a tenant that does not crowd, or none until the hold is over (a
+// timer kicks then). The prediction plans the request under the gate's
+// lock: staggering's cost, paid only while a tenant crowds another.
 func (g *gate) pop(q *admission.Queue) (admission.Entry, bool) {
 	if q.Staggers() {
 		if e, ok := q.Peek(); ok && q.Crowds(e.Tenant) {
