@@ -348,3 +348,46 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 		t.Fatalf("c with room again: released %q, want %q", got, want)
 	}
 }
+
+// TestGateJudgesTheRequestsPool: over pools where model-b's only worker
+// (2) holds a prompt over the thresholds and the default model's (1) is
+// idle, the workers below the thresholds a released request may be
+// narrowed to are its own pool's: none for model-b (worker 1 could not
+// take it), worker 1 for the default model; and a prompt's cached
+// prefix is sized in its own pool's blocks.
+func TestGateJudgesTheRequestsPool(t *testing.T) {
+	x, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, err := router.NewPools(testModel, router.DefaultConfig(), router.NewSerial(x), time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, m := range map[kvevent.WorkerID]struct {
+		pool string
+		bs   int
+	}{1: {"", 16}, 2: {"model-b", 32}} {
+		if err := pools.AddWorker(m.pool, router.WorkerInfo{ID: id, BlockSize: m.bs, Mode: router.Approximate, KVCapacityBlocks: 2048}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultQueueConfig()
+	cfg.Thresholds = scheduler.Thresholds{ActivePrefillTokensThreshold: 10}
+	g, err := newGate(cfg, pools, time.Now, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pools.Route(router.Request{ID: "b", Model: "model-b", Tokens: make([]uint32, 256)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.unsaturated("model-b", nil); len(got) != 0 {
+		t.Fatalf("model-b's workers below the thresholds: %v, want none", got)
+	}
+	if got := g.unsaturated("", nil); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("the default model's workers below the thresholds: %v, want [1]", got)
+	}
+	if g.blockSize("model-b") != 32 || g.blockSize("") != 16 {
+		t.Fatalf("block sizes: model-b %d, default %d; want 32, 16", g.blockSize("model-b"), g.blockSize(""))
+	}
+}
