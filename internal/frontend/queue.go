@@ -712,6 +712,27 @@ func (g *gate) view() admission.View {
 	return admission.MergeViews(20, views...)
 }
 
+// poolWaiting is one pool's waiting requests, for the status page.
+type poolWaiting struct {
+	pool    string
+	waiting int
+}
+
+// byPool is the pools with requests waiting, most first (ties by name),
+// at most limit of them.
+func (g *gate) byPool(limit int) []poolWaiting {
+	g.mu.Lock()
+	var out []poolWaiting
+	for _, pool := range g.names {
+		if n := g.lookup(pool).Len(); n > 0 {
+			out = append(out, poolWaiting{pool, n})
+		}
+	}
+	g.mu.Unlock()
+	slices.SortStableFunc(out, func(a, b poolWaiting) int { return b.waiting - a.waiting }) // names sorted already
+	return out[:min(len(out), limit)]
+}
+
 // writeQueueError answers a queue refusal; false when err is not one.
 func (f *Frontend) writeQueueError(rw http.ResponseWriter, err error) (int, bool) {
 	switch {
@@ -800,6 +821,15 @@ type queueJSON struct {
 	Waiting      int                    `json:"waiting"`
 	OldestWaitMS float64                `json:"oldest_wait_ms"`
 	Tenants      []admission.TenantView `json:"tenants"`
+	// Models are the models with requests waiting, each model's queue
+	// apart; only in a fleet of models (Deps.Models).
+	Models []queueModelJSON `json:"models,omitempty"`
+}
+
+// queueModelJSON is one model's line in queueJSON.Models.
+type queueModelJSON struct {
+	Model   string `json:"model"`
+	Waiting int    `json:"waiting"`
 }
 
 // queueView is the queue's state for the status page; nil when off.
@@ -814,6 +844,15 @@ func (f *Frontend) queueView(now time.Time) *queueJSON {
 	}
 	if !v.OldestArrival.IsZero() {
 		q.OldestWaitMS = float64(now.Sub(v.OldestArrival)) / float64(time.Millisecond)
+	}
+	if f.models != nil {
+		for _, p := range f.gate.byPool(20) {
+			name := p.pool
+			if name == "" {
+				name = f.cfg.Model
+			}
+			q.Models = append(q.Models, queueModelJSON{Model: name, Waiting: p.waiting})
+		}
 	}
 	return q
 }

@@ -187,10 +187,12 @@ func TestQueuePerModel(t *testing.T) {
 	_, sb := mf.do("GET", "/?format=json", nil)
 	var st struct {
 		Queue *struct {
-			Waiting int `json:"waiting"`
+			Waiting int              `json:"waiting"`
+			Models  []queueModelJSON `json:"models"`
 		} `json:"queue"`
 	}
-	if err := json.Unmarshal(sb, &st); err != nil || st.Queue == nil || st.Queue.Waiting != 1 {
+	if err := json.Unmarshal(sb, &st); err != nil || st.Queue == nil || st.Queue.Waiting != 1 ||
+		len(st.Queue.Models) != 1 || st.Queue.Models[0] != (queueModelJSON{Model: testModel, Waiting: 1}) {
 		t.Fatalf("status JSON queue: %s (%v)", sb, err)
 	}
 
@@ -275,9 +277,10 @@ func (p *poolsSaturated) PoolSaturated(model string, _ scheduler.Thresholds) boo
 // c) with two requests waiting each and room in all: kick releases one
 // at a time, each pool in turn from the one after the last released
 // (the first turn after the default's, as if it had released last): b,
-// c, default, b, c, default. With c saturated its requests wait and the
-// turns go to the others (b first: the default released last); once it
-// has room, c's are released.
+// c, default, b, c, default. With c saturated (and a third request of
+// c's: the status page's models list c first, with the most waiting)
+// its requests wait and the turns go to the others (b first: the
+// default released last); once it has room, c's are released.
 func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 	cfg := DefaultQueueConfig()
 	cfg.Thresholds = scheduler.Thresholds{ActiveDecodeBlocksThreshold: 0.5}
@@ -327,6 +330,10 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 		push(p, p+"3")
 		push(p, p+"4")
 	}
+	push("c", "c5")
+	if got, want := fmt.Sprint(g.byPool(20)), "[{c 3} { 2} {b 2}]"; got != want {
+		t.Fatalf("pools by waiting %s, want %s", got, want)
+	}
 	rt.mu.Lock()
 	rt.sat["c"] = true
 	rt.mu.Unlock()
@@ -341,10 +348,10 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 	rt.sat["c"] = false
 	rt.mu.Unlock()
 	order = order[:0]
-	for range 3 {
+	for range 4 {
 		order = append(order, released())
 	}
-	if got, want := strings.Join(order, " "), "c3 c4 "; got != want {
+	if got, want := strings.Join(order, " "), "c3 c4 c5 "; got != want {
 		t.Fatalf("c with room again: released %q, want %q", got, want)
 	}
 }
