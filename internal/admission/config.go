@@ -37,8 +37,9 @@ type Config struct {
 	// shortest-first (a long prompt may starve). Default 4096.
 	AgingTokensPerSecond float64
 	// TenantInFlight caps each tenant's requests in flight (released and
-	// not yet done, queued or not); a tenant at its cap waits even when
-	// workers are free. 0 is no cap. Default 0.
+	// not yet done, queued or not), counted in the queue's Ledger
+	// (every queue sharing it, NewShared); a tenant at its cap waits even
+	// when workers are free. 0 is no cap. Default 0.
 	TenantInFlight int
 	// DefaultWeight is the fair-queueing weight of a tenant absent from
 	// Weights. Default 1.

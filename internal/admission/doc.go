@@ -17,6 +17,12 @@
 // It is pure: no I/O, no goroutines, no clock; every call that needs the
 // time takes it. It is not safe for concurrent use: the caller serialises.
 //
+// One Queue meters one set of workers. A front door serving several
+// models keeps one per model pool (each released only while its own
+// pool has room) and makes them with NewShared over one Ledger, so that
+// TenantInFlight caps a tenant's requests of every model together;
+// MergeViews shows them as one.
+//
 // Order of release, in three levels:
 //
 //  1. Tier (PolicyPriority only): the lowest Priority value first, as

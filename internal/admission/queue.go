@@ -142,15 +142,55 @@ type Queue struct {
 	hasBase   bool
 	stats     Stats
 	ends      map[string]time.Time // predicted prefill ends of released requests (stagger.go)
+	// flight counts the tenants' requests in flight for TenantInFlight:
+	// this queue's own (New) or shared with other queues (NewShared).
+	flight *Ledger
 }
 
 // New returns an empty queue.
-func New(cfg Config) (*Queue, error) {
+func New(cfg Config) (*Queue, error) { return NewShared(cfg, NewLedger()) }
+
+// NewShared returns an empty queue whose tenant in-flight caps count the
+// requests in flight in l, which other queues may share: a front door
+// with one queue per model pool keeps each tenant's TenantInFlight one
+// promise over all of them, while each queue orders and bounds only its
+// own waiting requests. Queues sharing l must be serialised together.
+func NewShared(cfg Config, l *Ledger) (*Queue, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue{cfg: cfg, tenants: map[string]*tenant{}, items: map[string]*item{}}, nil
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil ledger", ErrConfig)
+	}
+	return &Queue{cfg: cfg, tenants: map[string]*tenant{}, items: map[string]*item{}, flight: l}, nil
 }
+
+// Ledger counts each tenant's requests in flight across the queues that
+// share it (NewShared): what TenantInFlight caps. A queue's own counts
+// (InFlight, the fair order's and staggered release's load, View) stay
+// the queue's. The zero value is not usable; NewLedger makes one. Not
+// safe for concurrent use.
+type Ledger struct{ n map[string]int }
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger { return &Ledger{n: map[string]int{}} }
+
+// InFlight returns tenant's requests in flight in every queue sharing l.
+func (l *Ledger) InFlight(tenant string) int { return l.n[tenant] }
+
+func (l *Ledger) add(tenant string, d int) {
+	if n := l.n[tenant] + d; n > 0 {
+		l.n[tenant] = n
+	} else {
+		delete(l.n, tenant) // bounded by the tenants in flight
+	}
+}
+
+// Idle reports whether the queue holds nothing: no request waiting, no
+// tenant in flight, no predicted prefill end (stagger.go). An idle queue
+// can be dropped and made afresh without changing what it would do but
+// for its counters (Stats).
+func (q *Queue) Idle() bool { return len(q.items) == 0 && len(q.tenants) == 0 && len(q.ends) == 0 }
 
 // Config returns the queue's configuration.
 func (q *Queue) Config() Config { return q.cfg }
@@ -186,13 +226,15 @@ func (q *Queue) forget(t *tenant) {
 	}
 }
 
-// AtCap reports whether tenant has TenantInFlight requests in flight.
+// AtCap reports whether tenant has TenantInFlight requests in flight, in
+// every queue sharing this one's ledger (NewShared).
 func (q *Queue) AtCap(tenant string) bool {
-	t := q.tenants[tenant]
-	return q.cfg.TenantInFlight > 0 && t != nil && t.inflight >= q.cfg.TenantInFlight
+	return q.cfg.TenantInFlight > 0 && q.flight.n[tenant] >= q.cfg.TenantInFlight
 }
 
-// InFlight returns tenant's requests in flight.
+// InFlight returns tenant's requests in flight counted by this queue
+// (released by its Pop or counted by its Begin); Ledger.InFlight has
+// those of every queue sharing its ledger.
 func (q *Queue) InFlight(tenant string) int {
 	if t := q.tenants[tenant]; t != nil {
 		return t.inflight
@@ -209,7 +251,10 @@ func (q *Queue) MayBypass(tenant string) bool {
 
 // Begin counts a request of tenant that did not wait as in flight (Pop
 // counts those it releases); Done ends either.
-func (q *Queue) Begin(tenant string) { q.tenant(tenant).inflight++ }
+func (q *Queue) Begin(tenant string) {
+	q.tenant(tenant).inflight++
+	q.flight.add(tenant, 1)
+}
 
 // Done ends one of tenant's requests in flight (released by Pop or
 // counted by Begin). Extra calls are ignored.
@@ -219,6 +264,7 @@ func (q *Queue) Done(tenant string) {
 		return
 	}
 	t.inflight--
+	q.flight.add(tenant, -1)
 	q.forget(t)
 }
 
@@ -394,7 +440,7 @@ func (q *Queue) nextAmong(skip func(*tenant) bool) (*tenant, *item) {
 	var bt *tenant
 	var bi *item
 	for _, t := range q.tenants {
-		if t.waiting == 0 || (q.cfg.TenantInFlight > 0 && t.inflight >= q.cfg.TenantInFlight) || (skip != nil && skip(t)) {
+		if t.waiting == 0 || q.AtCap(t.name) || (skip != nil && skip(t)) {
 			continue
 		}
 		_, h := t.minTier()
@@ -418,6 +464,7 @@ func (q *Queue) release(t *tenant, it *item) (Entry, bool) {
 		return Entry{}, false
 	}
 	t.inflight++ // first: remove must not forget the tenant
+	q.flight.add(t.name, 1)
 	q.remove(it)
 	q.vtime = max(q.vtime, t.served)
 	t.served += it.e.cost() / t.weight
@@ -437,6 +484,7 @@ func (q *Queue) Requeue(e Entry) bool {
 	t := q.tenant(e.Tenant)
 	if t.inflight > 0 {
 		t.inflight--
+		q.flight.add(t.name, -1)
 	}
 	t.served = max(t.served-e.cost()/t.weight, 0)
 	if e.seq == 0 {
@@ -514,6 +562,13 @@ func (q *Queue) View(limit int) View {
 	for _, t := range q.tenants {
 		v.Tenants = append(v.Tenants, TenantView{Tenant: t.name, Waiting: t.waiting, InFlight: t.inflight, Weight: t.weight})
 	}
+	v.order(limit)
+	return v
+}
+
+// order sorts v's tenants (most waiting, then most in flight, then by
+// name) and keeps at most limit.
+func (v *View) order(limit int) {
 	slices.SortFunc(v.Tenants, func(a, b TenantView) int {
 		if c := cmp.Compare(b.Waiting, a.Waiting); c != 0 {
 			return c
@@ -526,5 +581,33 @@ func (q *Queue) View(limit int) View {
 	if len(v.Tenants) > max(limit, 0) {
 		v.Tenants = v.Tenants[:max(limit, 0)]
 	}
+}
+
+// MergeViews is the state of several queues (each View taken with no
+// limit below its tenants) as one, with at most limit tenants: the
+// waiting requests summed, the oldest arrival, and each tenant's waiting
+// and in-flight requests summed over the queues (its weight is the
+// configuration's, the same in every queue made from one Config). One
+// view merges into itself, so one queue's View(limit) and
+// MergeViews(limit, its View with no limit) agree.
+func MergeViews(limit int, views ...View) View {
+	var v View
+	at := map[string]int{}
+	for _, x := range views {
+		v.Waiting += x.Waiting
+		if !x.OldestArrival.IsZero() && (v.OldestArrival.IsZero() || x.OldestArrival.Before(v.OldestArrival)) {
+			v.OldestArrival = x.OldestArrival
+		}
+		for _, t := range x.Tenants {
+			if i, ok := at[t.Tenant]; ok {
+				v.Tenants[i].Waiting += t.Waiting
+				v.Tenants[i].InFlight += t.InFlight
+				continue
+			}
+			at[t.Tenant] = len(v.Tenants)
+			v.Tenants = append(v.Tenants, t)
+		}
+	}
+	v.order(limit)
 	return v
 }

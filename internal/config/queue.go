@@ -93,17 +93,17 @@ func defaultQueue() Queue {
 
 // bind registers the queue's flags.
 func (q *Queue) bind(fs *flag.FlagSet) {
-	fs.Float64Var(&q.Threshold, "router-queue-threshold", q.Threshold, "queue requests while every worker has more than this × its max batched tokens of prefill pending (0: off)")
-	fs.IntVar(&q.PrefillTokens, "router-queue-prefill-tokens", q.PrefillTokens, "queue while every worker has more than this many prefill tokens pending (0: off)")
-	fs.Float64Var(&q.KVThreshold, "router-queue-kv-threshold", q.KVThreshold, "queue while every worker holds more than this fraction of its KV capacity (0: off)")
+	fs.Float64Var(&q.Threshold, "router-queue-threshold", q.Threshold, "queue a request while every worker of its model has more than this × its max batched tokens of prefill pending (0: off)")
+	fs.IntVar(&q.PrefillTokens, "router-queue-prefill-tokens", q.PrefillTokens, "queue a request while every worker of its model has more than this many prefill tokens pending (0: off)")
+	fs.Float64Var(&q.KVThreshold, "router-queue-kv-threshold", q.KVThreshold, "queue a request while every worker of its model holds more than this fraction of its KV capacity (0: off)")
 	fs.StringVar(&q.Policy, "router-queue-policy", q.Policy, "release order of waiting requests: fcfs, wspt (shortest prefill first, aged) or priority (lower \"priority\" first)")
-	fs.IntVar(&q.MaxLen, "router-queue-max-len", q.MaxLen, "most requests waiting at once")
+	fs.IntVar(&q.MaxLen, "router-queue-max-len", q.MaxLen, "most requests waiting at once (in each model's queue)")
 	fs.DurationVar(&q.Timeout, "router-queue-timeout", q.Timeout, "longest wait of a request in the queue, then 503 with Retry-After")
 	fs.DurationVar(&q.TTFTTarget, "router-queue-ttft-target", q.TTFTTarget, "refuse (503) a released request whose wait plus predicted prefill exceeds this time to first token (0: off)")
 	fs.Float64Var(&q.AgingTokensPerSec, "router-queue-wspt-aging", q.AgingTokensPerSec, "wspt: each second waited counts as this many prompt tokens less")
 	fs.StringVar(&q.TenantHeader, "router-tenant-header", q.TenantHeader, "header naming the tenant when no API keys are set (with keys, the key is the tenant)")
 	fs.StringVar(&q.TenantWeights, "router-tenant-weights", q.TenantWeights, "fair-queueing weights, name=weight,... (others weigh 1)")
-	fs.IntVar(&q.TenantMaxInFlight, "router-tenant-max-in-flight", q.TenantMaxInFlight, "cap on each tenant's requests in flight (0: none)")
+	fs.IntVar(&q.TenantMaxInFlight, "router-tenant-max-in-flight", q.TenantMaxInFlight, "cap on each tenant's requests in flight, of every model together (0: none)")
 	fs.Float64Var(&q.TenantBurstCredit, "router-tenant-burst-credit", q.TenantBurstCredit, "tokens of predicted prefill a tenant back from idle may be released ahead of tenants that kept waiting (0: none)")
 	fs.Var(&q.StaggerGap, "router-queue-stagger-gap", "while one tenant crowds another, hold its release while its prefill would end within this of another's predicted end: a duration, or auto (its prefill ÷ the prefills running + 1) (0: off)")
 	fs.DurationVar(&q.StaggerMaxHold, "router-queue-stagger-max-hold", q.StaggerMaxHold, "longest a release is held by --router-queue-stagger-gap (0: three times the gap)")

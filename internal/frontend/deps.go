@@ -45,9 +45,12 @@ type Router interface {
 	// PrefillModel gives one rank's prefill fit for the queue's
 	// deadline check (queue.go).
 	PrefillModel(w kvevent.WorkerRank) (router.PrefillModel, bool)
-	// Saturated and RankSaturated judge load against the admission
-	// queue's thresholds (queue.go, session.go).
-	Saturated(t scheduler.Thresholds) bool
+	// PoolSaturated and RankSaturated judge load against the admission
+	// queue's thresholds (queue.go, session.go): PoolSaturated one
+	// model's pool (the Request.Model naming it, "" the default model;
+	// a single *router.Router is its one pool), each pool having a queue
+	// of its own; RankSaturated one worker rank.
+	PoolSaturated(model string, t scheduler.Thresholds) bool
 	RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool
 }
 

@@ -49,6 +49,15 @@
 // (Server.Shutdown past ShutdownTimeout) closes such streams and waits
 // briefly for their handlers, so nothing outlives it.
 //
+// With QueueConfig on, a completion request first passes the admission
+// queue (queue.go; not in a disaggregated fleet, below): while every worker of its model's pool is over the
+// queue thresholds, or its tenant is at its in-flight cap, it waits and
+// is released in the queue's order as its pool's capacity frees. Each
+// model pool has a queue of its own, judged by that pool's saturation
+// (Router.PoolSaturated), so one model's overload never holds, nor is
+// relieved by, another model's capacity; a tenant's in-flight cap spans
+// the models.
+//
 // In a disaggregated fleet (prefill-role workers known to the router) a
 // request takes two booked hops, prefill then decode, in vLLM's or SGLang's
 // protocol (pd.go, docs/pd.md); the same retry and timeout rules apply to

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,10 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// QueueConfig configures the admission queue: while every worker that is
-// not DOWN is over one of Thresholds, a completion request waits instead
-// of being routed (or refused), and waiting requests are released in the
-// queue's order as capacity frees, each routed afresh when released.
+// QueueConfig configures the admission queue: while every worker of a
+// request's model pool that is not DOWN is over one of Thresholds, the
+// request waits instead of being routed (or refused), and waiting
+// requests are released in the queue's order as their pool's capacity
+// frees, each routed afresh when released. Each model pool has a queue
+// of its own (see gate); a tenant's in-flight cap spans them.
 type QueueConfig struct {
 	// Thresholds say when a worker is saturated (the scheduler's busy
 	// thresholds, a second set): pending prefill tokens, as an absolute
@@ -34,7 +37,9 @@ type QueueConfig struct {
 	// Admission orders the waiting requests: policy, length, WSPT aging,
 	// tenant weights and the tenant in-flight cap; and its TTFT target
 	// refuses a released request that can no longer meet it (503
-	// queue_late).
+	// queue_late). Each model pool's queue has this configuration (MaxLen
+	// bounds each); the tenant in-flight cap counts a tenant's requests
+	// of every model.
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the client gets
 	// 503 with Retry-After (429 when its tenant is at its in-flight cap).
@@ -97,14 +102,46 @@ var (
 
 // gate is the edge of the admission queue: the waiting requests'
 // goroutines park here until the queue releases them.
+//
+// The queue is per model pool. A fleet of models (router.Pools) saturates
+// one pool at a time: judged fleet-wide, model A's requests would bypass
+// the queue onto A's saturated workers while model B idles, and a request
+// of A released because B's capacity freed would land on a saturated A
+// worker. So each pool (a request's router.Request.Model, "" the default
+// model) has its own admission.Queue, judged by its own saturation
+// (Router.PoolSaturated): a request bypasses when its pool's queue is
+// empty and its pool has room, and kick releases from a pool only while
+// that pool has room. The queues share one admission.Ledger, so a
+// tenant's in-flight cap (its promise) counts its requests of every
+// model; ordering, fair-queueing credit, MaxLen, staggered release and
+// the status view's counts are each pool's. Releases stay one at a time
+// (releasing), taken round-robin over the pools with requests waiting
+// from the one after the last released, so a busy model cannot starve
+// another. A single-model fleet has the one queue q and behaves as the
+// one fleet-wide queue did.
+//
+// What is judged is the pool, all its workers: a LoRA adapter's request
+// (restricted to the workers with the adapter loaded) bypasses or is
+// released when any worker of its base model's pool has room, as the
+// fleet-wide queue let any worker's room release any request.
 type gate struct {
 	cfg    QueueConfig
 	router Router
 	clock  func() time.Time
 	m      *queueMetrics
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// q is the default model's queue (the only one of a single-model
+	// fleet); more are the other pools' queues, made on a pool's first
+	// request and dropped once idle (admission.Queue.Idle), so they are
+	// bounded by the models with requests waiting or in flight. names
+	// are the pools with a queue, sorted ("" first), and last the pool
+	// released from last (round-robin). All share ledger.
 	q         *admission.Queue
+	more      map[string]*admission.Queue
+	names     []string
+	last      string
+	ledger    *admission.Ledger
 	waiters   map[string]chan struct{} // closed (buffered send) on release
 	lastProbe time.Time
 	// releasing is 1 while a released request has not booked yet: the
@@ -122,13 +159,63 @@ type gate struct {
 }
 
 func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.Registry, keyTenants []string) (*gate, error) {
-	q, err := admission.New(cfg.Admission)
+	ledger := admission.NewLedger()
+	q, err := admission.NewShared(cfg.Admission, ledger)
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{cfg: cfg, router: r, clock: clock, q: q, waiters: map[string]chan struct{}{}, planned: map[string]router.Request{}}
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, more: map[string]*admission.Queue{}, names: []string{""}, ledger: ledger,
+		waiters: map[string]chan struct{}{}, planned: map[string]router.Request{}}
 	g.m = newQueueMetrics(reg, g, keyTenants)
 	return g, nil
+}
+
+// queue returns pool's queue, making it when there is none. Called with
+// g.mu held.
+func (g *gate) queue(pool string) *admission.Queue {
+	if q := g.lookup(pool); q != nil {
+		return q
+	}
+	q, err := admission.NewShared(g.cfg.Admission, g.ledger)
+	if err != nil {
+		panic(err) // the configuration made g.q
+	}
+	g.more[pool] = q
+	i, _ := slices.BinarySearch(g.names, pool)
+	g.names = slices.Insert(g.names, i, pool)
+	return q
+}
+
+// lookup returns pool's queue, nil when there is none. Called with g.mu
+// held.
+func (g *gate) lookup(pool string) *admission.Queue {
+	if pool == "" {
+		return g.q
+	}
+	return g.more[pool]
+}
+
+// tidy drops pool's queue when it is idle (the default model's stays).
+// Called with g.mu held.
+func (g *gate) tidy(pool string) {
+	q := g.more[pool]
+	if pool == "" || q == nil || !q.Idle() {
+		return
+	}
+	delete(g.more, pool)
+	if i, ok := slices.BinarySearch(g.names, pool); ok {
+		g.names = slices.Delete(g.names, i, i+1)
+	}
+}
+
+// waiting is the requests waiting in every pool's queue. Called with g.mu
+// held.
+func (g *gate) waiting() int {
+	n := g.q.Len()
+	for _, q := range g.more {
+		n += q.Len()
+	}
+	return n
 }
 
 // tenantOf says who sent r: with API keys configured, the key (as
@@ -175,6 +262,9 @@ type admitted struct {
 	counted  bool
 	released bool      // released by the queue, not yet settled
 	arrival  time.Time // when it joined the queue (released requests)
+	// pool is the model pool whose queue counts it (its
+	// router.Request.Model, "" the default model).
+	pool string
 }
 
 // routeFirst is forward's first routing: through the admission queue
@@ -191,12 +281,12 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 	if err := g.wait(r.Context(), ex, req); err != nil {
 		return router.Decision{}, err
 	}
-	if ex.adm.released && g.staggering() {
+	if ex.adm.released && g.staggering(ex.adm.pool) {
 		// A hold may have left a worker idle for this one: only the
 		// workers below the thresholds take it (see admission's
 		// stagger.go), not a saturated one holding its cached prefix
 		// (every worker when none is below them any more).
-		if allowed := g.unsaturated(req.AllowedWorkers); len(allowed) > 0 {
+		if allowed := g.unsaturated(req.Model, req.AllowedWorkers); len(allowed) > 0 {
 			req.AllowedWorkers = allowed
 		}
 	}
@@ -208,7 +298,7 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 		// Too late to meet the TTFT target there: give the capacity to
 		// the next one (and leave the session's binding as it was).
 		f.free(req.ID)
-		g.finished(req.ID)
+		g.finished(ex.adm.pool, req.ID)
 		err = errQueueLate
 	}
 	if err == nil {
@@ -229,7 +319,7 @@ func (g *gate) late(ex *exchange, req router.Request, d router.Decision) bool {
 	}
 	pred := g.prefillOn(req, d) // a worker gone since it was chosen: judged by the prior
 	g.mu.Lock()
-	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred)
+	late := g.q.Late(admission.Entry{Arrival: ex.adm.arrival}, g.clock(), pred) // Late reads only the configuration, every pool's
 	g.mu.Unlock()
 	if late {
 		g.m.count(ex.adm.tenant, "late")
@@ -249,16 +339,18 @@ func (g *gate) settle(ex *exchange) {
 	g.kick()
 }
 
-// wait returns once ex may be routed: at once when nobody waits, its
-// tenant is below its cap and some worker is below the thresholds;
-// otherwise when the queue releases it. It counts ex in flight for its
-// tenant (done ends that). Errors: errQueueTimeout, errQueueFull,
-// errOverShare, or the client's context error.
+// wait returns once ex may be routed: at once when nobody waits in its
+// model pool's queue, its tenant is below its cap and some worker of the
+// pool is below the thresholds; otherwise when the pool's queue releases
+// it. It counts ex in flight for its tenant (done ends that). Errors:
+// errQueueTimeout, errQueueFull, errOverShare, or the client's context
+// error.
 func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error {
-	tenant := ex.adm.tenant
+	tenant, pool := ex.adm.tenant, req.Model
+	ex.adm.pool = pool
 	g.mu.Lock()
-	if g.q.MayBypass(tenant) && !g.router.Saturated(g.cfg.Thresholds) {
-		g.q.Begin(tenant)
+	if q := g.queue(pool); q.MayBypass(tenant) && !g.router.PoolSaturated(pool, g.cfg.Thresholds) {
+		q.Begin(tenant)
 		ex.adm.counted = true
 		g.mu.Unlock()
 		g.m.count(tenant, "bypassed")
@@ -270,9 +362,11 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	e := admission.Entry{ID: req.ID, Tenant: tenant, Priority: ex.adm.priority, Cost: cost,
 		Arrival: now, Deadline: now.Add(g.cfg.Timeout)}
 	g.mu.Lock()
-	out, pushed, err := g.q.Push(e)
+	q := g.queue(pool)
+	out, pushed, err := q.Push(e)
 	if err != nil {
-		atCap := g.q.AtCap(tenant)
+		atCap := q.AtCap(tenant)
+		g.tidy(pool)
 		g.mu.Unlock()
 		switch {
 		case errors.Is(err, admission.ErrOverShare) || atCap:
@@ -285,7 +379,7 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	}
 	ch := make(chan struct{}, 1)
 	g.waiters[e.ID] = ch
-	if g.q.Staggers() {
+	if q.Staggers() {
 		g.planned[e.ID] = req
 	}
 	if pushed {
@@ -302,11 +396,12 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	// A request may have ended between the saturation check and the
 	// push: look again once.
 	g.kick()
-	return g.park(ctx, ex, e, ch)
+	return g.park(ctx, ex, pool, e, ch)
 }
 
-// park waits for ex's release, its deadline or its client's departure.
-func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch chan struct{}) error {
+// park waits for ex's release from pool's queue, its deadline or its
+// client's departure.
+func (g *gate) park(ctx context.Context, ex *exchange, pool string, e admission.Entry, ch chan struct{}) error {
 	timer := time.NewTimer(g.cfg.Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(g.cfg.Recheck)
@@ -325,28 +420,29 @@ func (g *gate) park(ctx context.Context, ex *exchange, e admission.Entry, ch cha
 		case <-tick.C:
 			g.probe()
 		case <-timer.C:
-			atCap := g.leave(e, ch)
+			atCap := g.leave(pool, e, ch)
 			g.m.done(e.Tenant, "timeout", g.clock().Sub(start))
 			if atCap {
 				return errOverShare
 			}
 			return errQueueTimeout
 		case <-ctx.Done():
-			g.leave(e, ch)
+			g.leave(pool, e, ch)
 			g.m.done(e.Tenant, "disconnected", g.clock().Sub(start))
 			return ctx.Err()
 		}
 	}
 }
 
-// leave takes a waiting entry out; one released in the same instant
-// passes its release on to the next. It returns whether the tenant is at
-// its in-flight cap.
-func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
+// leave takes a waiting entry out of pool's queue; one released in the
+// same instant passes its release on to the next. It returns whether the
+// tenant is at its in-flight cap.
+func (g *gate) leave(pool string, e admission.Entry, ch chan struct{}) bool {
 	g.mu.Lock()
 	delete(g.waiters, e.ID)
 	delete(g.planned, e.ID)
-	_, waiting := g.q.Remove(e.ID)
+	q := g.queue(pool) // there while e waits or is counted in flight
+	_, waiting := q.Remove(e.ID)
 	released := false
 	if !waiting {
 		select {
@@ -356,10 +452,11 @@ func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 		}
 	}
 	if released {
-		g.q.Done(e.Tenant)
+		q.Done(e.Tenant)
 		g.releasing = 0
 	}
-	atCap := g.q.AtCap(e.Tenant)
+	atCap := q.AtCap(e.Tenant)
+	g.tidy(pool)
 	g.mu.Unlock()
 	if released {
 		g.kick()
@@ -367,49 +464,63 @@ func (g *gate) leave(e admission.Entry, ch chan struct{}) bool {
 	return atCap
 }
 
-// kick releases the next waiting request when some worker is below the
-// thresholds (or the queue waits only on tenant caps). Called when
-// capacity may have freed: a request's first token, its end, a released
-// request's booking, a staggering hold's end.
+// kick releases the next waiting request of a pool with a worker below
+// the thresholds (or whose queue waits only on tenant caps). The pools
+// are looked at round-robin from the one after the pool released from
+// last; a pool whose queue releases nothing now (saturated, its tenants
+// at their caps, a staggering hold) passes the turn to the next. Called
+// when capacity may have freed: a request's first token, its end, a
+// released request's booking, a staggering hold's end.
 func (g *gate) kick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.lastProbe = g.clock()
-	for g.releasing == 0 && g.q.Len() > 0 && !g.router.Saturated(g.cfg.Thresholds) {
-		e, ok := g.pop()
-		if !ok {
-			return
+	if g.releasing != 0 {
+		return
+	}
+	start, found := slices.BinarySearch(g.names, g.last)
+	if found {
+		start++
+	}
+	for k := range len(g.names) {
+		pool := g.names[(start+k)%len(g.names)]
+		q := g.lookup(pool)
+		for q.Len() > 0 && !g.router.PoolSaturated(pool, g.cfg.Thresholds) {
+			e, ok := g.pop(q)
+			if !ok {
+				break
+			}
+			delete(g.planned, e.ID)
+			ch, ok := g.waiters[e.ID]
+			if !ok {
+				q.Done(e.Tenant) // its waiter is gone; try the next
+				continue
+			}
+			delete(g.waiters, e.ID)
+			ch <- struct{}{}
+			g.releasing, g.last = 1, pool
+			return // one at a time: it books, then kicks the next
 		}
-		delete(g.planned, e.ID)
-		ch, ok := g.waiters[e.ID]
-		if !ok {
-			g.q.Done(e.Tenant) // its waiter is gone; try the next
-			continue
-		}
-		delete(g.waiters, e.ID)
-		ch <- struct{}{}
-		g.releasing = 1
-		return // one at a time: it books, then kicks the next
 	}
 }
 
-// pop is the next request to release: the queue's next, unless staggered
-// release holds it (admission.Queue.Hold: its tenant crowds another and
-// its prefill, predicted on the worker it would be routed to, would end
-// too close to another's); then the next of a tenant that does not
-// crowd, or none until the hold is over (a timer kicks then). The
-// prediction plans the request under the gate's lock: staggering's cost,
-// paid only while a tenant crowds another.
-func (g *gate) pop() (admission.Entry, bool) {
-	if g.q.Staggers() {
-		if e, ok := g.q.Peek(); ok && g.q.Crowds(e.Tenant) {
+// pop is the next request to release from q (one pool's queue): the
+// queue's next, unless staggered release holds it (admission.Queue.Hold:
+// its tenant crowds another and its prefill, predicted on the worker it
+// would be routed to, would end too close to another's); then the next
+// of a tenant that does not crowd, or none until the hold is over (a
+// timer kicks then). The prediction plans the request under the gate's
+// lock: staggering's cost, paid only while a tenant crowds another.
+func (g *gate) pop(q *admission.Queue) (admission.Entry, bool) {
+	if q.Staggers() {
+		if e, ok := q.Peek(); ok && q.Crowds(e.Tenant) {
 			if req, ok := g.planned[e.ID]; ok {
-				if hold := g.q.Hold(g.clock(), g.predict(req)); hold > 0 {
+				if hold := q.Hold(g.clock(), g.predict(req)); hold > 0 {
 					if e.ID != g.lastHeld {
 						g.lastHeld = e.ID
 						g.m.holds.Inc()
 					}
-					if e, ok := g.q.PopUncrowded(); ok {
+					if e, ok := q.PopUncrowded(); ok {
 						return e, true
 					}
 					g.wakeIn(hold)
@@ -418,14 +529,14 @@ func (g *gate) pop() (admission.Entry, bool) {
 			}
 		}
 	}
-	return g.q.Pop()
+	return q.Pop()
 }
 
-// predict is the least prefill time of req on the worker below the
-// thresholds it would be routed to now (0 when none).
+// predict is the least prefill time of req on the worker of its pool
+// below the thresholds it would be routed to now (0 when none).
 func (g *gate) predict(req router.Request) time.Duration {
 	req.ID = ""
-	if req.AllowedWorkers = g.unsaturated(req.AllowedWorkers); len(req.AllowedWorkers) == 0 {
+	if req.AllowedWorkers = g.unsaturated(req.Model, req.AllowedWorkers); len(req.AllowedWorkers) == 0 {
 		return 0
 	}
 	d, err := g.router.Plan(req)
@@ -445,28 +556,56 @@ func (g *gate) prefillOn(req router.Request, d router.Decision) time.Duration {
 	row := d.ChosenRow()
 	pm, ok := g.router.PrefillModel(row.Worker)
 	if !ok {
-		pm = router.PrefillModel{Prefill: timemodel.PriorPrefill, BlockSize: g.router.Config().BlockSize}
+		pm = router.PrefillModel{Prefill: timemodel.PriorPrefill, BlockSize: g.blockSize(req.Model)}
 	}
 	return admission.LeastPrefill(pm.Prefill, row, len(req.Tokens), pm.BlockSize, pm.MaxBatchedTokens)
 }
 
-// unsaturated narrows allowed (nil: every worker) to the workers with a
-// rank below the queue thresholds.
-func (g *gate) unsaturated(allowed []kvevent.WorkerID) []kvevent.WorkerID {
-	infos, down := g.router.Workers()
+// unsaturated narrows allowed (nil: every worker) to the workers of model
+// pool with a rank below the queue thresholds (another pool's workers
+// could not take the request).
+func (g *gate) unsaturated(pool string, allowed []kvevent.WorkerID) []kvevent.WorkerID {
+	var src interface {
+		Workers() ([]router.WorkerInfo, []bool)
+		RankSaturated(scheduler.Thresholds, kvevent.WorkerRank) bool
+	} = g.router
+	if r := g.poolRouter(pool); r != nil {
+		src = r
+	}
+	infos, down := src.Workers()
 	var out []kvevent.WorkerID
 	for i, w := range infos {
 		if (i < len(down) && down[i]) || (len(allowed) > 0 && !slices.Contains(allowed, w.ID)) {
 			continue
 		}
 		for r := w.DPStart; r < w.DPStart+max(w.DPSize, 1); r++ {
-			if !g.router.RankSaturated(g.cfg.Thresholds, kvevent.WorkerRank{ID: w.ID, Rank: kvevent.DPRank(r)}) {
+			if !src.RankSaturated(g.cfg.Thresholds, kvevent.WorkerRank{ID: w.ID, Rank: kvevent.DPRank(r)}) {
 				out = append(out, w.ID)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// poolRouter is model pool's own router when the front door routes
+// through per-model pools (nil otherwise: the one router is every
+// request's pool).
+func (g *gate) poolRouter(pool string) *router.Router {
+	if pr, ok := g.router.(pooled); ok {
+		if r, ok := pr.Pool(pool); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// blockSize is model pool's block size.
+func (g *gate) blockSize(pool string) int {
+	if r := g.poolRouter(pool); r != nil {
+		return r.Config().BlockSize
+	}
+	return g.router.Config().BlockSize
 }
 
 // wakeIn kicks after d unless a kick is already due sooner. Called with
@@ -493,28 +632,33 @@ func (g *gate) started(req router.Request, d router.Decision) {
 	pred := g.prefillOn(req, d)
 	g.mu.Lock()
 	now := g.clock()
-	g.q.Started(req.ID, now, now.Add(pred))
+	g.queue(req.Model).Started(req.ID, now, now.Add(pred))
 	g.mu.Unlock()
 }
 
 // staggering reports whether staggered release is on and two tenants
-// or more are active (admission.Queue.Contended).
-func (g *gate) staggering() bool {
+// or more are active in pool's queue (admission.Queue.Contended).
+func (g *gate) staggering(pool string) bool {
 	if !g.q.Staggers() {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.q.Contended()
+	q := g.lookup(pool)
+	return q != nil && q.Contended()
 }
 
-// finished tells staggered release that request id's prefill ended.
-func (g *gate) finished(id string) {
+// finished tells staggered release that request id's prefill, in pool,
+// ended.
+func (g *gate) finished(pool, id string) {
 	if !g.q.Staggers() {
 		return
 	}
 	g.mu.Lock()
-	g.q.Finished(id)
+	if q := g.lookup(pool); q != nil {
+		q.Finished(id)
+		g.tidy(pool)
+	}
 	g.mu.Unlock()
 }
 
@@ -535,13 +679,17 @@ func (g *gate) done(ex *exchange) {
 	}
 	ex.adm.counted = false
 	g.mu.Lock()
-	g.q.Done(ex.adm.tenant)
+	if q := g.lookup(ex.adm.pool); q != nil { // there while ex is counted
+		q.Done(ex.adm.tenant)
+		g.tidy(ex.adm.pool)
+	}
 	g.mu.Unlock()
 	g.kick()
 }
 
 // predictedPrefill is the prompt less the longest cached prefix any
-// worker holds, in tokens (WSPT's size, fair queueing's charge).
+// worker of its pool holds, in tokens (WSPT's size, fair queueing's
+// charge).
 func (g *gate) predictedPrefill(req router.Request) float64 {
 	req.ID = ""
 	d, _ := g.router.Plan(req)
@@ -549,14 +697,40 @@ func (g *gate) predictedPrefill(req router.Request) float64 {
 	for _, c := range d.Candidates {
 		best = max(best, c.Overlap.Device)
 	}
-	return float64(max(len(req.Tokens)-best*g.router.Config().BlockSize, 1))
+	return float64(max(len(req.Tokens)-best*g.blockSize(req.Model), 1))
 }
 
-// view is the queue's state for the status page.
+// view is the queue's state for the status page: every pool's queue
+// merged (admission.MergeViews).
 func (g *gate) view() admission.View {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.q.View(20)
+	views := make([]admission.View, 0, len(g.names))
+	for _, pool := range g.names {
+		views = append(views, g.lookup(pool).View(math.MaxInt))
+	}
+	return admission.MergeViews(20, views...)
+}
+
+// poolWaiting is one pool's waiting requests, for the status page.
+type poolWaiting struct {
+	pool    string
+	waiting int
+}
+
+// byPool is the pools with requests waiting, most first (ties by name),
+// at most limit of them.
+func (g *gate) byPool(limit int) []poolWaiting {
+	g.mu.Lock()
+	var out []poolWaiting
+	for _, pool := range g.names {
+		if n := g.lookup(pool).Len(); n > 0 {
+			out = append(out, poolWaiting{pool, n})
+		}
+	}
+	g.mu.Unlock()
+	slices.SortStableFunc(out, func(a, b poolWaiting) int { return b.waiting - a.waiting }) // names sorted already
+	return out[:min(len(out), limit)]
 }
 
 // writeQueueError answers a queue refusal; false when err is not one.
@@ -611,10 +785,10 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 		m.known[t] = true
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-		Name: "depth", Help: "Requests waiting in the admission queue."}, func() float64 {
+		Name: "depth", Help: "Requests waiting in the admission queue (every model pool's)."}, func() float64 {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return float64(g.q.Len())
+		return float64(g.waiting())
 	})
 	reg.MustRegister(m.requests, m.wait, m.holds, depth)
 	return m
@@ -647,6 +821,15 @@ type queueJSON struct {
 	Waiting      int                    `json:"waiting"`
 	OldestWaitMS float64                `json:"oldest_wait_ms"`
 	Tenants      []admission.TenantView `json:"tenants"`
+	// Models are the models with requests waiting, each model's queue
+	// apart; only in a fleet of models (Deps.Models).
+	Models []queueModelJSON `json:"models,omitempty"`
+}
+
+// queueModelJSON is one model's line in queueJSON.Models.
+type queueModelJSON struct {
+	Model   string `json:"model"`
+	Waiting int    `json:"waiting"`
 }
 
 // queueView is the queue's state for the status page; nil when off.
@@ -661,6 +844,15 @@ func (f *Frontend) queueView(now time.Time) *queueJSON {
 	}
 	if !v.OldestArrival.IsZero() {
 		q.OldestWaitMS = float64(now.Sub(v.OldestArrival)) / float64(time.Millisecond)
+	}
+	if f.models != nil {
+		for _, p := range f.gate.byPool(20) {
+			name := p.pool
+			if name == "" {
+				name = f.cfg.Model
+			}
+			q.Models = append(q.Models, queueModelJSON{Model: name, Waiting: p.waiting})
+		}
 	}
 	return q
 }

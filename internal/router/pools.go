@@ -434,8 +434,10 @@ func (p *Pools) TimeModels() []TimeModel {
 }
 
 // Saturated reports whether every pool is saturated (see
-// Router.Saturated): the admission queue is the front door's, not a
-// model's, so it holds requests only while no pool has room.
+// Router.Saturated): the fleet-wide judgement. The admission queue meters
+// each model by its own pool (PoolSaturated): a fleet with one model
+// saturated and another idle is not saturated, yet the first model's
+// requests must wait.
 func (p *Pools) Saturated(t scheduler.Thresholds) bool {
 	for _, r := range p.all() {
 		if !r.Saturated(t) {
@@ -443,6 +445,16 @@ func (p *Pools) Saturated(t scheduler.Thresholds) bool {
 		}
 	}
 	return true
+}
+
+// PoolSaturated reports whether model's pool ("" is the default model's,
+// as Route names it) is saturated (see Router.Saturated): what the front
+// door's admission queue meters that model's requests by. A model with no
+// pool is not saturated: its requests are not held, and Route refuses
+// them at once (ErrUnknownModel) rather than after a wait.
+func (p *Pools) PoolSaturated(model string, t scheduler.Thresholds) bool {
+	r, ok := p.Pool(model)
+	return ok && r.Saturated(t)
 }
 
 // RankSaturated judges worker rank w in its pool (see

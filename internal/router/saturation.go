@@ -34,6 +34,11 @@ func (r *Router) Saturated(t scheduler.Thresholds) bool {
 	return up > 0
 }
 
+// PoolSaturated is Saturated: a Router is one model's pool, whatever
+// model is named. It lets a single Router stand where the front door
+// expects Pools (see Pools.PoolSaturated).
+func (r *Router) PoolSaturated(_ string, t scheduler.Thresholds) bool { return r.Saturated(t) }
+
 // RankSaturated reports whether worker rank w is DOWN, unknown, or over
 // one of the thresholds t (false for any rank when t sets none but the
 // rank is up).
