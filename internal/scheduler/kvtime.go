@@ -207,7 +207,7 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref reco
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: uncached, Decodes: dec, Chunk: c.MaxBatchedTokens}
 	all := own
-	all.Queued = c.ActivePrefillTokens
+	all.Queued, all.Elapsed = c.ActivePrefillTokens, c.PrefillElapsed
 	var pr Prediction
 	pr.Prefill = m.PrefillSeconds(own)
 	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
@@ -265,7 +265,7 @@ func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int,
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: min(isl, 1), Decodes: dec, Chunk: c.MaxBatchedTokens}
 	all := own
-	all.Queued = c.ActivePrefillTokens
+	all.Queued, all.Elapsed = c.ActivePrefillTokens, c.PrefillElapsed
 	var pr Prediction
 	pr.Transfer = timemodel.TransferSeconds(isl-dev, p.cfg.KVBytesPerToken, p.cfg.TransferBandwidth)
 	pr.Prefill = m.PrefillSeconds(own)

@@ -388,3 +388,28 @@ func TestKVTimeLaterWorkedExample(t *testing.T) {
 		t.Fatalf("chose %v, want the calmer worker 1: %+v", d.Worker, d.Candidates)
 	}
 }
+
+// TestKVTimeCreditsElapsedPrefill: the worked example's worker 1 (30,000
+// booked, 800 own) has been computing its queue for 0.2 s: its queue is
+// 0.2 s shorter; after longer than the whole queue takes, it is empty and
+// the request's own prefill is all that is left.
+func TestKVTimeCreditsElapsedPrefill(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight, cfg.RecomputeWeight = 0, 0
+	s := newKVTime(t, cfg, nil)
+	queue := priorSeconds(30800, 0, 8192) - priorSeconds(800, 0, 8192)
+	for _, c := range []struct {
+		elapsed time.Duration
+		want    float64
+	}{{0, queue}, {200 * time.Millisecond, queue - 0.2}, {time.Minute, 0}} {
+		cands := []Candidate{{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 30000, PrefillElapsed: c.elapsed, MaxBatchedTokens: 8192}}
+		d, err := s.Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Candidates[0].Prediction
+		if !near(p.Queue, c.want) || !near(p.Prefill, priorSeconds(800, 0, 8192)) || d.Candidates[0].PrefillElapsed != c.elapsed {
+			t.Errorf("elapsed %v: queue %v prefill %v, want queue %v", c.elapsed, p.Queue, p.Prefill, c.want)
+		}
+	}
+}

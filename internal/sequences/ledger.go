@@ -79,6 +79,10 @@ type rank struct {
 	active   trie // tracked hashes of running requests
 	requests int
 	prefill  int
+	// since is when the rank's booked prefill last started a stretch of
+	// progress: the booking that found none pending, or the last
+	// completion that left some pending (zero: unknown, see Load).
+	since    time.Time
 	private  int // private + output blocks of its requests
 	fracReqs map[*request]struct{}
 }
@@ -220,7 +224,7 @@ func (t *Ledger) RemoveRank(w kvevent.WorkerRank) []string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		t.free(t.reqs[id])
+		t.free(t.reqs[id], time.Time{})
 	}
 	t.slots[slot] = nil
 	delete(t.bySlot, w)
@@ -295,49 +299,72 @@ func (t *Ledger) AddRequest(req Request, now time.Time) error {
 		}
 	}
 	w.requests++
+	if w.prefill == 0 && r.prefill > 0 {
+		w.since = now
+	}
 	w.prefill += r.prefill
 	t.stale(slot)
 	t.reqs[req.ID] = r
 	return nil
 }
 
-// MarkPrefillCompleted removes the request's prefill tokens from its
-// worker's load (its blocks stay). It returns false, and counts, when the id
-// is not running; marking twice is harmless.
+// MarkPrefillCompleted is MarkPrefillCompletedAt at an unknown time: the
+// rank's remaining prefill gets no progress start (Load.PrefillSince)
+// until it next drains.
 func (t *Ledger) MarkPrefillCompleted(id string) bool {
+	return t.MarkPrefillCompletedAt(id, time.Time{})
+}
+
+// MarkPrefillCompletedAt removes the request's prefill tokens from its
+// worker's load (its blocks stay) at time now, which starts the next
+// stretch of progress on the prefill still booked there
+// (Load.PrefillSince). It returns false, and counts, when the id is not
+// running; marking twice is harmless.
+func (t *Ledger) MarkPrefillCompletedAt(id string, now time.Time) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
 		return false
 	}
-	t.completePrefill(r)
+	t.completePrefill(r, now)
 	return true
 }
 
-func (t *Ledger) completePrefill(r *request) {
+func (t *Ledger) completePrefill(r *request, now time.Time) {
 	if r.prefillDone {
 		return
 	}
 	r.prefillDone = true
-	t.slots[r.slot].prefill -= r.prefill
+	w := t.slots[r.slot]
+	w.prefill -= r.prefill
+	if r.prefill > 0 {
+		// The engine has moved past this prompt: progress on what is
+		// still booked counts from now (an engine computes its queue
+		// in order, so work it did on the others before now is not
+		// credited: the estimate errs toward a longer queue).
+		w.since = now
+	}
 	t.stale(r.slot)
 }
 
-// Free ends a request: its prefill (if still pending) and its blocks leave
-// the load. It returns false, and counts, when the id is not running, so a
-// second Free is harmless.
-func (t *Ledger) Free(id string) bool {
+// Free is FreeAt at an unknown time (see MarkPrefillCompleted).
+func (t *Ledger) Free(id string) bool { return t.FreeAt(id, time.Time{}) }
+
+// FreeAt ends a request at time now: its prefill (if still pending, as in
+// MarkPrefillCompletedAt) and its blocks leave the load. It returns false,
+// and counts, when the id is not running, so a second Free is harmless.
+func (t *Ledger) FreeAt(id string, now time.Time) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
 		return false
 	}
-	t.free(r)
+	t.free(r, now)
 	return true
 }
 
-func (t *Ledger) free(r *request) {
-	t.completePrefill(r)
+func (t *Ledger) free(r *request, now time.Time) {
+	t.completePrefill(r, now)
 	w := t.slots[r.slot]
 	if r.end != nil {
 		if top := w.active.top(r.end); top != nil {
@@ -421,7 +448,7 @@ func (t *Ledger) Expire(now time.Time) []string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		t.free(t.reqs[id])
+		t.free(t.reqs[id], now)
 		t.stats.Expired++
 	}
 	return ids

@@ -311,3 +311,44 @@ func TestManySiblings(t *testing.T) {
 		t.Fatalf("4 siblings left: %v blocks, want 10", l.ActiveBlocks)
 	}
 }
+
+// TestPrefillSince walks a rank's prefill stretches: the booking that
+// finds nothing pending starts one, a later booking does not, a timed
+// completion (or a Free before the first token) that leaves prefill
+// pending starts the next, and an untimed one leaves it unknown until
+// the rank drains.
+func TestPrefillSince(t *testing.T) {
+	tr := newLedger(t, DefaultConfig(), wA)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	since := func(step string, want time.Time) {
+		t.Helper()
+		if got := mustLoad(t, tr, wA).PrefillSince; !got.Equal(want) {
+			t.Fatalf("%s: PrefillSince %v, want %v", step, got, want)
+		}
+	}
+	since("empty", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "decode-only", Worker: wA, PrefillTokens: 0}, at(1)))
+	since("a booking with nothing to prefill", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, PrefillTokens: 100}, at(2)))
+	since("first booking", at(2))
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wA, PrefillTokens: 200}, at(3)))
+	must(t, tr.AddRequest(Request{ID: "c", Worker: wA, PrefillTokens: 300}, at(4)))
+	since("queued behind a", at(2))
+	tr.MarkPrefillCompletedAt("a", at(5))
+	since("a done, b and c pending", at(5))
+	tr.MarkPrefillCompletedAt("a", at(6))
+	since("a marked twice", at(5))
+	tr.FreeAt("b", at(7)) // cancelled before its first token
+	since("b cancelled, c pending", at(7))
+	tr.FreeAt("decode-only", at(8))
+	since("a request with no prefill left", at(7))
+	must(t, tr.AddRequest(Request{ID: "d", Worker: wA, PrefillTokens: 50}, at(9)))
+	tr.MarkPrefillCompleted("c")
+	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 50 || !l.PrefillSince.IsZero() {
+		t.Fatalf("untimed completion: %+v, want 50 tokens pending since an unknown time", l)
+	}
+	tr.MarkPrefillCompletedAt("d", at(10))
+	since("drained", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "e", Worker: wA, PrefillTokens: 10}, at(11)))
+	since("a new stretch after draining", at(11))
+}

@@ -2,6 +2,7 @@ package sequences
 
 import (
 	"slices"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -15,6 +16,13 @@ type Load struct {
 	ActiveRequests int
 	// ActivePrefillTokens is the number of prompt tokens still to prefill.
 	ActivePrefillTokens int
+	// PrefillSince is when the engine started on the prefill still
+	// booked, as far as the ledger knows: the booking that found none
+	// pending, or the last completion (MarkPrefillCompletedAt, FreeAt)
+	// that left some. Engines compute their queue in order, so the time
+	// since then was spent on it; a time model can credit it (the kv-time
+	// policy). Zero when none is pending or the time is unknown.
+	PrefillSince time.Time
 	// ActiveBlocks is the number of KV blocks held by running requests,
 	// shared blocks counted once (fractional with expected-output decay).
 	ActiveBlocks float64
@@ -64,12 +72,16 @@ func (t *Ledger) refresh(slot int) {
 		return
 	}
 	w := t.slots[slot]
-	t.cache[t.pos[slot]] = Load{
+	l := Load{
 		Worker:              w.id,
 		ActiveRequests:      w.requests,
 		ActivePrefillTokens: w.prefill,
 		ActiveBlocks:        t.activeBlocks(w),
 	}
+	if w.prefill > 0 {
+		l.PrefillSince = w.since
+	}
+	t.cache[t.pos[slot]] = l
 	t.fresh[slot] = true
 }
 

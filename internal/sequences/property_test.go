@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
@@ -19,12 +20,51 @@ type naiveReq struct {
 	prefillDone bool
 	output      int
 	frac        float64
+	booked      naiveEvent
 }
 
 // naive recomputes every figure from the list of live requests.
 type naive struct {
 	cfg  Config
 	reqs map[string]*naiveReq
+	// done is each worker's last completion of a request with prefill
+	// (its mark, or its free before one).
+	done map[kvevent.WorkerRank]naiveEvent
+}
+
+// naiveEvent is a booking or a completion: its action's step (they are
+// ordered by it) and its time (zero: untimed).
+type naiveEvent struct {
+	step int
+	at   time.Time
+}
+
+// prefillSince is, while the worker has prefill pending, the time of the
+// later of its last completion and the booking of its oldest request
+// still to prefill (the engine has been on the queue since then); an
+// untimed completion leaves it unknown.
+func (m *naive) prefillSince(w kvevent.WorkerRank) time.Time {
+	oldest := naiveEvent{step: -1}
+	for _, r := range m.reqs {
+		if r.w == w && !r.prefillDone && r.prefill > 0 && (oldest.step < 0 || r.booked.step < oldest.step) {
+			oldest = r.booked
+		}
+	}
+	if oldest.step < 0 {
+		return time.Time{}
+	}
+	if d, ok := m.done[w]; ok && d.step > oldest.step {
+		return d.at
+	}
+	return oldest.at
+}
+
+// complete records r's prefill leaving at ev.
+func (m *naive) complete(r *naiveReq, ev naiveEvent) {
+	if !r.prefillDone && r.prefill > 0 {
+		m.done[r.w] = ev
+	}
+	r.prefillDone = true
 }
 
 func (m *naive) refs(w kvevent.WorkerRank) map[uint64]int {
@@ -52,6 +92,7 @@ func (m *naive) load(w kvevent.WorkerRank) Load {
 		if !r.prefillDone {
 			l.ActivePrefillTokens += r.prefill
 		}
+		l.PrefillSince = m.prefillSince(w)
 		l.ActiveBlocks += float64(r.private + r.output)
 		if r.frac < 1 {
 			single := r.private + r.output
@@ -95,7 +136,18 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}}
+		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}, done: map[kvevent.WorkerRank]naiveEvent{}}
+		// Every action is a step 1 ms after the last; completions are
+		// timed or not (MarkPrefillCompleted, Free).
+		step := 0
+		next := func(timed bool) naiveEvent {
+			step++
+			ev := naiveEvent{step: step}
+			if timed {
+				ev.at = t0.Add(time.Duration(step) * time.Millisecond)
+			}
+			return ev
+		}
 		nw := rapid.SampledFrom([]int{1, 2, 66}).Draw(rt, "workers")
 		var workers []kvevent.WorkerRank
 		for i := range nw {
@@ -136,10 +188,11 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				exp := rapid.IntRange(0, 40).Draw(rt, "expected")
 				id := fmt.Sprint(nextID)
 				nextID++
-				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, t0); err != nil {
+				ev := next(true)
+				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, ev.at); err != nil {
 					rt.Fatal(err)
 				}
-				r := &naiveReq{w: w, prefill: pf, frac: 1}
+				r := &naiveReq{w: w, prefill: pf, frac: 1, booked: ev}
 				s := cfg.ActiveSequenceStride
 				if tr.reuse(reuse) {
 					for i := range len(h) / s {
@@ -153,18 +206,23 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 			"mark": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids()).Draw(rt, "id")
 				_, live := m.reqs[id]
-				if tr.MarkPrefillCompleted(id) != live {
+				ev := next(rapid.Bool().Draw(rt, "timed"))
+				if tr.MarkPrefillCompletedAt(id, ev.at) != live {
 					rt.Fatalf("mark %s: live=%v disagrees", id, live)
 				}
 				if live {
-					m.reqs[id].prefillDone = true
+					m.complete(m.reqs[id], ev)
 				}
 			},
 			"free": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids()).Draw(rt, "id")
-				_, live := m.reqs[id]
-				if tr.Free(id) != live {
+				r, live := m.reqs[id]
+				ev := next(rapid.Bool().Draw(rt, "timed"))
+				if tr.FreeAt(id, ev.at) != live {
 					rt.Fatalf("free %s: live=%v disagrees", id, live)
+				}
+				if live {
+					m.complete(r, ev)
 				}
 				delete(m.reqs, id)
 			},
