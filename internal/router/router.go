@@ -318,6 +318,7 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		l, c := &loads[i], &cands[i]
 		c.ActivePrefillTokens = l.ActivePrefillTokens
 		c.PrefillElapsed = 0
+		c.ITLExposure = l.ITLExposure
 		if !l.PrefillSince.IsZero() {
 			c.PrefillElapsed = max(now.Sub(l.PrefillSince), 0)
 		}

@@ -38,6 +38,9 @@ type Candidate struct {
 	// PrefillSince, up to the decision): kv-time credits it against the
 	// queue. 0 when unknown or nothing is booked.
 	PrefillElapsed time.Duration
+	// ITLExposure is the ledger's Load.ITLExposure: Σ 1/(expected output
+	// − 1) over its running requests.
+	ITLExposure float64
 	// ActiveBlocks is the KV blocks held by its running requests (busy check).
 	ActiveBlocks float64
 	// DecodeBlocks is ActiveBlocks plus the blocks the request would add

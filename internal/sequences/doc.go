@@ -21,6 +21,9 @@
 //     engine computes its queue in order, so a time model can credit the
 //     time since then against the booked prefill; an untimed completion
 //     leaves it unknown (zero) until the rank drains.
+//   - Each rank sums 1/(expected output − 1) over its running requests
+//     expecting at least 2 tokens (Load.ITLExposure): how much a stall of
+//     the engine raises their mean inter-token times together.
 //   - Because a sequence hash identifies a whole prefix, the blocks active on
 //     a worker are prefix-closed for every request: if block i of a prompt is
 //     active, so are blocks 0..i-1. The new blocks a candidate request would

@@ -72,6 +72,16 @@ type request struct {
 	started     time.Time
 }
 
+// exposure is how much a stall of one second raises the request's mean
+// inter-token time, in seconds: 1/(expected output − 1); 0 when the
+// expected output is unknown or a single token.
+func (r *request) exposure() float64 {
+	if r.expected < 2 {
+		return 0
+	}
+	return 1 / float64(r.expected-1)
+}
+
 // rank is one worker rank's running requests: the trie of their tracked
 // hashes and their counts.
 type rank struct {
@@ -82,7 +92,10 @@ type rank struct {
 	// since is when the rank's booked prefill last started a stretch of
 	// progress: the booking that found none pending, or the last
 	// completion that left some pending (zero: unknown, see Load).
-	since    time.Time
+	since time.Time
+	// exposure is Σ 1/(expected output − 1) over its running requests
+	// with an expected output of 2 tokens or more (Load.ITLExposure).
+	exposure float64
 	private  int // private + output blocks of its requests
 	fracReqs map[*request]struct{}
 }
@@ -299,6 +312,7 @@ func (t *Ledger) AddRequest(req Request, now time.Time) error {
 		}
 	}
 	w.requests++
+	w.exposure += r.exposure()
 	if w.prefill == 0 && r.prefill > 0 {
 		w.since = now
 	}
@@ -378,6 +392,10 @@ func (t *Ledger) free(r *request, now time.Time) {
 	}
 	w.private -= r.private + r.output
 	w.requests--
+	w.exposure -= r.exposure()
+	if w.requests == 0 {
+		w.exposure = 0 // no rounding left behind
+	}
 	t.stale(r.slot)
 	delete(w.fracReqs, r)
 	delete(t.reqs, r.id)

@@ -3,6 +3,7 @@ package sequences
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -351,4 +352,32 @@ func TestPrefillSince(t *testing.T) {
 	since("drained", time.Time{})
 	must(t, tr.AddRequest(Request{ID: "e", Worker: wA, PrefillTokens: 10}, at(11)))
 	since("a new stretch after draining", at(11))
+}
+
+// TestITLExposure: running requests expecting 0 (unknown), 1, 2 and 11
+// output tokens expose 0 + 0 + 1/1 + 1/10 seconds of mean inter-token
+// time per second of stall; freeing the 2-token one leaves 0.1, and an
+// idle rank exposes nothing.
+func TestITLExposure(t *testing.T) {
+	tr := newLedger(t, DefaultConfig(), wA, wB)
+	for i, exp := range []int{0, 1, 2, 11} {
+		must(t, tr.AddRequest(Request{ID: fmt.Sprint(i), Worker: wA, ExpectedOutputTokens: exp}, t0))
+	}
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, ExpectedOutputTokens: 3}, t0))
+	if got := mustLoad(t, tr, wA).ITLExposure; math.Abs(got-1.1) > 1e-12 {
+		t.Fatalf("exposure %v, want 1.1", got)
+	}
+	tr.Free("2")
+	if got := mustLoad(t, tr, wA).ITLExposure; math.Abs(got-0.1) > 1e-12 {
+		t.Fatalf("after freeing the 2-token request: %v, want 0.1", got)
+	}
+	if got := mustLoad(t, tr, wB).ITLExposure; got != 0.5 {
+		t.Fatalf("other rank: %v, want 0.5", got)
+	}
+	for _, id := range []string{"0", "1", "3"} {
+		tr.Free(id)
+	}
+	if got := mustLoad(t, tr, wA).ITLExposure; got != 0 {
+		t.Fatalf("idle rank: %v, want 0", got)
+	}
 }

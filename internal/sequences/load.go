@@ -23,6 +23,11 @@ type Load struct {
 	// since then was spent on it; a time model can credit it (the kv-time
 	// policy). Zero when none is pending or the time is unknown.
 	PrefillSince time.Time
+	// ITLExposure is Σ 1/(expected output tokens − 1) over the running
+	// requests with an expected output of at least 2: how many seconds a
+	// one-second stall of the engine adds to their mean inter-token times
+	// together. Short answers weigh most.
+	ITLExposure float64
 	// ActiveBlocks is the number of KV blocks held by running requests,
 	// shared blocks counted once (fractional with expected-output decay).
 	ActiveBlocks float64
@@ -81,6 +86,7 @@ func (t *Ledger) refresh(slot int) {
 	if w.prefill > 0 {
 		l.PrefillSince = w.since
 	}
+	l.ITLExposure = w.exposure
 	t.cache[t.pos[slot]] = l
 	t.fresh[slot] = true
 }

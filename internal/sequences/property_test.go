@@ -21,6 +21,7 @@ type naiveReq struct {
 	output      int
 	frac        float64
 	booked      naiveEvent
+	expected    int
 }
 
 // naive recomputes every figure from the list of live requests.
@@ -93,6 +94,9 @@ func (m *naive) load(w kvevent.WorkerRank) Load {
 			l.ActivePrefillTokens += r.prefill
 		}
 		l.PrefillSince = m.prefillSince(w)
+		if r.expected >= 2 {
+			l.ITLExposure += 1 / float64(r.expected-1)
+		}
 		l.ActiveBlocks += float64(r.private + r.output)
 		if r.frac < 1 {
 			single := r.private + r.output
@@ -192,7 +196,7 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, ev.at); err != nil {
 					rt.Fatal(err)
 				}
-				r := &naiveReq{w: w, prefill: pf, frac: 1, booked: ev}
+				r := &naiveReq{w: w, prefill: pf, frac: 1, booked: ev, expected: exp}
 				s := cfg.ActiveSequenceStride
 				if tr.reuse(reuse) {
 					for i := range len(h) / s {
@@ -249,6 +253,10 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				if math.Abs(l.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
 					rt.Fatalf("%v active blocks %v, model %v", w, l.ActiveBlocks, want.ActiveBlocks)
 				}
+				if math.Abs(l.ITLExposure-want.ITLExposure) > 1e-9 {
+					rt.Fatalf("%v ITL exposure %v, model %v", w, l.ITLExposure, want.ITLExposure)
+				}
+				l.ITLExposure = want.ITLExposure
 				if l.ActiveBlocks = want.ActiveBlocks; l != want {
 					rt.Fatalf("%v: load %+v, model %+v", w, l, want)
 				}
@@ -297,6 +305,10 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 						rt.Fatalf("%v active blocks %v, model %v", g.Worker, g.ActiveBlocks, want.ActiveBlocks)
 					}
 					g.ActiveBlocks = want.ActiveBlocks
+					if math.Abs(g.ITLExposure-want.ITLExposure) > 1e-9 {
+						rt.Fatalf("%v ITL exposure %v, model %v", g.Worker, g.ITLExposure, want.ITLExposure)
+					}
+					g.ITLExposure = want.ITLExposure
 					if g != want {
 						rt.Fatalf("%v: ledger %+v, model %+v", g.Worker, g, want)
 					}
