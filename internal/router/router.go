@@ -319,8 +319,10 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 		c.ActivePrefillTokens = l.ActivePrefillTokens
 		c.PrefillElapsed = 0
 		c.ITLExposure = l.ITLExposure
-		if !l.PrefillSince.IsZero() {
-			c.PrefillElapsed = max(now.Sub(l.PrefillSince), 0)
+		if l.ActivePrefillTokens > 0 {
+			if since := r.seq.PrefillSinceAt(i); !since.IsZero() {
+				c.PrefillElapsed = max(now.Sub(since), 0)
+			}
 		}
 		c.ActiveBlocks = l.ActiveBlocks
 		c.DecodeBlocks = l.ActiveBlocks + nb // Load.PotentialDecodeBlocks

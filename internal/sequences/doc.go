@@ -16,7 +16,7 @@
 //   - A request's prefill tokens (input tokens minus the cached prefix) count
 //     until MarkPrefillCompleted or Free; its blocks count until Free.
 //   - Each rank keeps when its engine started on the prefill still booked
-//     (Load.PrefillSince): the booking that found none pending, or the last
+//     (PrefillSince, not part of Load): the booking that found none pending, or the last
 //     timed completion (MarkPrefillCompletedAt, FreeAt) that left some. An
 //     engine computes its queue in order, so a time model can credit the
 //     time since then against the booked prefill; an untimed completion

@@ -3,6 +3,7 @@ package sequences
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -72,14 +73,17 @@ type request struct {
 	started     time.Time
 }
 
+// exposureUnit is the fixed point of rank.exposure: 1e12 units a second.
+const exposureUnit = 1e12
+
 // exposure is how much a stall of one second raises the request's mean
-// inter-token time, in seconds: 1/(expected output − 1); 0 when the
-// expected output is unknown or a single token.
-func (r *request) exposure() float64 {
+// inter-token time, in seconds: 1/(expected output − 1), in exposureUnit;
+// 0 when the expected output is unknown or a single token.
+func (r *request) exposure() int64 {
 	if r.expected < 2 {
 		return 0
 	}
-	return 1 / float64(r.expected-1)
+	return int64(math.Round(exposureUnit / float64(r.expected-1)))
 }
 
 // rank is one worker rank's running requests: the trie of their tracked
@@ -94,8 +98,10 @@ type rank struct {
 	// completion that left some pending (zero: unknown, see Load).
 	since time.Time
 	// exposure is Σ 1/(expected output − 1) over its running requests
-	// with an expected output of 2 tokens or more (Load.ITLExposure).
-	exposure float64
+	// with an expected output of 2 tokens or more (Load.ITLExposure), in
+	// exposureUnit fixed point: integer sums do not depend on the order
+	// requests come and go in, so replicas agree and an idle rank is 0.
+	exposure int64
 	private  int // private + output blocks of its requests
 	fracReqs map[*request]struct{}
 }
@@ -323,7 +329,7 @@ func (t *Ledger) AddRequest(req Request, now time.Time) error {
 }
 
 // MarkPrefillCompleted is MarkPrefillCompletedAt at an unknown time: the
-// rank's remaining prefill gets no progress start (Load.PrefillSince)
+// rank's remaining prefill gets no progress start (PrefillSince)
 // until it next drains.
 func (t *Ledger) MarkPrefillCompleted(id string) bool {
 	return t.MarkPrefillCompletedAt(id, time.Time{})
@@ -332,7 +338,7 @@ func (t *Ledger) MarkPrefillCompleted(id string) bool {
 // MarkPrefillCompletedAt removes the request's prefill tokens from its
 // worker's load (its blocks stay) at time now, which starts the next
 // stretch of progress on the prefill still booked there
-// (Load.PrefillSince). It returns false, and counts, when the id is not
+// (PrefillSince). It returns false, and counts, when the id is not
 // running; marking twice is harmless.
 func (t *Ledger) MarkPrefillCompletedAt(id string, now time.Time) bool {
 	r, ok := t.reqs[id]
@@ -393,9 +399,6 @@ func (t *Ledger) free(r *request, now time.Time) {
 	w.private -= r.private + r.output
 	w.requests--
 	w.exposure -= r.exposure()
-	if w.requests == 0 {
-		w.exposure = 0 // no rounding left behind
-	}
 	t.stale(r.slot)
 	delete(w.fracReqs, r)
 	delete(t.reqs, r.id)

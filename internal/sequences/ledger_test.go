@@ -323,7 +323,7 @@ func TestPrefillSince(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	since := func(step string, want time.Time) {
 		t.Helper()
-		if got := mustLoad(t, tr, wA).PrefillSince; !got.Equal(want) {
+		if got := tr.PrefillSince(wA); !got.Equal(want) {
 			t.Fatalf("%s: PrefillSince %v, want %v", step, got, want)
 		}
 	}
@@ -345,13 +345,19 @@ func TestPrefillSince(t *testing.T) {
 	since("a request with no prefill left", at(7))
 	must(t, tr.AddRequest(Request{ID: "d", Worker: wA, PrefillTokens: 50}, at(9)))
 	tr.MarkPrefillCompleted("c")
-	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 50 || !l.PrefillSince.IsZero() {
-		t.Fatalf("untimed completion: %+v, want 50 tokens pending since an unknown time", l)
+	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 50 || !tr.PrefillSince(wA).IsZero() || !tr.PrefillSinceAt(0).IsZero() {
+		t.Fatalf("untimed completion: %+v since %v, want 50 tokens pending since an unknown time", l, tr.PrefillSince(wA))
 	}
 	tr.MarkPrefillCompletedAt("d", at(10))
 	since("drained", time.Time{})
 	must(t, tr.AddRequest(Request{ID: "e", Worker: wA, PrefillTokens: 10}, at(11)))
 	since("a new stretch after draining", at(11))
+	if got := tr.PrefillSinceAt(0); !got.Equal(at(11)) {
+		t.Fatalf("PrefillSinceAt(0) %v, want %v", got, at(11))
+	}
+	if !tr.PrefillSinceAt(1).IsZero() || !tr.PrefillSince(wB).IsZero() {
+		t.Fatal("a rank out of range or unknown has a prefill start")
+	}
 }
 
 // TestITLExposure: running requests expecting 0 (unknown), 1, 2 and 11
@@ -371,7 +377,7 @@ func TestITLExposure(t *testing.T) {
 	if got := mustLoad(t, tr, wA).ITLExposure; math.Abs(got-0.1) > 1e-12 {
 		t.Fatalf("after freeing the 2-token request: %v, want 0.1", got)
 	}
-	if got := mustLoad(t, tr, wB).ITLExposure; got != 0.5 {
+	if got := mustLoad(t, tr, wB).ITLExposure; math.Abs(got-0.5) > 1e-12 {
 		t.Fatalf("other rank: %v, want 0.5", got)
 	}
 	for _, id := range []string{"0", "1", "3"} {

@@ -93,7 +93,6 @@ func (m *naive) load(w kvevent.WorkerRank) Load {
 		if !r.prefillDone {
 			l.ActivePrefillTokens += r.prefill
 		}
-		l.PrefillSince = m.prefillSince(w)
 		if r.expected >= 2 {
 			l.ITLExposure += 1 / float64(r.expected-1)
 		}
@@ -257,6 +256,9 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 					rt.Fatalf("%v ITL exposure %v, model %v", w, l.ITLExposure, want.ITLExposure)
 				}
 				l.ITLExposure = want.ITLExposure
+				if got, want := tr.PrefillSince(w), m.prefillSince(w); !got.Equal(want) {
+					rt.Fatalf("%v prefill since %v, model %v", w, got, want)
+				}
 				if l.ActiveBlocks = want.ActiveBlocks; l != want {
 					rt.Fatalf("%v: load %+v, model %+v", w, l, want)
 				}
@@ -298,7 +300,7 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				if len(got) != len(workers) {
 					rt.Fatalf("potential has %d workers, want %d", len(got), len(workers))
 				}
-				for _, g := range got {
+				for i, g := range got {
 					want := m.load(g.Worker)
 					want.NewBlocks = m.newBlocks(g.Worker, cand, tr.reuse(reuse))
 					if math.Abs(g.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
@@ -309,6 +311,9 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 						rt.Fatalf("%v ITL exposure %v, model %v", g.Worker, g.ITLExposure, want.ITLExposure)
 					}
 					g.ITLExposure = want.ITLExposure
+					if got, want := tr.PrefillSinceAt(i), m.prefillSince(g.Worker); !got.Equal(want) {
+						rt.Fatalf("%v prefill since %v, model %v", g.Worker, got, want)
+					}
 					if g != want {
 						rt.Fatalf("%v: ledger %+v, model %+v", g.Worker, g, want)
 					}
