@@ -603,7 +603,7 @@ func (s *Sim) Bind(fs *flag.FlagSet) {
 	cfg := &s.Sim
 	s.Workload.RegisterFlags(fs)
 	fs.StringVar(&s.Policies, "policy", s.Policies, "comma-separated policies: kv, kv-time, round-robin, random, least-loaded, oracle (diagnostic: longest real cached prefix, no load term)")
-	bindKVTime(fs, &cfg.Router.KVTime.Tolerance, &cfg.Router.KVTime.DecodeWeight, &cfg.Router.KVTime.RecomputeWeight, &cfg.Router.TimeModel.HalfLife)
+	bindKVTime(fs, &cfg.Router.KVTime.Tolerance, &cfg.Router.KVTime.DecodeWeight, &cfg.Router.KVTime.RecomputeWeight, &cfg.Router.KVTime.ITLWeight, &cfg.Router.TimeModel.HalfLife)
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of mock engines")
 	fs.IntVar(&cfg.Engine.BlockSize, "block-size", cfg.Engine.BlockSize, "KV block size in tokens")
 	fs.IntVar(&cfg.Engine.NumGPUBlocks, "num-gpu-blocks", cfg.Engine.NumGPUBlocks, "KV blocks per engine")

@@ -29,10 +29,10 @@ func (a *try) observe() {
 	s := router.Sample{
 		PromptTokens:        len(a.ex.tokens),
 		CachedTokens:        a.d.OverlapBlocks * a.f.blockSize,
-		QueuedPrefillTokens: row.ActivePrefillTokens,
-		ActiveRequests:      row.ActiveRequests,
-		ActiveBlocks:        row.ActiveBlocks,
-		TTFT:                tr.firstAt.Sub(a.sentAt),
+		QueuedPrefillTokens: row.ActivePrefillTokens, QueuedPrefillElapsed: row.PrefillElapsed,
+		ActiveRequests: row.ActiveRequests,
+		ActiveBlocks:   row.ActiveBlocks,
+		TTFT:           tr.firstAt.Sub(a.sentAt),
 	}
 	if tr.haveUsage {
 		s.CachedTokens = tr.cached

@@ -470,9 +470,9 @@ func (f *Frontend) observePrefill(ex *exchange, pre *prefillHop, ttft time.Durat
 	f.router.Observe(d.Worker, router.Sample{
 		PromptTokens:        len(ex.tokens),
 		CachedTokens:        d.OverlapBlocks * f.blockSize,
-		QueuedPrefillTokens: row.ActivePrefillTokens,
-		ActiveRequests:      row.ActiveRequests,
-		ActiveBlocks:        row.ActiveBlocks,
-		TTFT:                ttft,
+		QueuedPrefillTokens: row.ActivePrefillTokens, QueuedPrefillElapsed: row.PrefillElapsed,
+		ActiveRequests: row.ActiveRequests,
+		ActiveBlocks:   row.ActiveBlocks,
+		TTFT:           ttft,
 	}, f.clock())
 }

@@ -20,6 +20,9 @@ type Sample struct {
 	// QueuedPrefillTokens is the prefill booked on the worker rank when
 	// the request was sent (the row's ActivePrefillTokens).
 	QueuedPrefillTokens int
+	// QueuedPrefillElapsed is how long the worker rank had been computing
+	// that prefill when the request was sent (the row's PrefillElapsed).
+	QueuedPrefillElapsed time.Duration
 	// ActiveRequests is the requests running there at send time.
 	ActiveRequests int
 	// ActiveBlocks is the KV blocks held there at send time.
@@ -56,7 +59,7 @@ func (r *Router) Observe(w kvevent.WorkerRank, s Sample, now time.Time) bool {
 	}
 	if s.TTFT > 0 {
 		j := timemodel.Job{Queued: s.QueuedPrefillTokens, Uncached: s.PromptTokens - max(s.CachedTokens, 0),
-			Decodes: s.ActiveRequests, Chunk: info.MaxBatchedTokens}
+			Decodes: s.ActiveRequests, Chunk: info.MaxBatchedTokens, Elapsed: s.QueuedPrefillElapsed}
 		m.ObservePrefill(j, s.TTFT, now)
 	} else if s.Served {
 		m.CountRequest(now)

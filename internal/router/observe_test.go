@@ -64,3 +64,57 @@ func TestObserveSteersKVTime(t *testing.T) {
 		t.Fatalf("removed worker's model kept: %+v", ms)
 	}
 }
+
+// TestKVTimeCreditsPrefillInProgress: a request of 4,000 tokens booked
+// on worker 1 at t0. 40 ms later a plan for 1,000 tokens sees 40 ms of
+// that prefill behind worker 1: its queue is the booked tokens' share of
+// the pass (with one running request's decode token) less 40 ms. After a
+// second booking at 50 ms and the first request's first token at 60 ms,
+// progress counts from the completion: 10 ms into the second request's
+// prefill at 70 ms (now with two running requests).
+func TestKVTimeCreditsPrefillInProgress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy = "kv-time"
+	now := t0
+	r, err := New(cfg, serialIndex(t), func() time.Time { return now }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddWorker(WorkerInfo{ID: 1, BlockSize: cfg.BlockSize}); err != nil {
+		t.Fatal(err)
+	}
+	book := func(id string, family int) {
+		t.Helper()
+		if _, err := r.Route(Request{ID: id, Tokens: tokens(family, 0, 0, 4000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue := func(at time.Duration) (float64, time.Duration) {
+		t.Helper()
+		now = t0.Add(at)
+		d, err := r.Plan(Request{ID: "probe", Tokens: tokens(9, 0, 0, 1000)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := d.ChosenRow()
+		return row.Prediction.Queue, row.PrefillElapsed
+	}
+	// One pass (default chunk 8,192): booked + own + one token per
+	// running request, less the own tokens' pass.
+	share := func(running float64) float64 {
+		return (timemodel.PriorPrefillMs(int(5000+running)) - timemodel.PriorPrefillMs(int(1000+running))) / 1e3
+	}
+	book("a", 1)
+	if q, e := queue(40 * time.Millisecond); e != 40*time.Millisecond || math.Abs(q-(share(1)-0.04)) > 1e-9 {
+		t.Fatalf("40 ms into a: queue %v s, elapsed %v; want %v s, 40ms", q, e, share(1)-0.04)
+	}
+	now = t0.Add(50 * time.Millisecond)
+	book("b", 2)
+	now = t0.Add(60 * time.Millisecond)
+	if !r.MarkPrefillCompleted("a") {
+		t.Fatal("a not running")
+	}
+	if q, e := queue(70 * time.Millisecond); e != 10*time.Millisecond || math.Abs(q-(share(2)-0.01)) > 1e-9 {
+		t.Fatalf("10 ms into b: queue %v s, elapsed %v; want %v s, 10ms", q, e, share(2)-0.01)
+	}
+}

@@ -317,6 +317,13 @@ func (r *Router) route(req Request, book bool) (Decision, error) {
 	for i := range loads {
 		l, c := &loads[i], &cands[i]
 		c.ActivePrefillTokens = l.ActivePrefillTokens
+		c.PrefillElapsed = 0
+		c.ITLExposure = l.ITLExposure
+		if l.ActivePrefillTokens > 0 {
+			if since := r.seq.PrefillSinceAt(i); !since.IsZero() {
+				c.PrefillElapsed = max(now.Sub(since), 0)
+			}
+		}
 		c.ActiveBlocks = l.ActiveBlocks
 		c.DecodeBlocks = l.ActiveBlocks + nb // Load.PotentialDecodeBlocks
 		c.ActiveRequests = l.ActiveRequests
@@ -432,11 +439,12 @@ func (r *Router) lifecycle(k LifecycleKind, id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, _ := r.seq.WorkerOf(id)
+	now := r.clock()
 	var ok bool
 	if k == Free {
-		ok = r.seq.Free(id)
+		ok = r.seq.FreeAt(id, now)
 	} else {
-		ok = r.seq.MarkPrefillCompleted(id)
+		ok = r.seq.MarkPrefillCompletedAt(id, now)
 	}
 	if ok && r.observer != nil {
 		r.observer(LifecycleEvent{Kind: k, RouterID: r.cfg.RouterID, RequestID: id, Worker: w})
@@ -478,9 +486,9 @@ func (r *Router) ApplyRemote(ev LifecycleEvent) bool {
 			Reuse:                reuse,
 		}, r.clock()) == nil
 	case MarkPrefillCompleted:
-		ok = r.seq.MarkPrefillCompleted(ev.RequestID)
+		ok = r.seq.MarkPrefillCompletedAt(ev.RequestID, r.clock())
 	case Free:
-		ok = r.seq.Free(ev.RequestID)
+		ok = r.seq.FreeAt(ev.RequestID, r.clock())
 	}
 	if ok {
 		r.stats.RemoteApplied++

@@ -56,7 +56,8 @@ type Prediction struct {
 	// time to first token.
 	TTFT float64
 	// Decode is the decode term: the weighted delay its prefill adds to
-	// the worker rank's running decodes.
+	// the worker rank's running decodes and to their mean inter-token
+	// times (see KVTime.decodeTerm).
 	Decode float64
 	// Later is the delay its prefill adds to the first tokens of the
 	// requests that will reach the worker rank after it (not part of its
@@ -96,6 +97,16 @@ type KVTimeConfig struct {
 	// recompute. Default 8 (docs/design.md, "The kv-time policy", says
 	// why; docs/benchmarks.md measures 0 to 16).
 	RecomputeWeight float64
+	// ITLWeight weighs the inter-token term: seconds of TTFT traded for
+	// one second added to the mean inter-token time of one running
+	// request. This request's prefill stalls every running decode for
+	// the same time, and a stall of s seconds raises the mean
+	// inter-token time of a request answering n tokens by s/(n − 1), so
+	// the short answers running there carry most of it
+	// (Candidate.ITLExposure). Default 1: others' seconds against this
+	// request's, as the later term counts them (docs/design.md, "The
+	// kv-time policy"; docs/benchmarks.md measures 0.5 to 3).
+	ITLWeight float64
 	// KVBytesPerToken is one token's KV size, for tier transfer times.
 	// Default timemodel.DefaultKVBytesPerToken.
 	KVBytesPerToken int
@@ -117,7 +128,7 @@ type KVTimeConfig struct {
 
 // DefaultKVTimeConfig returns the defaults documented on KVTimeConfig.
 func DefaultKVTimeConfig() KVTimeConfig {
-	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, RecomputeWeight: 8, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
+	return KVTimeConfig{Tolerance: 0.05, DecodeWeight: 0.1, RecomputeWeight: 8, ITLWeight: 1, KVBytesPerToken: timemodel.DefaultKVBytesPerToken,
 		HostBandwidth: timemodel.DefaultTransferBandwidth, DiskBandwidth: timemodel.DefaultTransferBandwidth,
 		TransferBandwidth: timemodel.DefaultTransferBandwidth, KVHeadroom: 0.01}
 }
@@ -125,8 +136,9 @@ func DefaultKVTimeConfig() KVTimeConfig {
 // Validate reports the first invalid field.
 func (c KVTimeConfig) Validate() error {
 	switch {
-	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight) || !validKnob(c.RecomputeWeight):
-		return fmt.Errorf("%w: kv-time tolerance %v, decode weight %v and recompute weight %v must be finite and >= 0", ErrConfig, c.Tolerance, c.DecodeWeight, c.RecomputeWeight)
+	case !validKnob(c.Tolerance) || !validKnob(c.DecodeWeight) || !validKnob(c.RecomputeWeight) || !validKnob(c.ITLWeight):
+		return fmt.Errorf("%w: kv-time tolerance %v, decode weight %v, recompute weight %v and inter-token weight %v must be finite and >= 0",
+			ErrConfig, c.Tolerance, c.DecodeWeight, c.RecomputeWeight, c.ITLWeight)
 	case c.KVBytesPerToken < 0 || !validKnob(c.HostBandwidth) || !validKnob(c.DiskBandwidth) || !validKnob(c.TransferBandwidth) || !(c.KVHeadroom >= 0 && c.KVHeadroom < 1):
 		return fmt.Errorf("%w: kv-time transfer settings must be >= 0", ErrConfig)
 	}
@@ -207,7 +219,7 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref reco
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: uncached, Decodes: dec, Chunk: c.MaxBatchedTokens}
 	all := own
-	all.Queued = c.ActivePrefillTokens
+	all.Queued, all.Elapsed = c.ActivePrefillTokens, c.PrefillElapsed
 	var pr Prediction
 	pr.Prefill = m.PrefillSeconds(own)
 	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
@@ -215,8 +227,8 @@ func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref reco
 		timemodel.TransferSeconds(disk, p.cfg.KVBytesPerToken, p.cfg.DiskBandwidth)
 	pr.KVWait, pr.KVPressure = p.kvWait(m, c)
 	pr.TTFT = pr.Queue + pr.Prefill + pr.Load + pr.KVWait
-	if dec > 0 && p.cfg.DecodeWeight > 0 {
-		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill+pr.Load)
+	if dec > 0 {
+		pr.Decode = p.decodeTerm(c, dec, p.decodeDelay(m, c, own, pr.Prefill+pr.Load))
 	}
 	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
 	if priced := ref.held - max(isl-uncached, ref.shared); priced > 0 && p.cfg.RecomputeWeight > 0 {
@@ -265,20 +277,29 @@ func (p *KVTime) predictDecodeHop(m *timemodel.Model, c *Candidate, isl, bs int,
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: min(isl, 1), Decodes: dec, Chunk: c.MaxBatchedTokens}
 	all := own
-	all.Queued = c.ActivePrefillTokens
+	all.Queued, all.Elapsed = c.ActivePrefillTokens, c.PrefillElapsed
 	var pr Prediction
 	pr.Transfer = timemodel.TransferSeconds(isl-dev, p.cfg.KVBytesPerToken, p.cfg.TransferBandwidth)
 	pr.Prefill = m.PrefillSeconds(own)
 	pr.Queue = max(m.PrefillSeconds(all)-pr.Prefill, 0)
 	pr.KVWait, pr.KVPressure = p.kvWait(m, c)
 	pr.TTFT = pr.Queue + pr.Transfer + pr.Prefill + pr.KVWait
-	if dec > 0 && p.cfg.DecodeWeight > 0 {
-		pr.Decode = p.cfg.DecodeWeight * float64(dec) * p.decodeDelay(m, c, own, pr.Prefill)
+	if dec > 0 {
+		pr.Decode = p.decodeTerm(c, dec, p.decodeDelay(m, c, own, pr.Prefill))
 	}
 	pr.Later = later(m.RequestRate(now), pr.Queue, pr.Prefill)
 	pr.Total = pr.TTFT + pr.KVPressure + pr.Decode + pr.Later
 	pr.Error = m.PrefillError()
 	return pr
+}
+
+// decodeTerm prices a stall of the worker rank's dec running decodes by
+// stall seconds: DecodeWeight × the delay they suffer together, plus
+// ITLWeight × what it adds to their mean inter-token times together
+// (ITLExposure × stall: a stall weighs most on short answers, whose mean
+// is over few tokens, and they set the inter-token tail).
+func (p *KVTime) decodeTerm(c *Candidate, dec int, stall float64) float64 {
+	return p.cfg.DecodeWeight*float64(dec)*stall + p.cfg.ITLWeight*max(c.ITLExposure, 0)*stall
 }
 
 // decodeDelay is the delay this request's prefill adds to each running

@@ -388,3 +388,59 @@ func TestKVTimeLaterWorkedExample(t *testing.T) {
 		t.Fatalf("chose %v, want the calmer worker 1: %+v", d.Worker, d.Candidates)
 	}
 }
+
+// TestKVTimeCreditsElapsedPrefill: the worked example's worker 1 (30,000
+// booked, 800 own) has been computing its queue for 0.2 s: its queue is
+// 0.2 s shorter; after longer than the whole queue takes, it is empty and
+// the request's own prefill is all that is left.
+func TestKVTimeCreditsElapsedPrefill(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight, cfg.RecomputeWeight = 0, 0
+	s := newKVTime(t, cfg, nil)
+	queue := priorSeconds(30800, 0, 8192) - priorSeconds(800, 0, 8192)
+	for _, c := range []struct {
+		elapsed time.Duration
+		want    float64
+	}{{0, queue}, {200 * time.Millisecond, queue - 0.2}, {time.Minute, 0}} {
+		cands := []Candidate{{Worker: w(1), Overlap: Overlap{Device: 50}, ActivePrefillTokens: 30000, PrefillElapsed: c.elapsed, MaxBatchedTokens: 8192}}
+		d, err := s.Select(Request{InputTokens: 4000, BlockSize: 64}, cands, seeded(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Candidates[0].Prediction
+		if !near(p.Queue, c.want) || !near(p.Prefill, priorSeconds(800, 0, 8192)) || d.Candidates[0].PrefillElapsed != c.elapsed {
+			t.Errorf("elapsed %v: queue %v prefill %v, want queue %v", c.elapsed, p.Queue, p.Prefill, c.want)
+		}
+	}
+}
+
+// TestKVTimeInterTokenTerm: TestKVTimeTiersAndDecode's candidate with the
+// default weights, where 3 of its 10 running requests answer 2, 5 and 11
+// tokens (ITLExposure 1/1 + 1/4 + 1/10 = 1.35): the prefill's stall s
+// costs 0.1 × 10 × s of delay to the decodes and adds s/(n − 1) to each
+// of those mean inter-token times, 1.35 × s in all, priced at 1. A
+// second candidate, identical but serving only long answers (exposure
+// 0.01), wins.
+func TestKVTimeInterTokenTerm(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DiskBandwidth = 1e9
+	s := newKVTime(t, cfg, nil)
+	c := Candidate{Worker: w(1), Overlap: Overlap{Device: 2, Host: 3, Disk: 1}, ActiveRequests: 10, ActiveBlocks: 500, KVCapacityBlocks: 1000, MaxBatchedTokens: 8192,
+		ITLExposure: 1.0/1 + 1.0/4 + 1.0/10}
+	long := c
+	long.Worker, long.ITLExposure = w(2), 0.01
+	d, err := s.Select(Request{InputTokens: 1000, BlockSize: 100}, []Candidate{c, long}, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := 300*114688/64e9 + 100*114688/1e9
+	stall := priorSeconds(400, 10, 8192) + load - timemodel.PriorDecodeMs(0.5)/1e3
+	for i, exposure := range []float64{1.35, 0.01} {
+		if p := d.Candidates[i].Prediction; !near(p.Decode, (0.1*10+exposure)*stall) {
+			t.Errorf("row %d decode %v, want %v", i, p.Decode, (0.1*10+exposure)*stall)
+		}
+	}
+	if d.Worker != w(2) {
+		t.Errorf("chose %v, want the worker serving long answers", d.Worker)
+	}
+}

@@ -154,6 +154,7 @@ func (s *Scheduler) SelectInto(rows []Explanation, req Request, cands []Candidat
 		row.DecodeBlocks = c.DecodeBlocks
 		row.ActiveBlocks = c.ActiveBlocks
 		row.ActivePrefillTokens = c.ActivePrefillTokens
+		row.PrefillElapsed = c.PrefillElapsed
 		row.ActiveRequests = c.ActiveRequests
 		row.Cost = cost
 		row.Probability = 0

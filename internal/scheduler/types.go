@@ -33,6 +33,14 @@ type Candidate struct {
 	Overlap Overlap
 	// ActivePrefillTokens is the prompt load already booked on it.
 	ActivePrefillTokens int
+	// PrefillElapsed is how long the worker rank has been computing that
+	// booked prefill since it last finished one (the ledger's
+	// PrefillSince, up to the decision): kv-time credits it against the
+	// queue. 0 when unknown or nothing is booked.
+	PrefillElapsed time.Duration
+	// ITLExposure is the ledger's Load.ITLExposure: Σ 1/(expected output
+	// − 1) over its running requests.
+	ITLExposure float64
 	// ActiveBlocks is the KV blocks held by its running requests (busy check).
 	ActiveBlocks float64
 	// DecodeBlocks is ActiveBlocks plus the blocks the request would add
@@ -130,6 +138,8 @@ type Explanation struct {
 	ActiveBlocks float64
 	// ActivePrefillTokens is the prompt load already booked.
 	ActivePrefillTokens int
+	// PrefillElapsed is the candidate's PrefillElapsed.
+	PrefillElapsed time.Duration
 	// ActiveRequests is the number of running requests.
 	ActiveRequests int
 	// Cost is the kv cost (computed for every eligible row, whatever the

@@ -15,6 +15,15 @@
 //     and never shared.
 //   - A request's prefill tokens (input tokens minus the cached prefix) count
 //     until MarkPrefillCompleted or Free; its blocks count until Free.
+//   - Each rank keeps when its engine started on the prefill still booked
+//     (PrefillSince, not part of Load): the booking that found none pending, or the last
+//     timed completion (MarkPrefillCompletedAt, FreeAt) that left some. An
+//     engine computes its queue in order, so a time model can credit the
+//     time since then against the booked prefill; an untimed completion
+//     leaves it unknown (zero) until the rank drains.
+//   - Each rank sums 1/(expected output − 1) over its running requests
+//     expecting at least 2 tokens (Load.ITLExposure): how much a stall of
+//     the engine raises their mean inter-token times together.
 //   - Because a sequence hash identifies a whole prefix, the blocks active on
 //     a worker are prefix-closed for every request: if block i of a prompt is
 //     active, so are blocks 0..i-1. The new blocks a candidate request would

@@ -3,6 +3,7 @@ package sequences
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -72,6 +73,19 @@ type request struct {
 	started     time.Time
 }
 
+// exposureUnit is the fixed point of rank.exposure: 1e12 units a second.
+const exposureUnit = 1e12
+
+// exposure is how much a stall of one second raises the request's mean
+// inter-token time, in seconds: 1/(expected output − 1), in exposureUnit;
+// 0 when the expected output is unknown or a single token.
+func (r *request) exposure() int64 {
+	if r.expected < 2 {
+		return 0
+	}
+	return int64(math.Round(exposureUnit / float64(r.expected-1)))
+}
+
 // rank is one worker rank's running requests: the trie of their tracked
 // hashes and their counts.
 type rank struct {
@@ -79,6 +93,15 @@ type rank struct {
 	active   trie // tracked hashes of running requests
 	requests int
 	prefill  int
+	// since is when the rank's booked prefill last started a stretch of
+	// progress: the booking that found none pending, or the last
+	// completion that left some pending (zero: unknown, see Load).
+	since time.Time
+	// exposure is Σ 1/(expected output − 1) over its running requests
+	// with an expected output of 2 tokens or more (Load.ITLExposure), in
+	// exposureUnit fixed point: integer sums do not depend on the order
+	// requests come and go in, so replicas agree and an idle rank is 0.
+	exposure int64
 	private  int // private + output blocks of its requests
 	fracReqs map[*request]struct{}
 }
@@ -220,7 +243,7 @@ func (t *Ledger) RemoveRank(w kvevent.WorkerRank) []string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		t.free(t.reqs[id])
+		t.free(t.reqs[id], time.Time{})
 	}
 	t.slots[slot] = nil
 	delete(t.bySlot, w)
@@ -295,49 +318,73 @@ func (t *Ledger) AddRequest(req Request, now time.Time) error {
 		}
 	}
 	w.requests++
+	w.exposure += r.exposure()
+	if w.prefill == 0 && r.prefill > 0 {
+		w.since = now
+	}
 	w.prefill += r.prefill
 	t.stale(slot)
 	t.reqs[req.ID] = r
 	return nil
 }
 
-// MarkPrefillCompleted removes the request's prefill tokens from its
-// worker's load (its blocks stay). It returns false, and counts, when the id
-// is not running; marking twice is harmless.
+// MarkPrefillCompleted is MarkPrefillCompletedAt at an unknown time: the
+// rank's remaining prefill gets no progress start (PrefillSince)
+// until it next drains.
 func (t *Ledger) MarkPrefillCompleted(id string) bool {
+	return t.MarkPrefillCompletedAt(id, time.Time{})
+}
+
+// MarkPrefillCompletedAt removes the request's prefill tokens from its
+// worker's load (its blocks stay) at time now, which starts the next
+// stretch of progress on the prefill still booked there
+// (PrefillSince). It returns false, and counts, when the id is not
+// running; marking twice is harmless.
+func (t *Ledger) MarkPrefillCompletedAt(id string, now time.Time) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
 		return false
 	}
-	t.completePrefill(r)
+	t.completePrefill(r, now)
 	return true
 }
 
-func (t *Ledger) completePrefill(r *request) {
+func (t *Ledger) completePrefill(r *request, now time.Time) {
 	if r.prefillDone {
 		return
 	}
 	r.prefillDone = true
-	t.slots[r.slot].prefill -= r.prefill
+	w := t.slots[r.slot]
+	w.prefill -= r.prefill
+	if r.prefill > 0 {
+		// The engine has moved past this prompt: progress on what is
+		// still booked counts from now (an engine computes its queue
+		// in order, so work it did on the others before now is not
+		// credited: the estimate errs toward a longer queue).
+		w.since = now
+	}
 	t.stale(r.slot)
 }
 
-// Free ends a request: its prefill (if still pending) and its blocks leave
-// the load. It returns false, and counts, when the id is not running, so a
-// second Free is harmless.
-func (t *Ledger) Free(id string) bool {
+// Free is FreeAt at an unknown time (see MarkPrefillCompleted).
+func (t *Ledger) Free(id string) bool { return t.FreeAt(id, time.Time{}) }
+
+// FreeAt ends a request at time now: its prefill (if still pending, as in
+// MarkPrefillCompletedAt) and its blocks leave the load. It returns false,
+// and counts, when the id is not running, so a second Free is harmless.
+func (t *Ledger) FreeAt(id string, now time.Time) bool {
 	r, ok := t.reqs[id]
 	if !ok {
 		t.stats.UnknownIDs++
 		return false
 	}
-	t.free(r)
+	t.free(r, now)
 	return true
 }
 
-func (t *Ledger) free(r *request) {
-	t.completePrefill(r)
+func (t *Ledger) free(r *request, now time.Time) {
+	t.completePrefill(r, now)
 	w := t.slots[r.slot]
 	if r.end != nil {
 		if top := w.active.top(r.end); top != nil {
@@ -351,6 +398,7 @@ func (t *Ledger) free(r *request) {
 	}
 	w.private -= r.private + r.output
 	w.requests--
+	w.exposure -= r.exposure()
 	t.stale(r.slot)
 	delete(w.fracReqs, r)
 	delete(t.reqs, r.id)
@@ -421,7 +469,7 @@ func (t *Ledger) Expire(now time.Time) []string {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		t.free(t.reqs[id])
+		t.free(t.reqs[id], now)
 		t.stats.Expired++
 	}
 	return ids

@@ -3,6 +3,7 @@ package sequences
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -309,5 +310,80 @@ func TestManySiblings(t *testing.T) {
 	}
 	if l := mustLoad(t, tr, wA); l.ActiveBlocks != 2+4*2 {
 		t.Fatalf("4 siblings left: %v blocks, want 10", l.ActiveBlocks)
+	}
+}
+
+// TestPrefillSince walks a rank's prefill stretches: the booking that
+// finds nothing pending starts one, a later booking does not, a timed
+// completion (or a Free before the first token) that leaves prefill
+// pending starts the next, and an untimed one leaves it unknown until
+// the rank drains.
+func TestPrefillSince(t *testing.T) {
+	tr := newLedger(t, DefaultConfig(), wA)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	since := func(step string, want time.Time) {
+		t.Helper()
+		if got := tr.PrefillSince(wA); !got.Equal(want) {
+			t.Fatalf("%s: PrefillSince %v, want %v", step, got, want)
+		}
+	}
+	since("empty", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "decode-only", Worker: wA, PrefillTokens: 0}, at(1)))
+	since("a booking with nothing to prefill", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "a", Worker: wA, PrefillTokens: 100}, at(2)))
+	since("first booking", at(2))
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wA, PrefillTokens: 200}, at(3)))
+	must(t, tr.AddRequest(Request{ID: "c", Worker: wA, PrefillTokens: 300}, at(4)))
+	since("queued behind a", at(2))
+	tr.MarkPrefillCompletedAt("a", at(5))
+	since("a done, b and c pending", at(5))
+	tr.MarkPrefillCompletedAt("a", at(6))
+	since("a marked twice", at(5))
+	tr.FreeAt("b", at(7)) // cancelled before its first token
+	since("b cancelled, c pending", at(7))
+	tr.FreeAt("decode-only", at(8))
+	since("a request with no prefill left", at(7))
+	must(t, tr.AddRequest(Request{ID: "d", Worker: wA, PrefillTokens: 50}, at(9)))
+	tr.MarkPrefillCompleted("c")
+	if l := mustLoad(t, tr, wA); l.ActivePrefillTokens != 50 || !tr.PrefillSince(wA).IsZero() || !tr.PrefillSinceAt(0).IsZero() {
+		t.Fatalf("untimed completion: %+v since %v, want 50 tokens pending since an unknown time", l, tr.PrefillSince(wA))
+	}
+	tr.MarkPrefillCompletedAt("d", at(10))
+	since("drained", time.Time{})
+	must(t, tr.AddRequest(Request{ID: "e", Worker: wA, PrefillTokens: 10}, at(11)))
+	since("a new stretch after draining", at(11))
+	if got := tr.PrefillSinceAt(0); !got.Equal(at(11)) {
+		t.Fatalf("PrefillSinceAt(0) %v, want %v", got, at(11))
+	}
+	if !tr.PrefillSinceAt(1).IsZero() || !tr.PrefillSince(wB).IsZero() {
+		t.Fatal("a rank out of range or unknown has a prefill start")
+	}
+}
+
+// TestITLExposure: running requests expecting 0 (unknown), 1, 2 and 11
+// output tokens expose 0 + 0 + 1/1 + 1/10 seconds of mean inter-token
+// time per second of stall; freeing the 2-token one leaves 0.1, and an
+// idle rank exposes nothing.
+func TestITLExposure(t *testing.T) {
+	tr := newLedger(t, DefaultConfig(), wA, wB)
+	for i, exp := range []int{0, 1, 2, 11} {
+		must(t, tr.AddRequest(Request{ID: fmt.Sprint(i), Worker: wA, ExpectedOutputTokens: exp}, t0))
+	}
+	must(t, tr.AddRequest(Request{ID: "b", Worker: wB, ExpectedOutputTokens: 3}, t0))
+	if got := mustLoad(t, tr, wA).ITLExposure; math.Abs(got-1.1) > 1e-12 {
+		t.Fatalf("exposure %v, want 1.1", got)
+	}
+	tr.Free("2")
+	if got := mustLoad(t, tr, wA).ITLExposure; math.Abs(got-0.1) > 1e-12 {
+		t.Fatalf("after freeing the 2-token request: %v, want 0.1", got)
+	}
+	if got := mustLoad(t, tr, wB).ITLExposure; math.Abs(got-0.5) > 1e-12 {
+		t.Fatalf("other rank: %v, want 0.5", got)
+	}
+	for _, id := range []string{"0", "1", "3"} {
+		tr.Free(id)
+	}
+	if got := mustLoad(t, tr, wA).ITLExposure; got != 0 {
+		t.Fatalf("idle rank: %v, want 0", got)
 	}
 }

@@ -2,6 +2,7 @@ package sequences
 
 import (
 	"slices"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 )
@@ -15,6 +16,11 @@ type Load struct {
 	ActiveRequests int
 	// ActivePrefillTokens is the number of prompt tokens still to prefill.
 	ActivePrefillTokens int
+	// ITLExposure is Σ 1/(expected output tokens − 1) over the running
+	// requests with an expected output of at least 2: how many seconds a
+	// one-second stall of the engine adds to their mean inter-token times
+	// together. Short answers weigh most.
+	ITLExposure float64
 	// ActiveBlocks is the number of KV blocks held by running requests,
 	// shared blocks counted once (fractional with expected-output decay).
 	ActiveBlocks float64
@@ -32,6 +38,38 @@ func (l Load) PotentialDecodeBlocks() float64 { return l.ActiveBlocks + float64(
 // tokens, at least 0.
 func (l Load) PotentialPrefillTokens(inputTokens, overlapBlocks, blockSize int) int {
 	return l.ActivePrefillTokens + max(inputTokens-overlapBlocks*blockSize, 0)
+}
+
+// PrefillSince returns when the worker rank's engine started on the
+// prefill still booked there, as far as the ledger knows: the booking
+// that found none pending, or the last timed completion
+// (MarkPrefillCompletedAt, FreeAt) that left some. Engines compute their
+// queue in order, so the time since then went into it; a time model can
+// credit it (the kv-time policy). Zero when none is pending, the time is
+// unknown or the rank is. It is not part of Load: it is this ledger's
+// own observation (a replica applies the same bookings at other times).
+func (t *Ledger) PrefillSince(w kvevent.WorkerRank) time.Time {
+	slot, ok := t.bySlot[w]
+	if !ok {
+		return time.Time{}
+	}
+	return t.since(slot)
+}
+
+// PrefillSinceAt is PrefillSince of the i-th worker rank in Workers
+// order (the order of PotentialView's loads); zero out of range.
+func (t *Ledger) PrefillSinceAt(i int) time.Time {
+	if i < 0 || i >= len(t.order) {
+		return time.Time{}
+	}
+	return t.since(t.order[i])
+}
+
+func (t *Ledger) since(slot int) time.Time {
+	if w := t.slots[slot]; w.prefill > 0 {
+		return w.since
+	}
+	return time.Time{}
 }
 
 // Load returns the worker rank's current load.
@@ -64,12 +102,14 @@ func (t *Ledger) refresh(slot int) {
 		return
 	}
 	w := t.slots[slot]
-	t.cache[t.pos[slot]] = Load{
+	l := Load{
 		Worker:              w.id,
 		ActiveRequests:      w.requests,
 		ActivePrefillTokens: w.prefill,
 		ActiveBlocks:        t.activeBlocks(w),
 	}
+	l.ITLExposure = float64(w.exposure) / exposureUnit
+	t.cache[t.pos[slot]] = l
 	t.fresh[slot] = true
 }
 

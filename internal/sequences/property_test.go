@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/kvhash"
@@ -19,12 +20,52 @@ type naiveReq struct {
 	prefillDone bool
 	output      int
 	frac        float64
+	booked      naiveEvent
+	expected    int
 }
 
 // naive recomputes every figure from the list of live requests.
 type naive struct {
 	cfg  Config
 	reqs map[string]*naiveReq
+	// done is each worker's last completion of a request with prefill
+	// (its mark, or its free before one).
+	done map[kvevent.WorkerRank]naiveEvent
+}
+
+// naiveEvent is a booking or a completion: its action's step (they are
+// ordered by it) and its time (zero: untimed).
+type naiveEvent struct {
+	step int
+	at   time.Time
+}
+
+// prefillSince is, while the worker has prefill pending, the time of the
+// later of its last completion and the booking of its oldest request
+// still to prefill (the engine has been on the queue since then); an
+// untimed completion leaves it unknown.
+func (m *naive) prefillSince(w kvevent.WorkerRank) time.Time {
+	oldest := naiveEvent{step: -1}
+	for _, r := range m.reqs {
+		if r.w == w && !r.prefillDone && r.prefill > 0 && (oldest.step < 0 || r.booked.step < oldest.step) {
+			oldest = r.booked
+		}
+	}
+	if oldest.step < 0 {
+		return time.Time{}
+	}
+	if d, ok := m.done[w]; ok && d.step > oldest.step {
+		return d.at
+	}
+	return oldest.at
+}
+
+// complete records r's prefill leaving at ev.
+func (m *naive) complete(r *naiveReq, ev naiveEvent) {
+	if !r.prefillDone && r.prefill > 0 {
+		m.done[r.w] = ev
+	}
+	r.prefillDone = true
 }
 
 func (m *naive) refs(w kvevent.WorkerRank) map[uint64]int {
@@ -51,6 +92,9 @@ func (m *naive) load(w kvevent.WorkerRank) Load {
 		l.ActiveRequests++
 		if !r.prefillDone {
 			l.ActivePrefillTokens += r.prefill
+		}
+		if r.expected >= 2 {
+			l.ITLExposure += 1 / float64(r.expected-1)
 		}
 		l.ActiveBlocks += float64(r.private + r.output)
 		if r.frac < 1 {
@@ -95,7 +139,18 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}}
+		m := &naive{cfg: cfg, reqs: map[string]*naiveReq{}, done: map[kvevent.WorkerRank]naiveEvent{}}
+		// Every action is a step 1 ms after the last; completions are
+		// timed or not (MarkPrefillCompleted, Free).
+		step := 0
+		next := func(timed bool) naiveEvent {
+			step++
+			ev := naiveEvent{step: step}
+			if timed {
+				ev.at = t0.Add(time.Duration(step) * time.Millisecond)
+			}
+			return ev
+		}
 		nw := rapid.SampledFrom([]int{1, 2, 66}).Draw(rt, "workers")
 		var workers []kvevent.WorkerRank
 		for i := range nw {
@@ -136,10 +191,11 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				exp := rapid.IntRange(0, 40).Draw(rt, "expected")
 				id := fmt.Sprint(nextID)
 				nextID++
-				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, t0); err != nil {
+				ev := next(true)
+				if err := tr.AddRequest(Request{ID: id, Worker: w, BlockHashes: h, PrefillTokens: pf, ExpectedOutputTokens: exp, Reuse: reuse}, ev.at); err != nil {
 					rt.Fatal(err)
 				}
-				r := &naiveReq{w: w, prefill: pf, frac: 1}
+				r := &naiveReq{w: w, prefill: pf, frac: 1, booked: ev, expected: exp}
 				s := cfg.ActiveSequenceStride
 				if tr.reuse(reuse) {
 					for i := range len(h) / s {
@@ -153,18 +209,23 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 			"mark": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids()).Draw(rt, "id")
 				_, live := m.reqs[id]
-				if tr.MarkPrefillCompleted(id) != live {
+				ev := next(rapid.Bool().Draw(rt, "timed"))
+				if tr.MarkPrefillCompletedAt(id, ev.at) != live {
 					rt.Fatalf("mark %s: live=%v disagrees", id, live)
 				}
 				if live {
-					m.reqs[id].prefillDone = true
+					m.complete(m.reqs[id], ev)
 				}
 			},
 			"free": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids()).Draw(rt, "id")
-				_, live := m.reqs[id]
-				if tr.Free(id) != live {
+				r, live := m.reqs[id]
+				ev := next(rapid.Bool().Draw(rt, "timed"))
+				if tr.FreeAt(id, ev.at) != live {
 					rt.Fatalf("free %s: live=%v disagrees", id, live)
+				}
+				if live {
+					m.complete(r, ev)
 				}
 				delete(m.reqs, id)
 			},
@@ -190,6 +251,13 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				want := m.load(w)
 				if math.Abs(l.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
 					rt.Fatalf("%v active blocks %v, model %v", w, l.ActiveBlocks, want.ActiveBlocks)
+				}
+				if math.Abs(l.ITLExposure-want.ITLExposure) > 1e-9 {
+					rt.Fatalf("%v ITL exposure %v, model %v", w, l.ITLExposure, want.ITLExposure)
+				}
+				l.ITLExposure = want.ITLExposure
+				if got, want := tr.PrefillSince(w), m.prefillSince(w); !got.Equal(want) {
+					rt.Fatalf("%v prefill since %v, model %v", w, got, want)
 				}
 				if l.ActiveBlocks = want.ActiveBlocks; l != want {
 					rt.Fatalf("%v: load %+v, model %+v", w, l, want)
@@ -232,13 +300,20 @@ func TestLedgerMatchesNaiveModel(t *testing.T) {
 				if len(got) != len(workers) {
 					rt.Fatalf("potential has %d workers, want %d", len(got), len(workers))
 				}
-				for _, g := range got {
+				for i, g := range got {
 					want := m.load(g.Worker)
 					want.NewBlocks = m.newBlocks(g.Worker, cand, tr.reuse(reuse))
 					if math.Abs(g.ActiveBlocks-want.ActiveBlocks) > 1e-9 {
 						rt.Fatalf("%v active blocks %v, model %v", g.Worker, g.ActiveBlocks, want.ActiveBlocks)
 					}
 					g.ActiveBlocks = want.ActiveBlocks
+					if math.Abs(g.ITLExposure-want.ITLExposure) > 1e-9 {
+						rt.Fatalf("%v ITL exposure %v, model %v", g.Worker, g.ITLExposure, want.ITLExposure)
+					}
+					g.ITLExposure = want.ITLExposure
+					if got, want := tr.PrefillSinceAt(i), m.prefillSince(g.Worker); !got.Equal(want) {
+						rt.Fatalf("%v prefill since %v, model %v", g.Worker, got, want)
+					}
 					if g != want {
 						rt.Fatalf("%v: ledger %+v, model %+v", g.Worker, g, want)
 					}

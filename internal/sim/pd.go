@@ -86,9 +86,9 @@ func (r *run) issuePD(req workload.Request) bool {
 	}
 	pr, dr := pd.ChosenRow(), dd.ChosenRow()
 	r.flights[id] = &flight{issued: r.now, worker: d, prompt: len(req.Prompt), sentAt: r.now, sent: router.Sample{
-		QueuedPrefillTokens: dr.ActivePrefillTokens, ActiveRequests: dr.ActiveRequests, ActiveBlocks: dr.ActiveBlocks}}
+		QueuedPrefillTokens: dr.ActivePrefillTokens, QueuedPrefillElapsed: dr.PrefillElapsed, ActiveRequests: dr.ActiveRequests, ActiveBlocks: dr.ActiveBlocks}}
 	r.pd[id] = &pdFlight{req: req, prefill: p, decode: d, sent: router.Sample{
-		QueuedPrefillTokens: pr.ActivePrefillTokens, ActiveRequests: pr.ActiveRequests, ActiveBlocks: pr.ActiveBlocks}}
+		QueuedPrefillTokens: pr.ActivePrefillTokens, QueuedPrefillElapsed: pr.PrefillElapsed, ActiveRequests: pr.ActiveRequests, ActiveBlocks: pr.ActiveBlocks}}
 	if !r.workers[p].busy {
 		r.startStep(p)
 	}

@@ -394,7 +394,8 @@ func (r *run) dispatch(req workload.Request, d router.Decision, arrived time.Dur
 	}
 	row := d.ChosenRow()
 	r.flights[id] = &flight{issued: arrived, worker: w, prompt: len(req.Prompt), sent: router.Sample{
-		QueuedPrefillTokens: row.ActivePrefillTokens, ActiveRequests: row.ActiveRequests, ActiveBlocks: row.ActiveBlocks},
+		QueuedPrefillTokens: row.ActivePrefillTokens, QueuedPrefillElapsed: row.PrefillElapsed,
+		ActiveRequests: row.ActiveRequests, ActiveBlocks: row.ActiveBlocks},
 		predict: row.Prediction.TTFT, sentAt: r.now, tenant: req.Tenant}
 	if !r.workers[w].busy {
 		r.startStep(w)

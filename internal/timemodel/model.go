@@ -74,6 +74,11 @@ type Job struct {
 	// Chunk is the worker's max batched tokens per pass; 0 or less means
 	// Config.DefaultChunkTokens.
 	Chunk int
+	// Elapsed is how long the worker has already been computing the
+	// Queued tokens (since it last finished a prefill): that much of their
+	// predicted time is behind it. It credits at most the Queued tokens'
+	// share of the prediction, never the request's own prefill.
+	Elapsed time.Duration
 }
 
 // Passes returns the job's forward passes: how many, the total tokens over
@@ -145,8 +150,16 @@ func (m *Model) Config() Config { return m.cfg }
 // now, and counts one request served by the worker (RequestRate). It
 // returns the weight the sample got (0 if rejected: a non-positive or
 // non-finite time, which counts no request).
+//
+// A job with Elapsed is fitted as the passes of its whole booked queue
+// taking ttft plus the credit PrefillSeconds takes off them (at the
+// current fit), so that the polynomial stays the cost of whole passes.
 func (m *Model) ObservePrefill(j Job, ttft time.Duration, now time.Time) float64 {
-	w := m.prefill.observe(&m.cfg, &m.pPrior, prefillFeatures(j, m.cfg.DefaultChunkTokens), ms(ttft), now)
+	y := ms(ttft)
+	if ttft > 0 {
+		y += m.credit(j) * 1e3
+	}
+	w := m.prefill.observe(&m.cfg, &m.pPrior, prefillFeatures(j, m.cfg.DefaultChunkTokens), y, now)
 	if w > 0 {
 		m.prefillN++
 		m.requests.add(&m.cfg, now)
@@ -204,9 +217,29 @@ func (m *Model) Relax(now time.Time) {
 	m.decode.relax(&m.cfg, &m.dPrior, now)
 }
 
-// PrefillSeconds predicts the job's time to first token in seconds (≥ 0).
+// PrefillSeconds predicts the job's time to first token in seconds (≥ 0):
+// the passes over its queued and own tokens, less the time already spent
+// on the queued ones (Job.Elapsed, at most their share).
 func (m *Model) PrefillSeconds(j Job) float64 {
+	return math.Max(m.passSeconds(j)-m.credit(j), 0)
+}
+
+// passSeconds is the fit's time for the job's passes in seconds (≥ 0),
+// Elapsed ignored.
+func (m *Model) passSeconds(j Job) float64 {
 	return math.Max(m.prefill.predict(&m.pPrior, prefillFeatures(j, m.cfg.DefaultChunkTokens)), 0) / 1e3
+}
+
+// credit is the seconds of the job's passes already behind the worker:
+// Elapsed, at most the queued tokens' share of the prediction (the passes
+// with them less the passes without them).
+func (m *Model) credit(j Job) float64 {
+	if j.Elapsed <= 0 || j.Queued <= 0 {
+		return 0
+	}
+	own := j
+	own.Queued, own.Elapsed = 0, 0
+	return math.Min(j.Elapsed.Seconds(), math.Max(m.passSeconds(j)-m.passSeconds(own), 0))
 }
 
 // DecodeStepSeconds predicts one decode step's time in seconds at KV use
