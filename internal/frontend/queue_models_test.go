@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,32 +107,6 @@ func (mf *modelFleet) running(id kvevent.WorkerID) int {
 		}
 	}
 	return n
-}
-
-// startModelStream is startStream naming a model ("" none).
-func (mf *modelFleet) startModelStream(model, prompt string, maxTokens int, hdr ...string) (context.CancelFunc, <-chan int) {
-	if model == "" {
-		return mf.startStream(prompt, maxTokens, hdr...)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":%d,"stream":true}`, model, prompt, maxTokens)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mf.front.URL+"/v1/completions", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	go func() {
-		resp, err := mf.client.Do(req)
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	return cancel, done
 }
 
 // gateState is the gate's queues and counts, read under its lock.
