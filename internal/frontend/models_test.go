@@ -1,21 +1,17 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,28 +49,7 @@ func (m testModels) ModelOf(id kvevent.WorkerID) (string, bool) { return m.pools
 // startModelMock is startMock for a worker serving model with block size bs.
 func startModelMock(t *testing.T, id uint64, model string, bs int) string {
 	t.Helper()
-	c := server.DefaultConfig()
-	c.Model = model
-	c.WorkerID = id
-	c.Engine.BlockSize = bs
-	c.Engine.NumGPUBlocks = 2048
-	c.Engine.SpeedupRatio = 1000
-	c.Tokenizer = testTokenizer(t)
-	c.Logger = slog.New(slog.DiscardHandler)
-	w, err := server.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Serve(ctx, ln) }()
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { cancel(); <-errc }) })
-	return "http://" + ln.Addr().String()
+	return startMockWith(t, id, model, bs, 1000)
 }
 
 // Two models with different block sizes behind one front door, the second

@@ -36,10 +36,17 @@ type modelFleet struct {
 // startPoolMock is startModelMock with a speedup.
 func startPoolMock(t *testing.T, id uint64, model string, speedup float64) string {
 	t.Helper()
+	return startMockWith(t, id, model, 16, speedup)
+}
+
+// startMockWith starts a mock worker serving model with block size bs at
+// the engine speedup given, stopped when the test ends.
+func startMockWith(t *testing.T, id uint64, model string, bs int, speedup float64) string {
+	t.Helper()
 	c := server.DefaultConfig()
 	c.Model = model
 	c.WorkerID = id
-	c.Engine.BlockSize = 16
+	c.Engine.BlockSize = bs
 	c.Engine.NumGPUBlocks = 2048
 	c.Engine.SpeedupRatio = speedup
 	c.Tokenizer = testTokenizer(t)
