@@ -178,7 +178,10 @@ func (g *gate) queue(pool string) *admission.Queue {
 	}
 	q, err := admission.NewShared(g.cfg.Admission, g.ledger)
 	if err != nil {
-		panic(err) // the configuration made g.q
+		// Unreachable: the same configuration made g.q. Never panic in
+		// a serving goroutine; metering by the default pool's queue is
+		// the least surprising fallback.
+		return g.q
 	}
 	g.more[pool] = q
 	i, _ := slices.BinarySearch(g.names, pool)
