@@ -130,6 +130,7 @@ func TestRepeatedPromptLandsOnCachedWorker(t *testing.T) {
 	}
 	fl.waitIdle()
 	worker := first.Header.Get(HeaderWorker)
+	promptTokens := 0
 	for i := range 3 {
 		resp, body := fl.do("POST", "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
 		if resp.StatusCode != 200 {
@@ -143,6 +144,7 @@ func TestRepeatedPromptLandsOnCachedWorker(t *testing.T) {
 		if err := json.Unmarshal(body, &u); err != nil {
 			t.Fatal(err)
 		}
+		promptTokens = u.Usage.PromptTokens
 		full := u.Usage.PromptTokens / 16
 		if overlap != full {
 			t.Fatalf("predicted overlap %d blocks, the prompt has %d full blocks", overlap, full)
@@ -152,6 +154,13 @@ func TestRepeatedPromptLandsOnCachedWorker(t *testing.T) {
 		}
 		fl.waitIdle()
 	}
+	// The accuracy metrics are written after the booking is freed (and
+	// after the client has its answer), the prompt-token counter last:
+	// wait for the fourth response's.
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		got := fl.metric("kvrouter_frontend_usage_prompt_tokens_total", "worker", worker)
+		return got >= 4*float64(promptTokens), fmt.Sprintf("%v prompt tokens counted for %s, want 4 × %d", got, worker, promptTokens)
+	}, "four responses' accuracy metrics")
 	if got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker); got != 4 {
 		t.Fatalf("accuracy samples for %s: %v, want 4", worker, got)
 	}
