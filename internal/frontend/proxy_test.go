@@ -383,6 +383,11 @@ func TestExactModeFollowsWorkerEvents(t *testing.T) {
 		t.Fatalf("worker reports %d cached tokens, router predicted %d", c, full*16)
 	}
 	fl.waitIdle()
+	// Written after the booking is freed: wait for the second sample.
+	poll.UntilState(t, 5*time.Second, func() (bool, string) {
+		got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker)
+		return got >= 2, fmt.Sprintf("%v accuracy samples", got)
+	}, "two accuracy samples")
 	if got := fl.metric("kvrouter_frontend_cached_tokens_error", "worker", worker); got != 2 {
 		t.Fatalf("accuracy samples %v, want 2", got)
 	}
