@@ -118,11 +118,18 @@ type mock struct {
 
 func startMock(t testing.TB, id uint64, speedup float64, sinks ...server.EventSink) *mock {
 	t.Helper()
+	return startMockModel(t, id, testModel, 16, speedup, sinks...)
+}
+
+// startMockModel is startMock for a worker serving model with block size
+// bs.
+func startMockModel(t testing.TB, id uint64, model string, bs int, speedup float64, sinks ...server.EventSink) *mock {
+	t.Helper()
 	c := server.DefaultConfig()
 	c.Sinks = sinks
-	c.Model = testModel
+	c.Model = model
 	c.WorkerID = id
-	c.Engine.BlockSize = 16
+	c.Engine.BlockSize = bs
 	c.Engine.NumGPUBlocks = 2048
 	c.Engine.SpeedupRatio = speedup
 	c.Tokenizer = testTokenizer(t)

@@ -49,7 +49,7 @@ func (m testModels) ModelOf(id kvevent.WorkerID) (string, bool) { return m.pools
 // startModelMock is startMock for a worker serving model with block size bs.
 func startModelMock(t *testing.T, id uint64, model string, bs int) string {
 	t.Helper()
-	return startMockWith(t, id, model, bs, 1000)
+	return startMockModel(t, id, model, bs, 1000).url
 }
 
 // Two models with different block sizes behind one front door, the second

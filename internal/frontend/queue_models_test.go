@@ -1,11 +1,9 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,7 +16,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
-	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -36,35 +33,7 @@ type modelFleet struct {
 // startPoolMock is startModelMock with a speedup.
 func startPoolMock(t *testing.T, id uint64, model string, speedup float64) string {
 	t.Helper()
-	return startMockWith(t, id, model, 16, speedup)
-}
-
-// startMockWith starts a mock worker serving model with block size bs at
-// the engine speedup given, stopped when the test ends.
-func startMockWith(t *testing.T, id uint64, model string, bs int, speedup float64) string {
-	t.Helper()
-	c := server.DefaultConfig()
-	c.Model = model
-	c.WorkerID = id
-	c.Engine.BlockSize = bs
-	c.Engine.NumGPUBlocks = 2048
-	c.Engine.SpeedupRatio = speedup
-	c.Tokenizer = testTokenizer(t)
-	c.Logger = slog.New(slog.DiscardHandler)
-	w, err := server.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Serve(ctx, ln) }()
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { cancel(); <-errc }) })
-	return "http://" + ln.Addr().String()
+	return startMockModel(t, id, model, 16, speedup).url
 }
 
 func newModelFleet(t *testing.T, cfg func(*Config)) *modelFleet {
