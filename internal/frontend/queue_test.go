@@ -56,26 +56,32 @@ func (fl *testFleet) startStream(prompt string, maxTokens int, hdr ...string) (c
 	return cancel, done
 }
 
-// TestQueueFloodWaitsInsteadOfFailing: 24 concurrent requests on one
-// worker that one request saturates: every one succeeds, and the queue
-// held them (depth seen above 0, "queued" counted).
-func TestQueueFloodWaitsInsteadOfFailing(t *testing.T) {
-	fl := newFleet(t, fleetOpt{workers: 1, speedup: 200, cfg: saturating(nil)})
-	const n = 24
+// floodAllOK sends n short completions at once (request i with the
+// headers hdr(i)) and fails the test unless every one is answered 200.
+func (fl *testFleet) floodAllOK(n int, hdr func(i int) []string) {
+	fl.t.Helper()
 	var wg sync.WaitGroup
 	codes := make([]int, n)
 	for i := range n {
 		wg.Go(func() {
-			resp, _ := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8}`, words(i, 60)))
+			resp, _ := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8}`, words(i, 60)), hdr(i)...)
 			codes[i] = resp.StatusCode
 		})
 	}
 	wg.Wait()
 	for i, c := range codes {
 		if c != http.StatusOK {
-			t.Fatalf("request %d: status %d, want 200 (codes %v)", i, c, codes)
+			fl.t.Fatalf("request %d: status %d, want 200 (codes %v)", i, c, codes)
 		}
 	}
+}
+
+// TestQueueFloodWaitsInsteadOfFailing: 24 concurrent requests on one
+// worker that one request saturates: every one succeeds, and the queue
+// held them (depth seen above 0, "queued" counted).
+func TestQueueFloodWaitsInsteadOfFailing(t *testing.T) {
+	fl := newFleet(t, fleetOpt{workers: 1, speedup: 200, cfg: saturating(nil)})
+	fl.floodAllOK(24, func(int) []string { return nil })
 	if q := fl.metric("kvrouter_queue_requests_total", "outcome", "queued"); q < 1 {
 		t.Fatalf("%v requests queued: the flood did not saturate the worker", q)
 	}
@@ -115,25 +121,12 @@ func testStaggeredServesEveryone(t *testing.T, stagger func(*admission.Config)) 
 		stagger(&c.Queue.Admission)
 		c.Queue.Admission.BurstCredit = 1024
 	})})
-	const n = 24
-	var wg sync.WaitGroup
-	codes := make([]int, n)
-	for i := range n {
-		tenant := "a"
+	fl.floodAllOK(24, func(i int) []string {
 		if i%6 == 5 {
-			tenant = "b"
+			return []string{"X-Tenant-ID", "b"}
 		}
-		wg.Go(func() {
-			resp, _ := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8}`, words(i, 60)), "X-Tenant-ID", tenant)
-			codes[i] = resp.StatusCode
-		})
-	}
-	wg.Wait()
-	for i, c := range codes {
-		if c != http.StatusOK {
-			t.Fatalf("request %d: status %d, want 200 (codes %v)", i, c, codes)
-		}
-	}
+		return []string{"X-Tenant-ID", "a"}
+	})
 	if q := fl.metric("kvrouter_queue_requests_total", "outcome", "queued"); q < 1 {
 		t.Fatalf("%v requests queued: the flood did not saturate the workers", q)
 	}
