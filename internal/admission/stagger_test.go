@@ -19,9 +19,7 @@ func TestHoldWorkedExample(t *testing.T) {
 	now := t0.Add(time.Second)
 	start := func(maxHold time.Duration) *Queue {
 		q := newQueue(t, func(c *Config) { c.StaggerGap, c.StaggerMaxHold = 20*ms, maxHold })
-		q.Started("z", t0, now.Add(-ms))
-		q.Started("x", now.Add(-10*ms), now.Add(90*ms))
-		q.Started("y", now.Add(-5*ms), now.Add(100*ms))
+		startEnds(q, now)
 		return q
 	}
 	q := start(0)
@@ -49,6 +47,15 @@ func TestHoldWorkedExample(t *testing.T) {
 	}
 }
 
+// startEnds notes the worked examples' predicted ends: z already past,
+// x at now+90 ms and y at now+100 ms.
+func startEnds(q *Queue, now time.Time) {
+	ms := time.Millisecond
+	q.Started("z", t0, now.Add(-ms))
+	q.Started("x", now.Add(-10*ms), now.Add(90*ms))
+	q.Started("y", now.Add(-5*ms), now.Add(100*ms))
+}
+
 // TestHoldAutoWorkedExample: with StaggerAuto the gap is the held
 // request's prefill ÷ (ends not yet past + 1). Ends at now+90 ms (x) and
 // now+100 ms (y), one past (z, not counted): a 90 ms prefill gets a gap
@@ -65,9 +72,7 @@ func TestHoldAutoWorkedExample(t *testing.T) {
 	if !q.Staggers() {
 		t.Fatal("StaggerAuto should turn staggering on")
 	}
-	q.Started("z", t0, now.Add(-ms))
-	q.Started("x", now.Add(-10*ms), now.Add(90*ms))
-	q.Started("y", now.Add(-5*ms), now.Add(100*ms))
+	startEnds(q, now)
 	if got := q.Hold(now, 90*ms); got != 40*ms {
 		t.Fatalf("hold %v, want 40ms", got)
 	}
