@@ -264,15 +264,24 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 		}
 		return ""
 	}
+	// releaseN releases n times and joins the ids.
+	releaseN := func(n int) string {
+		var order []string
+		for range n {
+			order = append(order, released())
+		}
+		return strings.Join(order, " ")
+	}
+	saturate := func(pool string, on bool) {
+		rt.mu.Lock()
+		rt.sat[pool] = on
+		rt.mu.Unlock()
+	}
 	for _, p := range []string{"", "b", "c"} {
 		push(p, p+"1")
 		push(p, p+"2")
 	}
-	var order []string
-	for range 6 {
-		order = append(order, released())
-	}
-	if got, want := strings.Join(order, " "), "b1 c1 1 b2 c2 2"; got != want {
+	if got, want := releaseN(6), "b1 c1 1 b2 c2 2"; got != want {
 		t.Fatalf("released %q, want %q", got, want)
 	}
 	for _, p := range []string{"", "b", "c"} {
@@ -283,24 +292,12 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 	if got, want := fmt.Sprint(g.byPool(20)), "[{c 3} { 2} {b 2}]"; got != want {
 		t.Fatalf("pools by waiting %s, want %s", got, want)
 	}
-	rt.mu.Lock()
-	rt.sat["c"] = true
-	rt.mu.Unlock()
-	order = order[:0]
-	for range 5 {
-		order = append(order, released())
-	}
-	if got, want := strings.Join(order, " "), "b3 3 b4 4 "; got != want {
+	saturate("c", true)
+	if got, want := releaseN(5), "b3 3 b4 4 "; got != want {
 		t.Fatalf("c saturated: released %q, want %q", got, want)
 	}
-	rt.mu.Lock()
-	rt.sat["c"] = false
-	rt.mu.Unlock()
-	order = order[:0]
-	for range 4 {
-		order = append(order, released())
-	}
-	if got, want := strings.Join(order, " "), "c3 c4 c5 "; got != want {
+	saturate("c", false)
+	if got, want := releaseN(4), "c3 c4 c5 "; got != want {
 		t.Fatalf("c with room again: released %q, want %q", got, want)
 	}
 }
