@@ -50,7 +50,7 @@
 // briefly for their handlers, so nothing outlives it.
 //
 // With QueueConfig on, a completion request first passes the admission
-// queue (queue.go; not in a disaggregated fleet, below): while every worker of its model's pool is over the
+// queue (queue.go): while every worker of its model's pool is over the
 // queue thresholds, or its tenant is at its in-flight cap, it waits and
 // is released in the queue's order as its pool's capacity frees. Each
 // model pool has a queue of its own, judged by that pool's saturation
@@ -61,7 +61,13 @@
 // In a disaggregated fleet (prefill-role workers known to the router) a
 // request takes two booked hops, prefill then decode, in vLLM's or SGLang's
 // protocol (pd.go, docs/pd.md); the same retry and timeout rules apply to
-// each, and X-Kvrouter-Prefill-Worker names the prefill worker.
+// each, and X-Kvrouter-Prefill-Worker names the prefill worker. It passes
+// the admission queue once, before its first prefill hop (retries do not
+// pass it again); its pool is saturated when all its prefill-role workers,
+// or all its decode-side workers, are over the thresholds, since it needs
+// a hop on each. The TTFT target judges the prefill hop's worker (the
+// decode worker's when the hop is bypassed); staggered release does not
+// narrow a released PD request's workers.
 //
 // The package does no discovery and owns no router state: the composition
 // root gives it the router, a Directory (worker id to name, URL and

@@ -125,14 +125,25 @@ func startMock(t testing.TB, id uint64, speedup float64, sinks ...server.EventSi
 // bs.
 func startMockModel(t testing.TB, id uint64, model string, bs int, speedup float64, sinks ...server.EventSink) *mock {
 	t.Helper()
+	return startMockConfig(t, id, speedup, func(c *server.Config) {
+		c.Sinks, c.Model, c.Engine.BlockSize = sinks, model, bs
+	})
+}
+
+// startMockConfig starts a mock worker of the harness's defaults (the
+// test model, block size 16, 2,048 blocks) that set may change.
+func startMockConfig(t testing.TB, id uint64, speedup float64, set func(*server.Config)) *mock {
+	t.Helper()
 	c := server.DefaultConfig()
-	c.Sinks = sinks
-	c.Model = model
+	c.Model = testModel
 	c.WorkerID = id
-	c.Engine.BlockSize = bs
+	c.Engine.BlockSize = 16
 	c.Engine.NumGPUBlocks = 2048
 	c.Engine.SpeedupRatio = speedup
 	c.Tokenizer = testTokenizer(t)
+	if set != nil {
+		set(&c)
+	}
 	c.Logger = slog.New(slog.DiscardHandler)
 	w, err := server.New(c)
 	if err != nil {
@@ -176,6 +187,11 @@ type fleetOpt struct {
 	exact bool
 	// wrap, when set, wraps the router the front door is given.
 	wrap func(Router) Router
+	// roles, when set, disaggregates the fleet (docs/pd.md): worker i+1
+	// has role roles[i] in the router and its mock plays that side of
+	// vLLM's protocol (a both-role worker is aggregated); there are at
+	// least as many workers as roles.
+	roles []router.Role
 }
 
 // routerSink applies a mock worker's KV events to the router as they are
@@ -202,6 +218,7 @@ func newFleet(t testing.TB, o fleetOpt) *testFleet {
 	if o.speedup == 0 {
 		o.speedup = 1000
 	}
+	o.workers = max(o.workers, len(o.roles))
 	rc := router.DefaultConfig()
 	rc.BlockSize = 16
 	rc.Seed = 7
@@ -225,10 +242,19 @@ func newFleet(t testing.TB, o fleetOpt) *testFleet {
 			mode, status = router.Exact, fleet.Status{State: fleet.StateExact, Since: time.Now()}
 			sinks = append(sinks, routerSink{r: fl.r, id: kvevent.WorkerID(id)})
 		}
-		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: mode, KVCapacityBlocks: 2048}); err != nil {
+		var role router.Role
+		if i < len(o.roles) {
+			role = o.roles[i]
+		}
+		if err := fl.r.AddWorker(router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: mode, KVCapacityBlocks: 2048, Role: role}); err != nil {
 			t.Fatal(err)
 		}
-		m := startMock(t, id, o.speedup, sinks...)
+		m := startMockConfig(t, id, o.speedup, func(c *server.Config) {
+			c.Sinks = sinks
+			if mode, ok := map[router.Role]string{router.RolePrefill: server.ModePrefill, router.RoleDecode: server.ModeDecode}[role]; ok {
+				c.Disagg.Mode = mode
+			}
+		})
 		fl.mocks = append(fl.mocks, m)
 		fl.dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + string(rune('0'+id)), URL: m.url, Status: status})
 	}

@@ -123,6 +123,8 @@ func (f *Frontend) disaggregated() bool {
 type prefillHop struct {
 	f      *Frontend
 	id     string
+	req    router.Request // the booked hop's request (Phase PhasePrefill)
+	pool   string         // the request's model pool, for staggered release
 	d      router.Decision
 	entry  WorkerEntry
 	view   pdJSON
@@ -130,13 +132,18 @@ type prefillHop struct {
 	bypass bool
 }
 
-// free ends the prefill booking, once.
+// free ends the prefill booking, once; for staggered release the
+// request's prefill ended there (as a whole request's does at its first
+// token).
 func (p *prefillHop) free() {
 	if p.bypass {
 		return
 	}
 	p.once.Do(func() {
 		p.f.m.lifecycleCall("mark_prefill_completed", p.f.router.MarkPrefillCompleted(p.id))
+		if p.f.gate != nil {
+			p.f.gate.finished(p.pool, p.id)
+		}
 		p.f.free(p.id)
 	})
 }
@@ -178,7 +185,7 @@ func (f *Frontend) choosePrefill(ex *exchange, excluded []kvevent.WorkerID) *pre
 		f.free(req.ID)
 		return skip("prefill worker has no URL in the directory")
 	}
-	p.id, p.d, p.entry = req.ID, d, entry
+	p.id, p.req, p.pool, p.d, p.entry = req.ID, req, ex.model, d, entry
 	p.view.PrefillWorker = f.workerName(d.Worker.ID)
 	p.view.Reason = fmt.Sprintf("prefill on %s (%d of %d prompt tokens uncached), decode by decode load", p.view.PrefillWorker,
 		d.PrefillTokens, len(ex.tokens))
@@ -190,9 +197,22 @@ func (f *Frontend) choosePrefill(ex *exchange, excluded []kvevent.WorkerID) *pre
 // worker that fails is excluded and another one tried (the bypass when
 // none is left); a decode worker failing before its first byte is
 // excluded and the request starts again with a fresh prefill.
+//
+// With the admission queue on, the request first passes it, once (before
+// its first prefill hop is chosen; retries do not pass it again), as
+// routeFirst does an aggregated request's: see admitPD and firstBooked.
 func (f *Frontend) forwardPD(rw http.ResponseWriter, r *http.Request, ex *exchange) {
 	var exP, exD []kvevent.WorkerID
 	var last *failure
+	if err := f.admitPD(r, ex); err != nil {
+		ex.rec.Outcome, ex.rec.Status = "refused: "+err.Error(), f.writeRouteError(rw, err, nil)
+		return
+	}
+	if f.gate != nil {
+		// Whatever path the first attempt takes, a released request's
+		// turn ends (a no-op once firstBooked settled it).
+		defer f.gate.settle(ex)
+	}
 	orig := ex.body
 	defer func() { ex.body = orig }()
 	expl, _ := f.explanations.Get().(*[]router.Explanation)
@@ -216,6 +236,9 @@ func (f *Frontend) forwardPD(rw http.ResponseWriter, r *http.Request, ex *exchan
 			}
 		}
 		d, err := f.route(ex, req, attempt)
+		if attempt == 0 {
+			err = f.firstBooked(ex, pre, req, d, err)
+		}
 		*expl = d.Candidates
 		ex.rec.Decision.PD = &pre.view
 		if err != nil {
@@ -275,6 +298,63 @@ func (f *Frontend) forwardPD(rw http.ResponseWriter, r *http.Request, ex *exchan
 	}
 	rw.Header().Del(HeaderPrefillWorker)
 	f.answerFailed(rw, ex, last)
+}
+
+// admitPD passes a disaggregated request through the admission queue
+// when it is on (gate.wait: at once, or once its pool's queue releases
+// it), counting it in flight for its tenant until serveExchange's
+// endAdmission. It is judged as a prefill hop: its predicted prefill
+// (WSPT's size, fair queueing's charge, staggered release's prediction)
+// is planned among the prefill workers, and its pool is saturated when
+// either its prefill-role workers or its decode-side workers are all over
+// the thresholds (router.Router.HopsSaturated). A request whose prefill
+// hop is then skipped (--pd-bypass-tokens) has waited as any other.
+//
+// Left out for disaggregated requests: staggered release's narrowing of a
+// released request to the workers below the thresholds (routeFirst's
+// unsaturated): the prefill and decode workers are chosen as without the
+// queue. Session affinity is not applied on the PD path either.
+func (f *Frontend) admitPD(r *http.Request, ex *exchange) error {
+	if f.gate == nil {
+		return nil
+	}
+	req := f.routerRequest(ex, f.newRequestID(), nil)
+	req.ExpectedOutputTokens, req.Phase = 1, router.PhasePrefill
+	return f.gate.wait(r.Context(), ex, req)
+}
+
+// firstBooked is routeFirst's bookkeeping for a disaggregated request's
+// first attempt, once its decode hop is booked (req routed by d) or
+// refused (err): staggered release is told when its prefill is predicted
+// to end (gate.started, on the prefill worker, or on the decode worker
+// when the prefill hop was skipped; gate.finished is told when that
+// prefill ends: the prefill hop's end, or the bypassed request's first
+// token), a released request that can no longer meet the TTFT target on
+// that worker is refused (gate.late: both bookings freed, errQueueLate),
+// and the queue may release the next (gate.settle). It returns the
+// attempt's error.
+func (f *Frontend) firstBooked(ex *exchange, pre *prefillHop, req router.Request, d router.Decision, err error) error {
+	g := f.gate
+	if g == nil {
+		return err
+	}
+	defer g.settle(ex)
+	if err != nil {
+		return err
+	}
+	hop, hd := req, d
+	if !pre.bypass {
+		hop, hd = pre.req, pre.d
+	}
+	g.started(hop, hd)
+	if g.late(ex, hop, hd) {
+		// Too late to meet the TTFT target: give the capacity to the
+		// next one (the caller frees the prefill hop).
+		f.free(req.ID)
+		g.finished(ex.adm.pool, hop.ID)
+		return errQueueLate
+	}
+	return nil
 }
 
 // startPrefill runs the prefill hop and sets ex.body to the decode hop's

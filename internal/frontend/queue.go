@@ -22,11 +22,13 @@ import (
 )
 
 // QueueConfig configures the admission queue: while every worker of a
-// request's model pool that is not DOWN is over one of Thresholds, the
-// request waits instead of being routed (or refused), and waiting
-// requests are released in the queue's order as their pool's capacity
-// frees, each routed afresh when released. Each model pool has a queue
-// of its own (see gate); a tenant's in-flight cap spans them.
+// request's model pool that is not DOWN is over one of Thresholds (in a
+// disaggregated pool, every prefill-role worker or every decode-side
+// worker: router.Router.HopsSaturated), the request waits instead of
+// being routed (or refused), and waiting requests are released in the
+// queue's order as their pool's capacity frees, each routed afresh when
+// released. Each model pool has a queue of its own (see gate); a
+// tenant's in-flight cap spans them.
 type QueueConfig struct {
 	// Thresholds say when a worker is saturated (the scheduler's busy
 	// thresholds, a second set): pending prefill tokens, as an absolute
@@ -124,6 +126,14 @@ var (
 // (restricted to the workers with the adapter loaded) bypasses or is
 // released when any worker of its base model's pool has room, as the
 // fleet-wide queue let any worker's room release any request.
+//
+// A disaggregated request (forwardPD) passes the same gate once, before
+// its first prefill hop is chosen (admitPD), and its first attempt's
+// bookings settle its turn as routeFirst's do (firstBooked). Its pool
+// has room when some prefill-role worker and some decode-side worker
+// (decode or both role) are below the thresholds (Router.PoolSaturated
+// judges per hop: router.Router.HopsSaturated), since it takes a hop on
+// each.
 type gate struct {
 	cfg    QueueConfig
 	router Router

@@ -448,13 +448,14 @@ func (p *Pools) Saturated(t scheduler.Thresholds) bool {
 }
 
 // PoolSaturated reports whether model's pool ("" is the default model's,
-// as Route names it) is saturated (see Router.Saturated): what the front
+// as Route names it) is saturated, judged per hop (see
+// Router.HopsSaturated; Router.Saturated in an aggregated pool): what the front
 // door's admission queue meters that model's requests by. A model with no
 // pool is not saturated: its requests are not held, and Route refuses
 // them at once (ErrUnknownModel) rather than after a wait.
 func (p *Pools) PoolSaturated(model string, t scheduler.Thresholds) bool {
 	r, ok := p.Pool(model)
-	return ok && r.Saturated(t)
+	return ok && r.HopsSaturated(t)
 }
 
 // RankSaturated judges worker rank w in its pool (see
