@@ -116,13 +116,7 @@ type mock struct {
 	stop func()
 }
 
-func startMock(t testing.TB, id uint64, speedup float64, sinks ...server.EventSink) *mock {
-	t.Helper()
-	return startMockModel(t, id, testModel, 16, speedup, sinks...)
-}
-
-// startMockModel is startMock for a worker serving model with block size
-// bs.
+// startMockModel starts a mock worker serving model with block size bs.
 func startMockModel(t testing.TB, id uint64, model string, bs int, speedup float64, sinks ...server.EventSink) *mock {
 	t.Helper()
 	return startMockConfig(t, id, speedup, func(c *server.Config) {

@@ -46,7 +46,7 @@ func (m testModels) Routable() []string {
 
 func (m testModels) ModelOf(id kvevent.WorkerID) (string, bool) { return m.pools.ModelOf(id) }
 
-// startModelMock is startMock for a worker serving model with block size bs.
+// startModelMock starts a mock worker serving model with block size bs and returns its URL.
 func startModelMock(t *testing.T, id uint64, model string, bs int) string {
 	t.Helper()
 	return startMockModel(t, id, model, bs, 1000).url
