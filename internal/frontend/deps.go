@@ -45,12 +45,16 @@ type Router interface {
 	// PrefillModel gives one rank's prefill fit for the queue's
 	// deadline check (queue.go).
 	PrefillModel(w kvevent.WorkerRank) (router.PrefillModel, bool)
-	// PoolSaturated and RankSaturated judge load against the admission
-	// queue's thresholds (queue.go, session.go): PoolSaturated one
-	// model's pool (the Request.Model naming it, "" the default model;
-	// a single *router.Router is its one pool), each pool having a queue
-	// of its own; RankSaturated one worker rank.
+	// PoolSaturated, WorkersSaturated and RankSaturated judge load
+	// against the admission queue's thresholds (queue.go, session.go):
+	// PoolSaturated one model's pool (the Request.Model naming it, ""
+	// the default model; a single *router.Router is its one pool), each
+	// pool having a queue of its own; WorkersSaturated the same pool
+	// among the allowed workers only (every worker when allowed is
+	// empty), a LoRA adapter's queue judged by the workers with the
+	// adapter loaded; RankSaturated one worker rank.
 	PoolSaturated(model string, t scheduler.Thresholds) bool
+	WorkersSaturated(model string, t scheduler.Thresholds, allowed []kvevent.WorkerID) bool
 	RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool
 }
 

@@ -56,7 +56,11 @@
 // model pool has a queue of its own, judged by that pool's saturation
 // (Router.PoolSaturated), so one model's overload never holds, nor is
 // relieved by, another model's capacity; a tenant's in-flight cap spans
-// the models.
+// the models. Likewise each LoRA adapter of a pool (its requests go only
+// to the workers with it loaded) has a queue of its own, judged by the
+// saturation of those workers only (Router.WorkersSaturated), while the
+// base model's requests keep the whole pool's queue; releases take the
+// pools' and adapters' queues in turn.
 //
 // In a disaggregated fleet (prefill-role workers known to the router) a
 // request takes two booked hops, prefill then decode, in vLLM's or SGLang's

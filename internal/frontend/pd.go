@@ -124,7 +124,7 @@ type prefillHop struct {
 	f      *Frontend
 	id     string
 	req    router.Request // the booked hop's request (Phase PhasePrefill)
-	pool   string         // the request's model pool, for staggered release
+	key    queueKey       // the request's queue (keyOf), for staggered release
 	d      router.Decision
 	entry  WorkerEntry
 	view   pdJSON
@@ -142,7 +142,7 @@ func (p *prefillHop) free() {
 	p.once.Do(func() {
 		p.f.m.lifecycleCall("mark_prefill_completed", p.f.router.MarkPrefillCompleted(p.id))
 		if p.f.gate != nil {
-			p.f.gate.finished(p.pool, p.id)
+			p.f.gate.finished(p.key, p.id)
 		}
 		p.f.free(p.id)
 	})
@@ -185,7 +185,7 @@ func (f *Frontend) choosePrefill(ex *exchange, excluded []kvevent.WorkerID) *pre
 		f.free(req.ID)
 		return skip("prefill worker has no URL in the directory")
 	}
-	p.id, p.req, p.pool, p.d, p.entry = req.ID, req, ex.model, d, entry
+	p.id, p.req, p.key, p.d, p.entry = req.ID, req, ex.adm.key, d, entry
 	p.view.PrefillWorker = f.workerName(d.Worker.ID)
 	p.view.Reason = fmt.Sprintf("prefill on %s (%d of %d prompt tokens uncached), decode by decode load", p.view.PrefillWorker,
 		d.PrefillTokens, len(ex.tokens))
@@ -346,12 +346,12 @@ func (f *Frontend) firstBooked(ex *exchange, pre *prefillHop, req router.Request
 	if !pre.bypass {
 		hop, hd = pre.req, pre.d
 	}
-	g.started(hop, hd)
+	g.started(ex.adm.key, hop, hd)
 	if g.late(ex, hop, hd) {
 		// Too late to meet the TTFT target: give the capacity to the
 		// next one (the caller frees the prefill hop).
 		f.free(req.ID)
-		g.finished(ex.adm.pool, hop.ID)
+		g.finished(ex.adm.key, hop.ID)
 		return errQueueLate
 	}
 	return nil

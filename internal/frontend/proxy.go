@@ -992,7 +992,7 @@ func (t *progress) firstToken(ex *exchange) {
 	t.f.m.ttft.Observe(now.Sub(ex.start).Seconds())
 	t.f.m.lifecycleCall("mark_prefill_completed", t.f.router.MarkPrefillCompleted(t.id))
 	if t.f.gate != nil {
-		t.f.gate.finished(ex.model, t.id)
+		t.f.gate.finished(ex.adm.key, t.id)
 	}
 	t.f.kick()
 }

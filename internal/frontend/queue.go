@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,11 +26,12 @@ import (
 // QueueConfig configures the admission queue: while every worker of a
 // request's model pool that is not DOWN is over one of Thresholds (in a
 // disaggregated pool, every prefill-role worker or every decode-side
-// worker: router.Router.HopsSaturated), the request waits instead of
-// being routed (or refused), and waiting requests are released in the
-// queue's order as their pool's capacity frees, each routed afresh when
-// released. Each model pool has a queue of its own (see gate); a
-// tenant's in-flight cap spans them.
+// worker: router.Router.HopsSaturated; for a LoRA adapter's request,
+// every such worker with the adapter loaded), the request waits instead
+// of being routed (or refused), and waiting requests are released in the
+// queue's order as their capacity frees, each routed afresh when
+// released. Each model pool, and each LoRA adapter of a pool, has a
+// queue of its own (see gate); a tenant's in-flight cap spans them.
 type QueueConfig struct {
 	// Thresholds say when a worker is saturated (the scheduler's busy
 	// thresholds, a second set): pending prefill tokens, as an absolute
@@ -39,9 +42,9 @@ type QueueConfig struct {
 	// Admission orders the waiting requests: policy, length, WSPT aging,
 	// tenant weights and the tenant in-flight cap; and its TTFT target
 	// refuses a released request that can no longer meet it (503
-	// queue_late). Each model pool's queue has this configuration (MaxLen
-	// bounds each); the tenant in-flight cap counts a tenant's requests
-	// of every model.
+	// queue_late). Each model pool's and each adapter's queue has this
+	// configuration (MaxLen bounds each); the tenant in-flight cap counts
+	// a tenant's requests of every model and adapter.
 	Admission admission.Config
 	// Timeout is each request's longest wait; past it the client gets
 	// 503 with Retry-After (429 when its tenant is at its in-flight cap).
@@ -119,13 +122,27 @@ var (
 // the status view's counts are each pool's. Releases stay one at a time
 // (releasing), taken round-robin over the pools with requests waiting
 // from the one after the last released, so a busy model cannot starve
-// another. A single-model fleet has the one queue q and behaves as the
-// one fleet-wide queue did.
+// another. A single-model fleet without adapters has the one queue q and
+// behaves as the one fleet-wide queue did.
 //
-// What is judged is the pool, all its workers: a LoRA adapter's request
-// (restricted to the workers with the adapter loaded) bypasses or is
-// released when any worker of its base model's pool has room, as the
-// fleet-wide queue let any worker's room release any request.
+// A LoRA adapter's request is routed only to the workers with the
+// adapter loaded (Frontend.adapterWorkers), so judged by its base
+// model's whole pool it would bypass the queue (or be released) onto its
+// saturated workers while other workers of the pool idle, and capacity
+// freeing on its workers would release nothing while the rest of the
+// pool stays saturated. So the queues are keyed by queueKey, (pool,
+// adapter): each adapter of a pool that has requests waiting or in
+// flight has a queue of its own, judged by the saturation of the workers
+// that have it loaded now (Router.WorkersSaturated, per hop as
+// PoolSaturated), while the pool's own queue ("" adapter) keeps the base
+// model's requests, judged by the whole pool. The adapters are those
+// the workers list (Models.Adapter; loraOf ignores a name no worker
+// has), so their queues are bounded by the fleet, as the pools' are. An
+// adapter no worker has loaded now (its requests then go to any worker
+// of the pool) is judged by the whole pool, as before. Adapter queues
+// take their turns in the same round-robin as the pools' (keys sorted by
+// pool, then adapter) and share the ledger; the status view lists each
+// queue with requests waiting, an adapter's as its model and adapter.
 //
 // A disaggregated request (forwardPD) passes the same gate once, before
 // its first prefill hop is chosen (admitPD), and its first attempt's
@@ -142,18 +159,24 @@ type gate struct {
 
 	mu sync.Mutex
 	// q is the default model's queue (the only one of a single-model
-	// fleet); more are the other pools' queues, made on a pool's first
-	// request and dropped once idle (admission.Queue.Idle), so they are
-	// bounded by the models with requests waiting or in flight. names
-	// are the pools with a queue, sorted ("" first), and last the pool
-	// released from last (round-robin). All share ledger.
-	q         *admission.Queue
-	more      map[string]*admission.Queue
-	names     []string
-	last      string
-	ledger    *admission.Ledger
-	waiters   map[string]chan struct{} // closed (buffered send) on release
-	lastProbe time.Time
+	// fleet without adapters); more are the other pools' and the
+	// adapters' queues, made on a key's first request and dropped once
+	// idle (admission.Queue.Idle), so they are bounded by the models and
+	// adapters with requests waiting or in flight. names are the keys
+	// with a queue, sorted (queueKey.compare: the default model's pool
+	// queue first), and last the key released from last (round-robin).
+	// All share ledger.
+	q      *admission.Queue
+	more   map[queueKey]*admission.Queue
+	names  []queueKey
+	last   queueKey
+	ledger *admission.Ledger
+	// adapterWorkers are the workers with a LoRA adapter loaded now
+	// (Frontend.adapterWorkers; nil: every worker of its pool); an
+	// adapter's queue is judged by them. Nil in a gate without models.
+	adapterWorkers func(adapter string) []kvevent.WorkerID
+	waiters        map[string]chan struct{} // closed (buffered send) on release
+	lastProbe      time.Time
 	// releasing is 1 while a released request has not booked yet: the
 	// next is released only once it has (a request ending meanwhile must
 	// not release a second one against load that is about to be booked).
@@ -174,16 +197,46 @@ func newGate(cfg QueueConfig, r Router, clock func() time.Time, reg *prometheus.
 	if err != nil {
 		return nil, err
 	}
-	g := &gate{cfg: cfg, router: r, clock: clock, q: q, more: map[string]*admission.Queue{}, names: []string{""}, ledger: ledger,
+	g := &gate{cfg: cfg, router: r, clock: clock, q: q, more: map[queueKey]*admission.Queue{}, names: []queueKey{{}}, ledger: ledger,
 		waiters: map[string]chan struct{}{}, planned: map[string]router.Request{}}
 	g.m = newQueueMetrics(reg, g, keyTenants)
 	return g, nil
 }
 
-// queue returns pool's queue, making it when there is none. Called with
+// queueKey names one of the gate's queues: a model pool's (adapter "",
+// pool "" the default model) or a LoRA adapter's of that pool.
+type queueKey struct {
+	pool, adapter string
+}
+
+// compare orders keys by pool, then adapter (a pool's own queue first).
+func (k queueKey) compare(o queueKey) int {
+	return cmp.Or(strings.Compare(k.pool, o.pool), strings.Compare(k.adapter, o.adapter))
+}
+
+// keyOf is the key of the queue ex's request req waits in: its pool and
+// its adapter (ex.lora: an adapter some worker lists, never a client's
+// arbitrary name).
+func keyOf(ex *exchange, req router.Request) queueKey {
+	return queueKey{pool: req.Model, adapter: ex.lora}
+}
+
+// saturated reports whether k's queue must hold its requests: its pool
+// has no room (Router.PoolSaturated), or for an adapter's queue the
+// workers with the adapter loaded have none (Router.WorkersSaturated; the
+// whole pool when no worker has it loaded now, where its requests then
+// go).
+func (g *gate) saturated(k queueKey) bool {
+	if k.adapter != "" && g.adapterWorkers != nil {
+		return g.router.WorkersSaturated(k.pool, g.cfg.Thresholds, g.adapterWorkers(k.adapter))
+	}
+	return g.router.PoolSaturated(k.pool, g.cfg.Thresholds)
+}
+
+// queue returns k's queue, making it when there is none. Called with
 // g.mu held.
-func (g *gate) queue(pool string) *admission.Queue {
-	if q := g.lookup(pool); q != nil {
+func (g *gate) queue(k queueKey) *admission.Queue {
+	if q := g.lookup(k); q != nil {
 		return q
 	}
 	q, err := admission.NewShared(g.cfg.Admission, g.ledger)
@@ -193,35 +246,35 @@ func (g *gate) queue(pool string) *admission.Queue {
 		// the least surprising fallback.
 		return g.q
 	}
-	g.more[pool] = q
-	i, _ := slices.BinarySearch(g.names, pool)
-	g.names = slices.Insert(g.names, i, pool)
+	g.more[k] = q
+	i, _ := slices.BinarySearchFunc(g.names, k, queueKey.compare)
+	g.names = slices.Insert(g.names, i, k)
 	return q
 }
 
-// lookup returns pool's queue, nil when there is none. Called with g.mu
+// lookup returns k's queue, nil when there is none. Called with g.mu
 // held.
-func (g *gate) lookup(pool string) *admission.Queue {
-	if pool == "" {
+func (g *gate) lookup(k queueKey) *admission.Queue {
+	if k == (queueKey{}) {
 		return g.q
 	}
-	return g.more[pool]
+	return g.more[k]
 }
 
-// tidy drops pool's queue when it is idle (the default model's stays).
+// tidy drops k's queue when it is idle (the default model's stays).
 // Called with g.mu held.
-func (g *gate) tidy(pool string) {
-	q := g.more[pool]
-	if pool == "" || q == nil || !q.Idle() {
+func (g *gate) tidy(k queueKey) {
+	q := g.more[k]
+	if k == (queueKey{}) || q == nil || !q.Idle() {
 		return
 	}
-	delete(g.more, pool)
-	if i, ok := slices.BinarySearch(g.names, pool); ok {
+	delete(g.more, k)
+	if i, ok := slices.BinarySearchFunc(g.names, k, queueKey.compare); ok {
 		g.names = slices.Delete(g.names, i, i+1)
 	}
 }
 
-// waiting is the requests waiting in every pool's queue. Called with g.mu
+// waiting is the requests waiting in every queue. Called with g.mu
 // held.
 func (g *gate) waiting() int {
 	n := g.q.Len()
@@ -275,9 +328,9 @@ type admitted struct {
 	counted  bool
 	released bool      // released by the queue, not yet settled
 	arrival  time.Time // when it joined the queue (released requests)
-	// pool is the model pool whose queue counts it (its
-	// router.Request.Model, "" the default model).
-	pool string
+	// key is the queue that counts it (its router.Request.Model, ""
+	// the default model, and its LoRA adapter: keyOf).
+	key queueKey
 }
 
 // routeFirst is forward's first routing: through the admission queue
@@ -294,7 +347,7 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 	if err := g.wait(r.Context(), ex, req); err != nil {
 		return router.Decision{}, err
 	}
-	if ex.adm.released && g.staggering(ex.adm.pool) {
+	if ex.adm.released && g.staggering(ex.adm.key) {
 		// A hold may have left a worker idle for this one: only the
 		// workers below the thresholds take it (see admission's
 		// stagger.go), not a saturated one holding its cached prefix
@@ -305,13 +358,13 @@ func (f *Frontend) routeFirst(r *http.Request, ex *exchange, req router.Request)
 	}
 	d, err := f.routeSession(ex, req)
 	if err == nil {
-		g.started(req, d)
+		g.started(ex.adm.key, req, d)
 	}
 	if err == nil && g.late(ex, req, d) {
 		// Too late to meet the TTFT target there: give the capacity to
 		// the next one (and leave the session's binding as it was).
 		f.free(req.ID)
-		g.finished(ex.adm.pool, req.ID)
+		g.finished(ex.adm.key, req.ID)
 		err = errQueueLate
 	}
 	if err == nil {
@@ -353,16 +406,17 @@ func (g *gate) settle(ex *exchange) {
 }
 
 // wait returns once ex may be routed: at once when nobody waits in its
-// model pool's queue, its tenant is below its cap and some worker of the
-// pool is below the thresholds; otherwise when the pool's queue releases
-// it. It counts ex in flight for its tenant (done ends that). Errors:
+// queue (keyOf: its model pool's, or its adapter's), its tenant is below
+// its cap and some worker of the pool (of those with the adapter loaded)
+// is below the thresholds; otherwise when its queue releases it. It
+// counts ex in flight for its tenant (done ends that). Errors:
 // errQueueTimeout, errQueueFull, errOverShare, or the client's context
 // error.
 func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error {
-	tenant, pool := ex.adm.tenant, req.Model
-	ex.adm.pool = pool
+	tenant, key := ex.adm.tenant, keyOf(ex, req)
+	ex.adm.key = key
 	g.mu.Lock()
-	if q := g.queue(pool); q.MayBypass(tenant) && !g.router.PoolSaturated(pool, g.cfg.Thresholds) {
+	if q := g.queue(key); q.MayBypass(tenant) && !g.saturated(key) {
 		q.Begin(tenant)
 		ex.adm.counted = true
 		g.mu.Unlock()
@@ -375,11 +429,11 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	e := admission.Entry{ID: req.ID, Tenant: tenant, Priority: ex.adm.priority, Cost: cost,
 		Arrival: now, Deadline: now.Add(g.cfg.Timeout)}
 	g.mu.Lock()
-	q := g.queue(pool)
+	q := g.queue(key)
 	out, pushed, err := q.Push(e)
 	if err != nil {
 		atCap := q.AtCap(tenant)
-		g.tidy(pool)
+		g.tidy(key)
 		g.mu.Unlock()
 		switch {
 		case errors.Is(err, admission.ErrOverShare) || atCap:
@@ -409,12 +463,12 @@ func (g *gate) wait(ctx context.Context, ex *exchange, req router.Request) error
 	// A request may have ended between the saturation check and the
 	// push: look again once.
 	g.kick()
-	return g.park(ctx, ex, pool, e, ch)
+	return g.park(ctx, ex, key, e, ch)
 }
 
-// park waits for ex's release from pool's queue, its deadline or its
+// park waits for ex's release from k's queue, its deadline or its
 // client's departure.
-func (g *gate) park(ctx context.Context, ex *exchange, pool string, e admission.Entry, ch chan struct{}) error {
+func (g *gate) park(ctx context.Context, ex *exchange, k queueKey, e admission.Entry, ch chan struct{}) error {
 	timer := time.NewTimer(g.cfg.Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(g.cfg.Recheck)
@@ -433,28 +487,28 @@ func (g *gate) park(ctx context.Context, ex *exchange, pool string, e admission.
 		case <-tick.C:
 			g.probe()
 		case <-timer.C:
-			atCap := g.leave(pool, e, ch)
+			atCap := g.leave(k, e, ch)
 			g.m.done(e.Tenant, "timeout", g.clock().Sub(start))
 			if atCap {
 				return errOverShare
 			}
 			return errQueueTimeout
 		case <-ctx.Done():
-			g.leave(pool, e, ch)
+			g.leave(k, e, ch)
 			g.m.done(e.Tenant, "disconnected", g.clock().Sub(start))
 			return ctx.Err()
 		}
 	}
 }
 
-// leave takes a waiting entry out of pool's queue; one released in the
-// same instant passes its release on to the next. It returns whether the
+// leave takes a waiting entry out of k's queue; one released in the same
+// instant passes its release on to the next. It returns whether the
 // tenant is at its in-flight cap.
-func (g *gate) leave(pool string, e admission.Entry, ch chan struct{}) bool {
+func (g *gate) leave(k queueKey, e admission.Entry, ch chan struct{}) bool {
 	g.mu.Lock()
 	delete(g.waiters, e.ID)
 	delete(g.planned, e.ID)
-	q := g.queue(pool) // there while e waits or is counted in flight
+	q := g.queue(k) // there while e waits or is counted in flight
 	_, waiting := q.Remove(e.ID)
 	released := false
 	if !waiting {
@@ -469,7 +523,7 @@ func (g *gate) leave(pool string, e admission.Entry, ch chan struct{}) bool {
 		g.releasing = 0
 	}
 	atCap := q.AtCap(e.Tenant)
-	g.tidy(pool)
+	g.tidy(k)
 	g.mu.Unlock()
 	if released {
 		g.kick()
@@ -477,13 +531,14 @@ func (g *gate) leave(pool string, e admission.Entry, ch chan struct{}) bool {
 	return atCap
 }
 
-// kick releases the next waiting request of a pool with a worker below
-// the thresholds (or whose queue waits only on tenant caps). The pools
-// are looked at round-robin from the one after the pool released from
-// last; a pool whose queue releases nothing now (saturated, its tenants
-// at their caps, a staggering hold) passes the turn to the next. Called
-// when capacity may have freed: a request's first token, its end, a
-// released request's booking, a staggering hold's end.
+// kick releases the next waiting request of a queue with a worker below
+// the thresholds (its pool's, or its adapter's workers': saturated), or
+// that waits only on tenant caps. The queues (the pools' and the
+// adapters') are looked at round-robin from the one after the queue
+// released from last; a queue that releases nothing now (saturated, its
+// tenants at their caps, a staggering hold) passes the turn to the next.
+// Called when capacity may have freed: a request's first token, its end,
+// a released request's booking, a staggering hold's end.
 func (g *gate) kick() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -491,14 +546,14 @@ func (g *gate) kick() {
 	if g.releasing != 0 {
 		return
 	}
-	start, found := slices.BinarySearch(g.names, g.last)
+	start, found := slices.BinarySearchFunc(g.names, g.last, queueKey.compare)
 	if found {
 		start++
 	}
-	for k := range len(g.names) {
-		pool := g.names[(start+k)%len(g.names)]
-		q := g.lookup(pool)
-		for q.Len() > 0 && !g.router.PoolSaturated(pool, g.cfg.Thresholds) {
+	for i := range len(g.names) {
+		k := g.names[(start+i)%len(g.names)]
+		q := g.lookup(k)
+		for q.Len() > 0 && !g.saturated(k) {
 			e, ok := g.pop(q)
 			if !ok {
 				break
@@ -511,13 +566,13 @@ func (g *gate) kick() {
 			}
 			delete(g.waiters, e.ID)
 			ch <- struct{}{}
-			g.releasing, g.last = 1, pool
+			g.releasing, g.last = 1, k
 			return // one at a time: it books, then kicks the next
 		}
 	}
 }
 
-// pop is the next request to release from q (one pool's queue): the
+// pop is the next request to release from q (one key's queue): the
 // queue's next, unless staggered release holds it (admission.Queue.Hold:
 // its tenant crowds another and its prefill, predicted on the worker it
 // would be routed to, would end too close to another's); then the next
@@ -637,40 +692,40 @@ func (g *gate) wakeIn(d time.Duration) {
 }
 
 // started tells staggered release when the prefill of req, just routed
-// by d, is predicted to end.
-func (g *gate) started(req router.Request, d router.Decision) {
+// by d, is predicted to end (in k's queue).
+func (g *gate) started(k queueKey, req router.Request, d router.Decision) {
 	if !g.q.Staggers() {
 		return
 	}
 	pred := g.prefillOn(req, d)
 	g.mu.Lock()
 	now := g.clock()
-	g.queue(req.Model).Started(req.ID, now, now.Add(pred))
+	g.queue(k).Started(req.ID, now, now.Add(pred))
 	g.mu.Unlock()
 }
 
 // staggering reports whether staggered release is on and two tenants
-// or more are active in pool's queue (admission.Queue.Contended).
-func (g *gate) staggering(pool string) bool {
+// or more are active in k's queue (admission.Queue.Contended).
+func (g *gate) staggering(k queueKey) bool {
 	if !g.q.Staggers() {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	q := g.lookup(pool)
+	q := g.lookup(k)
 	return q != nil && q.Contended()
 }
 
-// finished tells staggered release that request id's prefill, in pool,
-// ended.
-func (g *gate) finished(pool, id string) {
+// finished tells staggered release that request id's prefill, in k's
+// queue, ended.
+func (g *gate) finished(k queueKey, id string) {
 	if !g.q.Staggers() {
 		return
 	}
 	g.mu.Lock()
-	if q := g.lookup(pool); q != nil {
+	if q := g.lookup(k); q != nil {
 		q.Finished(id)
-		g.tidy(pool)
+		g.tidy(k)
 	}
 	g.mu.Unlock()
 }
@@ -692,9 +747,9 @@ func (g *gate) done(ex *exchange) {
 	}
 	ex.adm.counted = false
 	g.mu.Lock()
-	if q := g.lookup(ex.adm.pool); q != nil { // there while ex is counted
+	if q := g.lookup(ex.adm.key); q != nil { // there while ex is counted
 		q.Done(ex.adm.tenant)
-		g.tidy(ex.adm.pool)
+		g.tidy(ex.adm.key)
 	}
 	g.mu.Unlock()
 	g.kick()
@@ -713,32 +768,32 @@ func (g *gate) predictedPrefill(req router.Request) float64 {
 	return float64(max(len(req.Tokens)-best*g.blockSize(req.Model), 1))
 }
 
-// view is the queue's state for the status page: every pool's queue
-// merged (admission.MergeViews).
+// view is the queue's state for the status page: every queue merged
+// (admission.MergeViews).
 func (g *gate) view() admission.View {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	views := make([]admission.View, 0, len(g.names))
-	for _, pool := range g.names {
-		views = append(views, g.lookup(pool).View(math.MaxInt))
+	for _, k := range g.names {
+		views = append(views, g.lookup(k).View(math.MaxInt))
 	}
 	return admission.MergeViews(20, views...)
 }
 
-// poolWaiting is one pool's waiting requests, for the status page.
+// poolWaiting is one queue's waiting requests, for the status page.
 type poolWaiting struct {
-	pool    string
+	key     queueKey
 	waiting int
 }
 
-// byPool is the pools with requests waiting, most first (ties by name),
-// at most limit of them.
+// byPool is the queues (pools' and adapters') with requests waiting,
+// most first (ties by key), at most limit of them.
 func (g *gate) byPool(limit int) []poolWaiting {
 	g.mu.Lock()
 	var out []poolWaiting
-	for _, pool := range g.names {
-		if n := g.lookup(pool).Len(); n > 0 {
-			out = append(out, poolWaiting{pool, n})
+	for _, k := range g.names {
+		if n := g.lookup(k).Len(); n > 0 {
+			out = append(out, poolWaiting{k, n})
 		}
 	}
 	g.mu.Unlock()
@@ -798,7 +853,7 @@ func newQueueMetrics(reg *prometheus.Registry, g *gate, keyTenants []string) *qu
 		m.known[t] = true
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-		Name: "depth", Help: "Requests waiting in the admission queue (every model pool's)."}, func() float64 {
+		Name: "depth", Help: "Requests waiting in the admission queue (every model pool's and LoRA adapter's queue)."}, func() float64 {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return float64(g.waiting())
@@ -834,14 +889,18 @@ type queueJSON struct {
 	Waiting      int                    `json:"waiting"`
 	OldestWaitMS float64                `json:"oldest_wait_ms"`
 	Tenants      []admission.TenantView `json:"tenants"`
-	// Models are the models with requests waiting, each model's queue
-	// apart; only in a fleet of models (Deps.Models).
+	// Models are the queues with requests waiting, each model's queue
+	// apart and each LoRA adapter's apart from its model's; only in a
+	// fleet of models (Deps.Models).
 	Models []queueModelJSON `json:"models,omitempty"`
 }
 
-// queueModelJSON is one model's line in queueJSON.Models.
+// queueModelJSON is one queue's line in queueJSON.Models: a model's, or
+// with Adapter a LoRA adapter's (its requests, judged by the workers
+// with it loaded).
 type queueModelJSON struct {
 	Model   string `json:"model"`
+	Adapter string `json:"adapter,omitempty"`
 	Waiting int    `json:"waiting"`
 }
 
@@ -860,11 +919,11 @@ func (f *Frontend) queueView(now time.Time) *queueJSON {
 	}
 	if f.models != nil {
 		for _, p := range f.gate.byPool(20) {
-			name := p.pool
+			name := p.key.pool
 			if name == "" {
 				name = f.cfg.Model
 			}
-			q.Models = append(q.Models, queueModelJSON{Model: name, Waiting: p.waiting})
+			q.Models = append(q.Models, queueModelJSON{Model: name, Adapter: p.key.adapter, Waiting: p.waiting})
 		}
 	}
 	return q

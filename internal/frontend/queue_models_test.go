@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/index"
 	"github.com/kvrouter/kvrouter/internal/kvevent"
+	"github.com/kvrouter/kvrouter/internal/mocker/server"
 	"github.com/kvrouter/kvrouter/internal/poll"
 	"github.com/kvrouter/kvrouter/internal/router"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
@@ -30,13 +31,24 @@ type modelFleet struct {
 	pools *router.Pools
 }
 
-// startPoolMock is startModelMock with a speedup.
-func startPoolMock(t *testing.T, id uint64, model string, speedup float64) string {
+func newModelFleet(t *testing.T, cfg func(*Config)) *modelFleet {
 	t.Helper()
-	return startMockModel(t, id, model, 16, speedup).url
+	return newPoolsFleet(t, cfg, map[uint64]poolWorker{1: {"", testModel, 1, nil}, 2: {"model-b", "model-b", 200, nil}},
+		func(pools *router.Pools) Models { return testModels{pools: pools, files: map[string]ModelFiles{"model-b": {}}} })
 }
 
-func newModelFleet(t *testing.T, cfg func(*Config)) *modelFleet {
+// poolWorker is one mock worker of newPoolsFleet: its pool ("" the
+// default model), the model it serves, its speedup and the LoRA adapters
+// it has loaded.
+type poolWorker struct {
+	pool, model string
+	speedup     float64
+	adapters    []string
+}
+
+// newPoolsFleet is a front door over model pools: worker id (named "w"
+// and its id) as workers says, the fleet's models as models says.
+func newPoolsFleet(t *testing.T, cfg func(*Config), workers map[uint64]poolWorker, models func(*router.Pools) Models) *modelFleet {
 	t.Helper()
 	x, err := index.New(index.DefaultConfig())
 	if err != nil {
@@ -50,21 +62,19 @@ func newModelFleet(t *testing.T, cfg func(*Config)) *modelFleet {
 		t.Fatal(err)
 	}
 	dir := &testDir{}
-	for id, m := range map[uint64]struct {
-		pool, model string
-		speedup     float64
-	}{1: {"", testModel, 1}, 2: {"model-b", "model-b", 200}} {
+	for id, m := range workers {
 		if err := pools.AddWorker(m.pool, router.WorkerInfo{ID: kvevent.WorkerID(id), BlockSize: 16, Mode: router.Approximate, KVCapacityBlocks: 2048}); err != nil {
 			t.Fatal(err)
 		}
-		dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + strconv.FormatUint(id, 10), URL: startPoolMock(t, id, m.model, m.speedup),
+		mock := startMockConfig(t, id, m.speedup, func(c *server.Config) { c.Model, c.LoRAAdapters = m.model, m.adapters })
+		dir.set(WorkerEntry{ID: kvevent.WorkerID(id), Name: "w" + strconv.FormatUint(id, 10), URL: mock.url,
 			Status: fleet.Status{State: fleet.StateApprox, Reason: "no events", Since: time.Now()}})
 	}
 	c := DefaultConfig()
 	cfg(&c)
 	reg := prometheus.NewRegistry()
 	f, err := New(c, Deps{Router: pools, Directory: dir, Tokenizer: testTokenizer(t), ChatTemplate: testTemplate(t), Index: idx,
-		Models: testModels{pools: pools, files: map[string]ModelFiles{"model-b": {}}}, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+		Models: models(pools), Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +96,7 @@ func (mf *modelFleet) running(id kvevent.WorkerID) int {
 }
 
 // gateState is the gate's queues and counts, read under its lock.
-func (mf *modelFleet) gateState() (pools []string, waiting int, waiters int, ledger map[string]int) {
+func (mf *modelFleet) gateState() (pools []queueKey, waiting int, waiters int, ledger map[string]int) {
 	g := mf.f.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -96,7 +106,7 @@ func (mf *modelFleet) gateState() (pools []string, waiting int, waiters int, led
 			ledger[tnt] = n
 		}
 	}
-	return append([]string(nil), g.names...), g.waiting(), len(g.waiters), ledger
+	return append([]queueKey(nil), g.names...), g.waiting(), len(g.waiters), ledger
 }
 
 // TestQueuePerModel: model A's only worker is saturated by a long stream
@@ -208,18 +218,83 @@ func TestQueueTenantCapSpansModels(t *testing.T) {
 	}
 }
 
-// poolsSaturated is a Router whose pools are saturated as the set says;
-// the gate's kick asks it nothing else.
+// poolsSaturated is a Router whose pools are saturated as sat says, and
+// sets of workers (named by pool and fmt.Sprint of the set) as workers
+// says; the gate's kick asks it nothing else.
 type poolsSaturated struct {
 	Router
-	mu  sync.Mutex
-	sat map[string]bool
+	mu      sync.Mutex
+	sat     map[string]bool
+	workers map[string]bool
 }
 
 func (p *poolsSaturated) PoolSaturated(model string, _ scheduler.Thresholds) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.sat[model]
+}
+
+func (p *poolsSaturated) WorkersSaturated(model string, _ scheduler.Thresholds, allowed []kvevent.WorkerID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.workers[model+fmt.Sprint(allowed)]
+}
+
+// releasingGate is a gate over rt whose queues tests fill by hand (push)
+// and empty one release at a time (releaseN).
+type releasingGate struct {
+	t     *testing.T
+	g     *gate
+	chans map[string]chan struct{}
+}
+
+func newReleasingGate(t *testing.T, rt Router) *releasingGate {
+	cfg := DefaultQueueConfig()
+	cfg.Thresholds = scheduler.Thresholds{ActiveDecodeBlocksThreshold: 0.5}
+	g, err := newGate(cfg, rt, time.Now, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &releasingGate{t: t, g: g, chans: map[string]chan struct{}{}}
+}
+
+// push queues request id in k's queue, with a waiter.
+func (rg *releasingGate) push(k queueKey, id string) {
+	g := rg.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, _, err := g.queue(k).Push(admission.Entry{ID: id, Arrival: time.Now()}); err != nil {
+		rg.t.Fatal(err)
+	}
+	rg.chans[id] = make(chan struct{}, 1)
+	g.waiters[id] = rg.chans[id]
+}
+
+// released kicks, settles and returns the id released (or "").
+func (rg *releasingGate) released() string {
+	g := rg.g
+	g.kick()
+	g.mu.Lock()
+	g.releasing = 0
+	g.mu.Unlock()
+	for id, ch := range rg.chans {
+		select {
+		case <-ch:
+			delete(rg.chans, id)
+			return id
+		default:
+		}
+	}
+	return ""
+}
+
+// releaseN releases n times and joins the ids.
+func (rg *releasingGate) releaseN(n int) string {
+	var order []string
+	for range n {
+		order = append(order, rg.released())
+	}
+	return strings.Join(order, " ")
 }
 
 // TestQueueReleasesRoundRobinOverPools: three pools ("" the default, b,
@@ -231,47 +306,10 @@ func (p *poolsSaturated) PoolSaturated(model string, _ scheduler.Thresholds) boo
 // its requests wait and the turns go to the others (b first: the
 // default released last); once it has room, c's are released.
 func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
-	cfg := DefaultQueueConfig()
-	cfg.Thresholds = scheduler.Thresholds{ActiveDecodeBlocksThreshold: 0.5}
 	rt := &poolsSaturated{sat: map[string]bool{}}
-	g, err := newGate(cfg, rt, time.Now, prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chans := map[string]chan struct{}{}
-	push := func(pool, id string) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if _, _, err := g.queue(pool).Push(admission.Entry{ID: id, Arrival: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		chans[id] = make(chan struct{}, 1)
-		g.waiters[id] = chans[id]
-	}
-	// released kicks, settles and returns the id released (or "").
-	released := func() string {
-		g.kick()
-		g.mu.Lock()
-		g.releasing = 0
-		g.mu.Unlock()
-		for id, ch := range chans {
-			select {
-			case <-ch:
-				delete(chans, id)
-				return id
-			default:
-			}
-		}
-		return ""
-	}
-	// releaseN releases n times and joins the ids.
-	releaseN := func(n int) string {
-		var order []string
-		for range n {
-			order = append(order, released())
-		}
-		return strings.Join(order, " ")
-	}
+	rg := newReleasingGate(t, rt)
+	g, releaseN := rg.g, rg.releaseN
+	push := func(pool, id string) { rg.push(queueKey{pool: pool}, id) }
 	saturate := func(pool string, on bool) {
 		rt.mu.Lock()
 		rt.sat[pool] = on
@@ -289,7 +327,7 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 		push(p, p+"4")
 	}
 	push("c", "c5")
-	if got, want := fmt.Sprint(g.byPool(20)), "[{c 3} { 2} {b 2}]"; got != want {
+	if got, want := fmt.Sprint(g.byPool(20)), "[{{c } 3} {{ } 2} {{b } 2}]"; got != want {
 		t.Fatalf("pools by waiting %s, want %s", got, want)
 	}
 	saturate("c", true)
@@ -299,6 +337,45 @@ func TestQueueReleasesRoundRobinOverPools(t *testing.T) {
 	saturate("c", false)
 	if got, want := releaseN(4), "c3 c4 c5 "; got != want {
 		t.Fatalf("c with room again: released %q, want %q", got, want)
+	}
+}
+
+// TestQueueReleasesAdapterQueuesInTurn: the default pool's queue and
+// LoRA adapter x's (loaded on worker 1) hold two requests each. With
+// worker 1 saturated but the pool not, the pool's requests are released
+// and x's wait (its queue is judged by its workers, not the pool); once
+// worker 1 has room, x's are released, and with both queues filled again
+// the releases alternate between them (the adapter's queue takes its
+// turn in the round-robin, after its pool's).
+func TestQueueReleasesAdapterQueuesInTurn(t *testing.T) {
+	rt := &poolsSaturated{sat: map[string]bool{}, workers: map[string]bool{"[1]": true}}
+	rg := newReleasingGate(t, rt)
+	rg.g.adapterWorkers = func(a string) []kvevent.WorkerID {
+		if a == "x" {
+			return []kvevent.WorkerID{1}
+		}
+		return nil
+	}
+	x := queueKey{adapter: "x"}
+	rg.push(queueKey{}, "1")
+	rg.push(queueKey{}, "2")
+	rg.push(x, "x1")
+	rg.push(x, "x2")
+	if got, want := rg.releaseN(3), "1 2 "; got != want {
+		t.Fatalf("x's worker saturated: released %q, want %q", got, want)
+	}
+	rt.mu.Lock()
+	rt.workers["[1]"] = false
+	rt.mu.Unlock()
+	if got, want := rg.releaseN(2), "x1 x2"; got != want {
+		t.Fatalf("x's worker with room: released %q, want %q", got, want)
+	}
+	for _, id := range []string{"3", "4"} {
+		rg.push(queueKey{}, id)
+		rg.push(x, "x"+id)
+	}
+	if got, want := rg.releaseN(4), "3 x3 4 x4"; got != want {
+		t.Fatalf("both with room: released %q, want %q", got, want)
 	}
 }
 

@@ -35,9 +35,13 @@ func (fl *testFleet) queueDepth() float64 { return fl.metric("kvrouter_queue_dep
 // startStream starts a streaming completion that runs until cancelled or
 // done, and returns its cancel and a channel closed when it ended.
 func (fl *testFleet) startStream(prompt string, maxTokens int, hdr ...string) (context.CancelFunc, <-chan int) {
+	return fl.startStreamBody(fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"stream":true}`, prompt, maxTokens), hdr...)
+}
+
+// startStreamBody is startStream with the completion's body as given.
+func (fl *testFleet) startStreamBody(body string, hdr ...string) (context.CancelFunc, <-chan int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"stream":true}`, prompt, maxTokens)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fl.front.URL+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {

@@ -88,6 +88,7 @@ func (f *Frontend) initAdmission() error {
 		if err != nil {
 			return err
 		}
+		g.adapterWorkers = f.adapterWorkers
 		f.gate = g
 	}
 	if f.cfg.SessionTTL > 0 {

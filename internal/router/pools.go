@@ -458,6 +458,17 @@ func (p *Pools) PoolSaturated(model string, t scheduler.Thresholds) bool {
 	return ok && r.HopsSaturated(t)
 }
 
+// WorkersSaturated reports whether model's pool is saturated judged
+// among the workers in allowed only (see Router.WorkersSaturated; every
+// worker of the pool when allowed is empty): what the front door's
+// admission queue meters a LoRA adapter's requests by, allowed being the
+// workers with the adapter loaded. Workers of another pool in allowed are
+// ignored. A model with no pool is not saturated (see PoolSaturated).
+func (p *Pools) WorkersSaturated(model string, t scheduler.Thresholds, allowed []kvevent.WorkerID) bool {
+	r, ok := p.Pool(model)
+	return ok && r.WorkersSaturated(model, t, allowed)
+}
+
 // RankSaturated judges worker rank w in its pool (see
 // Router.RankSaturated); an unknown rank is saturated.
 func (p *Pools) RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) bool {

@@ -3,6 +3,7 @@ package router
 import (
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
 
@@ -40,5 +41,31 @@ func TestPoolsPoolSaturated(t *testing.T) {
 	r, _ := p.Pool("model-b")
 	if !r.PoolSaturated("anything", th) || r.PoolSaturated("anything", scheduler.Thresholds{}) {
 		t.Fatal("a Router's PoolSaturated is not its Saturated")
+	}
+}
+
+// TestPoolsWorkersSaturated: the default model's pool has workers 1 and
+// 2, model-b's worker 3. With a prompt pending on 1, the default pool
+// judged among {1} is saturated, among {1, 2} and whole it is not; a
+// worker of another pool in the set is ignored ({1, 3} is {1}), and a
+// model with no pool is not saturated.
+func TestPoolsWorkersSaturated(t *testing.T) {
+	p := newPools(t, serialIndex(t))
+	addWorkers(t, p, "", 16, 1, 2)
+	addWorkers(t, p, "model-b", 16, 3)
+	th := scheduler.Thresholds{ActivePrefillTokensThreshold: 10}
+	if _, err := p.Route(Request{ID: "a", Tokens: tokens(1, 1, 0, 256), PinnedWorker: 1, HasPinned: true}); err != nil {
+		t.Fatal(err)
+	}
+	type set = []kvevent.WorkerID
+	for _, c := range []struct {
+		model string
+		set   set
+		want  bool
+	}{{"", set{1}, true}, {"model-a", set{1}, true}, {"", set{1, 3}, true}, {"", set{1, 2}, false}, {"", nil, false},
+		{"model-b", set{1}, false}, {"model-c", set{1}, false}} {
+		if got := p.WorkersSaturated(c.model, th, c.set); got != c.want {
+			t.Fatalf("WorkersSaturated(%q, %v) %v, want %v", c.model, c.set, got, c.want)
+		}
 	}
 }

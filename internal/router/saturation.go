@@ -1,6 +1,8 @@
 package router
 
 import (
+	"slices"
+
 	"github.com/kvrouter/kvrouter/internal/kvevent"
 	"github.com/kvrouter/kvrouter/internal/scheduler"
 )
@@ -65,7 +67,27 @@ func (r *Router) PoolSaturated(_ string, t scheduler.Thresholds) bool { return r
 //
 // In a fleet with no prefill-role worker (aggregated) the prefill side is
 // empty and HopsSaturated is Saturated.
-func (r *Router) HopsSaturated(t scheduler.Thresholds) bool {
+func (r *Router) HopsSaturated(t scheduler.Thresholds) bool { return r.hopsSaturated(t, nil) }
+
+// WorkersSaturated is HopsSaturated judged among the ranks of the workers
+// in allowed only, what the front door's admission queue meters a LoRA
+// adapter's requests by (routed only to the workers with the adapter
+// loaded, Request.AllowedWorkers): per hop, the pool is saturated when a
+// side has an allowed rank that is not DOWN and every such rank of that
+// side is over one of the thresholds t, whatever room the workers not
+// allowed have. Allowed workers this pool does not know are ignored; none
+// of allowed up (or none known) is not saturated, as HopsSaturated with no
+// rank up: the request is routed, and refused, at once. An empty allowed
+// set judges every rank (HopsSaturated), as an empty
+// Request.AllowedWorkers routes among every worker. model is ignored (a
+// Router is one pool, see PoolSaturated).
+func (r *Router) WorkersSaturated(_ string, t scheduler.Thresholds, allowed []kvevent.WorkerID) bool {
+	return r.hopsSaturated(t, allowed)
+}
+
+// hopsSaturated is HopsSaturated among allowed's ranks (every rank when
+// allowed is empty).
+func (r *Router) hopsSaturated(t scheduler.Thresholds, allowed []kvevent.WorkerID) bool {
 	if !t.On() {
 		return false
 	}
@@ -74,7 +96,7 @@ func (r *Router) HopsSaturated(t scheduler.Thresholds) bool {
 	const prefillSide, otherSide = 0, 1
 	var up, room [2]int
 	for _, rk := range r.ranks {
-		if rk.ws.down {
+		if rk.ws.down || (len(allowed) > 0 && !slices.Contains(allowed, rk.w.ID)) {
 			continue
 		}
 		side := otherSide
