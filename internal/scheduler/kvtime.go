@@ -74,6 +74,11 @@ type Prediction struct {
 	Total float64
 	// Error is the model's typical relative error of a TTFT there.
 	Error float64
+	// InFlight is the prompt tokens the prediction counts as computed by
+	// a request already prefilling them on the worker rank, which this
+	// one would wait for instead of computing (see
+	// KVTime.creditInFlight); 0 when none is credited.
+	InFlight int
 }
 
 // KVTimeConfig holds the kv-time policy's settings.
@@ -258,6 +263,7 @@ func (p *KVTime) creditInFlight(req *Request, cands []Candidate, rows []Explanat
 			if req.Hop == HopPrefill {
 				pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT+pr.Later+pr.Recompute
 			}
+			pr.InFlight = inflight
 			rows[i].Prediction = pr
 		}
 	}

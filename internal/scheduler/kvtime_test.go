@@ -472,7 +472,7 @@ func TestKVTimeCreditsPrefixInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	p1, p2 := d.Candidates[0].Prediction, d.Candidates[1].Prediction
-	if !near(p1.Prefill, priorSeconds(2016, 0, 8192)) || !near(p1.TTFT, priorSeconds(6016, 0, 8192)) {
+	if !near(p1.Prefill, priorSeconds(2016, 0, 8192)) || !near(p1.TTFT, priorSeconds(6016, 0, 8192)) || p1.InFlight != 1984 || p2.InFlight != 0 {
 		t.Errorf("worker 1 %+v, want prefill p(2,016) %v and TTFT p(6,016) %v", p1, priorSeconds(2016, 0, 8192), priorSeconds(6016, 0, 8192))
 	}
 	if want := priorSeconds(12000, 0, 8192); !near(p2.TTFT, want) || !near(p2.Prefill, priorSeconds(4000, 0, 8192)) {
@@ -484,7 +484,7 @@ func TestKVTimeCreditsPrefixInFlight(t *testing.T) {
 	cands[1].ActivePrefillTokens = 1000
 	d, _ = s.Select(req, cands, seeded(1))
 	p1, p2 = d.Candidates[0].Prediction, d.Candidates[1].Prediction
-	if !near(p1.Prefill, priorSeconds(4000, 0, 8192)) || !near(p1.TTFT, priorSeconds(8000, 0, 8192)) || !near(p2.TTFT, priorSeconds(5000, 0, 8192)) {
+	if !near(p1.Prefill, priorSeconds(4000, 0, 8192)) || !near(p1.TTFT, priorSeconds(8000, 0, 8192)) || !near(p2.TTFT, priorSeconds(5000, 0, 8192)) || p1.InFlight != 0 {
 		t.Errorf("no credit: worker 1 %+v, worker 2 %+v", p1, p2)
 	}
 	if d.Worker != w(2) {
