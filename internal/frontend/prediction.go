@@ -24,6 +24,9 @@ type predictionJSON struct {
 	RecomputeS float64 `json:"recompute_s"`
 	TotalS     float64 `json:"total_s"`
 	Error      float64 `json:"model_error"`
+	// InFlightTokens is the prompt tokens counted as computed by a request
+	// already prefilling them there, which this one would wait for.
+	InFlightTokens int `json:"in_flight_tokens,omitempty"`
 }
 
 // predictionOf renders an eligible row's prediction under kv-time; nil
@@ -33,7 +36,7 @@ func predictionOf(policy string, c scheduler.Explanation) *predictionJSON {
 		return nil
 	}
 	p := c.Prediction
-	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, TransferS: p.Transfer, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, LaterS: p.Later, RecomputeS: p.Recompute, TotalS: p.Total, Error: p.Error}
+	return &predictionJSON{QueueS: p.Queue, PrefillS: p.Prefill, LoadS: p.Load, TransferS: p.Transfer, KVWaitS: p.KVWait, KVPressS: p.KVPressure, TTFTS: p.TTFT, DecodeS: p.Decode, LaterS: p.Later, RecomputeS: p.Recompute, TotalS: p.Total, Error: p.Error, InFlightTokens: p.InFlight}
 }
 
 // timeModelJSON is one rank's fitted time model (/v1/workers): the

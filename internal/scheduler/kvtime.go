@@ -74,6 +74,11 @@ type Prediction struct {
 	Total float64
 	// Error is the model's typical relative error of a TTFT there.
 	Error float64
+	// InFlight is the prompt tokens the prediction counts as computed by
+	// a request already prefilling them on the worker rank, which this
+	// one would wait for instead of computing (see
+	// KVTime.creditInFlight); 0 when none is credited.
+	InFlight int
 }
 
 // KVTimeConfig holds the kv-time policy's settings.
@@ -194,7 +199,7 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 			row.Prediction = p.predictDecodeHop(m, c, isl, bs, req.Now)
 			continue
 		}
-		row.Prediction = p.predict(m, c, isl, bs, ref, req.Now)
+		row.Prediction = p.predict(m, c, isl, bs, 0, ref, req.Now)
 		if req.Hop == HopPrefill {
 			// Nothing decodes on a prefill worker, and its blocks leave
 			// with the transfer: the booked prefill's drain and this
@@ -206,16 +211,84 @@ func (p *KVTime) Prepare(req *Request, cands []Candidate, rows []Explanation) {
 			pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT+pr.Later+pr.Recompute
 		}
 	}
+	if req.Hop != HopDecode {
+		p.creditInFlight(req, cands, rows, isl, bs, ref)
+	}
+}
+
+// creditInFlight lets a request wait for a prefix another request is
+// prefilling on a worker rank instead of computing it: engines admit in
+// order, so it runs after the booked prefill there (which holds that
+// prefix's computation) and computes only the rest. It is credited only
+// when waiting there is honestly faster: the credited TTFT (the booked
+// queue, in-flight prefill included, plus the tail) must be below every
+// other eligible rank's TTFT computing the whole uncached prompt now. As
+// followers queue behind the holder its queue grows by each tail, and
+// once it passes the best full prefill elsewhere the next follower goes
+// there, computing the prefix again: a hot prefix spreads to as many
+// workers as its traffic needs.
+func (p *KVTime) creditInFlight(req *Request, cands []Candidate, rows []Explanation, isl, bs int, ref recomputeRef) {
+	// The two lowest uncredited TTFTs: every rank's best alternative.
+	lo, lo2 := math.Inf(1), math.Inf(1)
+	for i := range rows {
+		if rows[i].Excluded == Eligible && i < len(cands) {
+			if t := rows[i].Prediction.TTFT; t < lo {
+				lo, lo2 = t, lo
+			} else if t < lo2 {
+				lo2 = t
+			}
+		}
+	}
+	for i := range rows {
+		if rows[i].Excluded != Eligible || i >= len(cands) {
+			continue
+		}
+		c := &cands[i]
+		inflight := inFlightTokens(c, isl, bs)
+		if inflight <= 0 {
+			continue
+		}
+		m := p.prior
+		if p.models != nil {
+			if wm := p.models.Model(c.Worker); wm != nil {
+				m = wm
+			}
+		}
+		pr := p.predict(m, c, isl, bs, inflight, ref, req.Now)
+		best := lo
+		if rows[i].Prediction.TTFT == lo {
+			best = lo2 // its own full prefill is no alternative
+		}
+		if pr.TTFT < best {
+			if req.Hop == HopPrefill {
+				pr.KVPressure, pr.Decode, pr.Total = 0, 0, pr.TTFT+pr.Later+pr.Recompute
+			}
+			pr.InFlight = inflight
+			rows[i].Prediction = pr
+		}
+	}
+}
+
+// inFlightTokens is how many of the request's leading tokens the worker
+// rank's running requests hold beyond its cached prefix: a prefix being
+// prefilled there (the blocks the ledger does not count as new, from
+// DecodeBlocks − ActiveBlocks). 0 without block tracking.
+func inFlightTokens(c *Candidate, isl, bs int) int {
+	if !(c.DecodeBlocks > 0) {
+		return 0
+	}
+	held := min(max(isl/bs-int(math.Round(c.DecodeBlocks-c.ActiveBlocks)), 0)*bs, isl)
+	return max(held-min(cached(c.Overlap)*bs, isl), 0)
 }
 
 // predict predicts a whole request (or a prefill hop) on candidate c;
 // ref is the prefix the recompute term prices (see recomputeRef).
-func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs int, ref recomputeRef, now time.Time) Prediction {
+func (p *KVTime) predict(m *timemodel.Model, c *Candidate, isl, bs, inflight int, ref recomputeRef, now time.Time) Prediction {
 	o := c.Overlap
 	dev := min(max(o.Device, 0)*bs, isl)
 	tier := min(max(o.Host, 0)*bs, isl-dev)
 	disk := min(max(o.Disk, 0)*bs, isl-dev-tier)
-	uncached := isl - dev - tier - disk
+	uncached := max(isl-dev-tier-disk-inflight, 0)
 	dec := max(c.ActiveRequests, 0)
 	own := timemodel.Job{Uncached: uncached, Decodes: dec, Chunk: c.MaxBatchedTokens}
 	all := own

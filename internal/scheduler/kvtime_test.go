@@ -444,3 +444,56 @@ func TestKVTimeInterTokenTerm(t *testing.T) {
 		t.Errorf("chose %v, want the worker serving long answers", d.Worker)
 	}
 }
+
+// TestKVTimeCreditsPrefixInFlight: a 4,000-token prompt (62 blocks of
+// 64) whose first 31 blocks (1,984 tokens) a request running on worker 1
+// is prefilling there: worker 1 has that request's 4,000 tokens booked
+// and would add only 31 new blocks. Engines admit in order, so waiting
+// for it costs one pass of 4,000 booked + 2,016 own tokens, p(6,016)
+// (cold models: the mocker's polynomial), against computing all 4,000
+// tokens at once behind the queue of the best other worker. Worker 2,
+// with 8,000 tokens booked, takes p(8,192) + p(3,808): waiting wins, and
+// worker 1's prediction is the credited one. With only 1,000 booked on
+// worker 2 (one pass of 5,000, below p(6,016)), waiting is slower: no
+// credit, worker 1 is priced as computing the whole prompt behind its
+// queue (p(8,000)) and worker 2 wins. Without block tracking (no new
+// blocks reported) nothing is known to be in flight.
+func TestKVTimeCreditsPrefixInFlight(t *testing.T) {
+	cfg := DefaultKVTimeConfig()
+	cfg.DecodeWeight = 0
+	s := newKVTime(t, cfg, nil)
+	req := Request{InputTokens: 4000, BlockSize: 64}
+	cands := []Candidate{
+		{Worker: w(1), ActivePrefillTokens: 4000, ActiveBlocks: 62, DecodeBlocks: 62 + 31, MaxBatchedTokens: 8192},
+		{Worker: w(2), ActivePrefillTokens: 8000, DecodeBlocks: 62, MaxBatchedTokens: 8192},
+	}
+	d, err := s.Select(req, cands, seeded(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := d.Candidates[0].Prediction, d.Candidates[1].Prediction
+	if !near(p1.Prefill, priorSeconds(2016, 0, 8192)) || !near(p1.TTFT, priorSeconds(6016, 0, 8192)) || p1.InFlight != 1984 || p2.InFlight != 0 {
+		t.Errorf("worker 1 %+v, want prefill p(2,016) %v and TTFT p(6,016) %v", p1, priorSeconds(2016, 0, 8192), priorSeconds(6016, 0, 8192))
+	}
+	if want := priorSeconds(12000, 0, 8192); !near(p2.TTFT, want) || !near(p2.Prefill, priorSeconds(4000, 0, 8192)) {
+		t.Errorf("worker 2 %+v, want TTFT %v", p2, want)
+	}
+	if d.Worker != w(1) {
+		t.Fatalf("chose %v, want worker 1 (wait for the prefix in flight)", d.Worker)
+	}
+	cands[1].ActivePrefillTokens = 1000
+	d, _ = s.Select(req, cands, seeded(1))
+	p1, p2 = d.Candidates[0].Prediction, d.Candidates[1].Prediction
+	if !near(p1.Prefill, priorSeconds(4000, 0, 8192)) || !near(p1.TTFT, priorSeconds(8000, 0, 8192)) || !near(p2.TTFT, priorSeconds(5000, 0, 8192)) || p1.InFlight != 0 {
+		t.Errorf("no credit: worker 1 %+v, worker 2 %+v", p1, p2)
+	}
+	if d.Worker != w(2) {
+		t.Fatalf("chose %v, want worker 2 (computing it all now is faster)", d.Worker)
+	}
+	cands[1].ActivePrefillTokens = 8000
+	cands[0].DecodeBlocks, cands[0].ActiveBlocks = 0, 0
+	d, _ = s.Select(req, cands, seeded(1))
+	if p1 := d.Candidates[0].Prediction; !near(p1.Prefill, priorSeconds(4000, 0, 8192)) {
+		t.Errorf("no block tracking: worker 1 %+v, want no credit", p1)
+	}
+}
