@@ -109,6 +109,12 @@ func TestPDQueueFullAnswersAsAggregated(t *testing.T) {
 		defer stopBlocker()
 		if o.roles != nil {
 			fl.waitDecodeBlocker()
+		} else {
+			// Booked before the next request arrives, or that one
+			// bypasses the queue.
+			poll.UntilState(t, 5*time.Second, func() (bool, string) {
+				return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
+			}, "the blocker running")
 		}
 		_, waited := fl.startStream(words(2, 60), 8)
 		poll.UntilState(t, 5*time.Second, func() (bool, string) {
