@@ -7,7 +7,7 @@
 #   scripts/issue-bar.sh [OUTDIR]        # KVROUTER=path/to/kvrouter (default: go run ./cmd/kvrouter)
 #
 # Each grid's JSON and grid-bar.py report go to OUTDIR (default bar-out/). The grids run one
-# simulation at a time (--parallel 1; PARALLEL=n to change): the whole bar takes about 40 minutes
+# simulation at a time (--parallel 1; PARALLEL=n to change): the whole bar takes about half an hour
 # on a shared 2-core machine, most of it the conversation grids.
 set -euo pipefail
 out=${1:-bar-out}
