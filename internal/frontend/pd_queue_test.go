@@ -247,15 +247,7 @@ func TestPDQueueRefusesALateRequest(t *testing.T) {
 				code = resp.StatusCode
 				answer <- body
 			}()
-			poll.UntilState(t, 5*time.Second, func() (bool, string) {
-				g := fl.f.gate
-				v := g.view()
-				waited := time.Duration(0)
-				if !v.OldestArrival.IsZero() {
-					waited = g.clock().Sub(v.OldestArrival)
-				}
-				return v.Waiting == 1 && waited > 250*time.Millisecond, fmt.Sprintf("%d waiting for %v", v.Waiting, waited)
-			}, "the request queued for longer than 200 ms")
+			fl.waitQueuedLonger(250 * time.Millisecond)
 			stopBlocker()
 			<-blocked
 			body := <-answer

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -114,16 +113,9 @@ func TestQueueAdapterWaitsForItsWorkers(t *testing.T) {
 	if q := mf.metric("kvrouter_queue_requests_total", "outcome", "queued"); q != 1 {
 		t.Fatalf("queued %v, want 1", q)
 	}
-	_, sb := mf.do("GET", "/?format=json", nil)
-	var st struct {
-		Queue *struct {
-			Waiting int              `json:"waiting"`
-			Models  []queueModelJSON `json:"models"`
-		} `json:"queue"`
-	}
-	if err := json.Unmarshal(sb, &st); err != nil || st.Queue == nil || st.Queue.Waiting != 1 ||
-		!slices.Equal(st.Queue.Models, []queueModelJSON{{Model: testModel, Adapter: testAdapter, Waiting: 1}}) {
-		t.Fatalf("status JSON queue: %s (%v)", sb, err)
+	if q, sb := mf.statusQueue(); q == nil || q.Waiting != 1 ||
+		!slices.Equal(q.Models, []queueModelJSON{{Model: testModel, Adapter: testAdapter, Waiting: 1}}) {
+		t.Fatalf("status JSON queue: %s", sb)
 	}
 
 	resp, body := mf.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":2}`, words(3, 60)), "X-Tenant-ID", "b")

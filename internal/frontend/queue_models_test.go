@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -34,7 +33,9 @@ type modelFleet struct {
 func newModelFleet(t *testing.T, cfg func(*Config)) *modelFleet {
 	t.Helper()
 	return newPoolsFleet(t, cfg, map[uint64]poolWorker{1: {"", testModel, 1, nil}, 2: {"model-b", "model-b", 200, nil}},
-		func(pools *router.Pools) Models { return testModels{pools: pools, files: map[string]ModelFiles{"model-b": {}}} })
+		func(pools *router.Pools) Models {
+			return testModels{pools: pools, files: map[string]ModelFiles{"model-b": {}}}
+		})
 }
 
 // poolWorker is one mock worker of newPoolsFleet: its pool ("" the
@@ -143,16 +144,9 @@ func TestQueuePerModel(t *testing.T) {
 	if q := mf.metric("kvrouter_queue_requests_total", "outcome", "queued"); q != 1 {
 		t.Fatalf("queued %v, want 1", q)
 	}
-	_, sb := mf.do("GET", "/?format=json", nil)
-	var st struct {
-		Queue *struct {
-			Waiting int              `json:"waiting"`
-			Models  []queueModelJSON `json:"models"`
-		} `json:"queue"`
-	}
-	if err := json.Unmarshal(sb, &st); err != nil || st.Queue == nil || st.Queue.Waiting != 1 ||
-		len(st.Queue.Models) != 1 || st.Queue.Models[0] != (queueModelJSON{Model: testModel, Waiting: 1}) {
-		t.Fatalf("status JSON queue: %s (%v)", sb, err)
+	if q, sb := mf.statusQueue(); q == nil || q.Waiting != 1 ||
+		len(q.Models) != 1 || q.Models[0] != (queueModelJSON{Model: testModel, Waiting: 1}) {
+		t.Fatalf("status JSON queue: %s", sb)
 	}
 
 	for i := range 3 {

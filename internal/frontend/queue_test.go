@@ -32,6 +32,43 @@ func saturating(mod func(*Config)) func(*Config) {
 
 func (fl *testFleet) queueDepth() float64 { return fl.metric("kvrouter_queue_depth") }
 
+// waitQueuedLonger waits until exactly one request is in the queue and
+// has waited longer than d (past a 200 ms TTFT target, for the tests of
+// late release).
+func (fl *testFleet) waitQueuedLonger(d time.Duration) {
+	fl.t.Helper()
+	poll.UntilState(fl.t, 5*time.Second, func() (bool, string) {
+		g := fl.f.gate
+		v := g.view()
+		waited := time.Duration(0)
+		if !v.OldestArrival.IsZero() {
+			waited = g.clock().Sub(v.OldestArrival)
+		}
+		return v.Waiting == 1 && waited > d, fmt.Sprintf("%d waiting for %v", v.Waiting, waited)
+	}, fmt.Sprintf("the request queued for longer than %v", d))
+}
+
+// statusQueue reads the status page's JSON queue view (nil when the
+// queue is off).
+func (fl *testFleet) statusQueue() (*statusQueueJSON, []byte) {
+	fl.t.Helper()
+	_, sb := fl.do("GET", "/?format=json", nil)
+	var st struct {
+		Queue *statusQueueJSON `json:"queue"`
+	}
+	if err := json.Unmarshal(sb, &st); err != nil {
+		fl.t.Fatalf("status JSON: %s: %v", sb, err)
+	}
+	return st.Queue, sb
+}
+
+// statusQueueJSON is the part of the status page's queue view the
+// per-model and per-adapter queue tests read.
+type statusQueueJSON struct {
+	Waiting int              `json:"waiting"`
+	Models  []queueModelJSON `json:"models"`
+}
+
 // startStream starts a streaming completion that runs until cancelled or
 // done, and returns its cancel and a channel closed when it ended.
 func (fl *testFleet) startStream(prompt string, maxTokens int, hdr ...string) (context.CancelFunc, <-chan int) {
@@ -324,15 +361,7 @@ func TestQueueRefusesALateRequest(t *testing.T) {
 				resp, body := fl.do("POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4}`, words(2, 60)), HeaderSessionID, "late-conv")
 				got <- answer{resp, body}
 			}()
-			poll.UntilState(t, 5*time.Second, func() (bool, string) {
-				g := fl.f.gate
-				v := g.view()
-				waited := time.Duration(0)
-				if !v.OldestArrival.IsZero() {
-					waited = g.clock().Sub(v.OldestArrival)
-				}
-				return v.Waiting == 1 && waited > 250*time.Millisecond, fmt.Sprintf("%d waiting for %v", v.Waiting, waited)
-			}, "the request queued for longer than 200 ms")
+			fl.waitQueuedLonger(250 * time.Millisecond)
 			stopBlocker()
 			<-blocked
 			a := <-got
