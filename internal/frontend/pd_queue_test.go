@@ -112,9 +112,7 @@ func TestPDQueueFullAnswersAsAggregated(t *testing.T) {
 		} else {
 			// Booked before the next request arrives, or that one
 			// bypasses the queue.
-			poll.UntilState(t, 5*time.Second, func() (bool, string) {
-				return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
-			}, "the blocker running")
+			fl.waitBlockerRunning()
 		}
 		_, waited := fl.startStream(words(2, 60), 8)
 		poll.UntilState(t, 5*time.Second, func() (bool, string) {

@@ -32,6 +32,16 @@ func saturating(mod func(*Config)) func(*Config) {
 
 func (fl *testFleet) queueDepth() float64 { return fl.metric("kvrouter_queue_depth") }
 
+// waitBlockerRunning waits until the one request sent so far runs (is
+// booked), so that the next one meets a saturated fleet instead of
+// bypassing the queue before the blocker is counted.
+func (fl *testFleet) waitBlockerRunning() {
+	fl.t.Helper()
+	poll.UntilState(fl.t, 5*time.Second, func() (bool, string) {
+		return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
+	}, "the blocker running")
+}
+
 // waitQueuedLonger waits until exactly one request is in the queue and
 // has waited longer than d (past a 200 ms TTFT target, for the tests of
 // late release).
@@ -190,9 +200,7 @@ func testStaggeredServesEveryone(t *testing.T, stagger func(*admission.Config)) 
 func TestQueueDisconnectFreesEverything(t *testing.T) {
 	fl := newFleet(t, fleetOpt{workers: 1, speedup: 1, cfg: saturating(nil)})
 	stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
-	poll.UntilState(t, 5*time.Second, func() (bool, string) {
-		return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
-	}, "the blocker running")
+	fl.waitBlockerRunning()
 	cancel, waited := fl.startStream(words(2, 60), 8)
 	poll.UntilState(t, 5*time.Second, func() (bool, string) {
 		return fl.queueDepth() == 1, fmt.Sprintf("depth %v", fl.queueDepth())
@@ -247,9 +255,7 @@ func TestQueuePriorityServedFirst(t *testing.T) {
 	fl := newFleet(t, fleetOpt{workers: 1, speedup: 20, cfg: saturating(func(c *Config) { c.Queue.Admission.Policy = admission.PolicyPriority })})
 	stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
 	defer stopBlocker()
-	poll.UntilState(t, 5*time.Second, func() (bool, string) {
-		return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
-	}, "the blocker running")
+	fl.waitBlockerRunning()
 	var mu sync.Mutex
 	var order []string
 	var wg sync.WaitGroup
@@ -349,9 +355,7 @@ func TestQueueRefusesALateRequest(t *testing.T) {
 			})})
 			stopBlocker, blocked := fl.startStream(words(1, 60), 20000)
 			defer stopBlocker()
-			poll.UntilState(t, 5*time.Second, func() (bool, string) {
-				return fl.activeRequests() == 1, fmt.Sprintf("%d running", fl.activeRequests())
-			}, "the blocker running")
+			fl.waitBlockerRunning()
 			type answer struct {
 				resp *http.Response
 				body []byte
