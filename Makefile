@@ -6,14 +6,24 @@ PYTHON ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c 'impo
 
 .PHONY: test up build bench fuzz
 
+# RAPID_PKGS are the packages whose tests use rapid (property tests); the
+# others are OTHER_PKGS. RAPID_SEED fixes rapid's draws in `make test`, so the
+# gate is deterministic: the same commit draws the same cases on every run.
+# `make rapid` explores with fresh random seeds instead (like `make fuzz`).
+RAPID_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/pgregory.net\/rapid/{print $$1}')
+OTHER_PKGS = $(filter-out $(RAPID_PKGS),$(shell $(GO) list ./...))
+RAPID_SEED ?= 1
+RAPID_CHECKS ?= 1000
+
 # test: vet, staticcheck (pinned in go.mod's tool block; with the chaos tag,
 # which only adds files, so the fault suite is checked too), then every test
-# under the race detector, then the Python publisher's tests (they build and
-# run kvrouter serve). This is what CI runs.
+# under the race detector (rapid's draws fixed by RAPID_SEED), then the Python
+# publisher's tests (they build and run kvrouter serve). This is what CI runs.
 test:
 	$(GO) vet ./...
 	$(GO) tool staticcheck -tags chaos ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 20m $(OTHER_PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(RAPID_PKGS) -rapid.seed=$(RAPID_SEED)
 	@test -n "$(PYTHON)" || { echo "make test: no python3 with zmq, msgpack and pytest; apt-get install python3-zmq python3-msgpack python3-pytest (or set PYTHON=...)" >&2; exit 1; }
 	GO=$(GO) $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
@@ -30,7 +40,14 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-.PHONY: fuzz-long browser-test
+.PHONY: fuzz-long browser-test rapid
+
+# rapid: every rapid property test with fresh random seeds and RAPID_CHECKS
+# cases each (default 1000). Not part of CI (the gate is deterministic): run it
+# by hand with make fuzz; a failure prints the seed that reproduces it
+# (-rapid.seed=...) and leaves a fail file under the package's testdata/rapid/.
+rapid:
+	$(GO) test -count=1 -timeout 30m $(RAPID_PKGS) -rapid.checks=$(RAPID_CHECKS)
 
 # fuzz: every Fuzz target for FUZZTIME seconds each (default 3). Not part of CI
 # (the gate is deterministic): run it before each submission.
