@@ -23,11 +23,24 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(closingIdle{m},
 		// go-zeromq/zmq4 v0.17.0 parks one writer goroutine per closed PUB
 		// socket (its Close never wakes it); see internal/eventplane/vllmzmq.
 		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"),
 	)
+}
+
+// closingIdle runs the tests, then closes http.DefaultClient's idle
+// keep-alive connections before goleak looks: the tests talk to the
+// workers through it, and a connection it keeps open to a worker keeps
+// that worker's connection goroutine and the client's read and write
+// loops alive after the tests (seen once in CI).
+type closingIdle struct{ m *testing.M }
+
+func (c closingIdle) Run() int {
+	code := c.m.Run()
+	http.DefaultClient.CloseIdleConnections()
+	return code
 }
 
 func testConfig() Config {

@@ -165,7 +165,13 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 		cancel() // end rank loops: open streams fail, handlers return
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			// The grace period ran out with connections still open (a
+			// client's fresh keep-alive connection that never sent a
+			// request counts as busy for 5 s): close them, so that none
+			// outlives the worker.
+			_ = srv.Close()
+		}
 		scancel()
 		<-errc
 	case <-w.crash:
