@@ -27,10 +27,7 @@ func (r *Router) Saturated(t scheduler.Thresholds) bool {
 			continue
 		}
 		up++
-		l, _ := r.seq.Load(rk.w)
-		c := scheduler.Candidate{ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks,
-			KVCapacityBlocks: rk.ws.info.KVCapacityBlocks, MaxBatchedTokens: rk.ws.info.MaxBatchedTokens}
-		if t.Busy(&c) == scheduler.Eligible {
+		if r.hasRoom(rk, t) {
 			return false
 		}
 	}
@@ -107,10 +104,7 @@ func (r *Router) hopsSaturated(t scheduler.Thresholds, allowed []kvevent.WorkerI
 		if room[side] > 0 {
 			continue // this side has room already
 		}
-		l, _ := r.seq.Load(rk.w)
-		c := scheduler.Candidate{ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks,
-			KVCapacityBlocks: rk.ws.info.KVCapacityBlocks, MaxBatchedTokens: rk.ws.info.MaxBatchedTokens}
-		if t.Busy(&c) == scheduler.Eligible {
+		if r.hasRoom(rk, t) {
 			room[side]++
 		}
 	}
@@ -130,9 +124,15 @@ func (r *Router) RankSaturated(t scheduler.Thresholds, w kvevent.WorkerRank) boo
 	if !t.On() {
 		return false
 	}
-	ws := r.ranks[p].ws
-	l, _ := r.seq.Load(w)
+	return !r.hasRoom(r.ranks[p], t)
+}
+
+// hasRoom reports whether rank rk is below every threshold of t, judged
+// on the load booked there now (the scheduler's busy check on its booked
+// prefill and KV blocks). Called with r.mu held.
+func (r *Router) hasRoom(rk rank, t scheduler.Thresholds) bool {
+	l, _ := r.seq.Load(rk.w)
 	c := scheduler.Candidate{ActivePrefillTokens: l.ActivePrefillTokens, ActiveBlocks: l.ActiveBlocks,
-		KVCapacityBlocks: ws.info.KVCapacityBlocks, MaxBatchedTokens: ws.info.MaxBatchedTokens}
-	return t.Busy(&c) != scheduler.Eligible
+		KVCapacityBlocks: rk.ws.info.KVCapacityBlocks, MaxBatchedTokens: rk.ws.info.MaxBatchedTokens}
+	return t.Busy(&c) == scheduler.Eligible
 }
