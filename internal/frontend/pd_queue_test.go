@@ -18,9 +18,12 @@ import (
 var pdRoles = []router.Role{router.RolePrefill, router.RoleDecode}
 
 // running is the requests the router has booked on worker id.
-func (fl *testFleet) running(id kvevent.WorkerID) int {
+func (fl *testFleet) running(id kvevent.WorkerID) int { return bookedOn(fl.r.Loads(), id) }
+
+// bookedOn sums the requests booked on worker id's ranks in loads.
+func bookedOn(loads []router.Load, id kvevent.WorkerID) int {
 	n := 0
-	for _, l := range fl.r.Loads() {
+	for _, l := range loads {
 		if l.Worker.ID == id {
 			n += l.ActiveRequests
 		}

@@ -85,16 +85,8 @@ func newPoolsFleet(t *testing.T, cfg func(*Config), workers map[uint64]poolWorke
 	return &modelFleet{testFleet: fl, pools: pools}
 }
 
-// running is worker id's booked requests.
-func (mf *modelFleet) running(id kvevent.WorkerID) int {
-	n := 0
-	for _, l := range mf.pools.Loads() {
-		if l.Worker.ID == id {
-			n += l.ActiveRequests
-		}
-	}
-	return n
-}
+// running is worker id's booked requests, over every pool.
+func (mf *modelFleet) running(id kvevent.WorkerID) int { return bookedOn(mf.pools.Loads(), id) }
 
 // gateState is the gate's queues and counts, read under its lock.
 func (mf *modelFleet) gateState() (pools []queueKey, waiting int, waiters int, ledger map[string]int) {
