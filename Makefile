@@ -25,7 +25,7 @@ test:
 	$(GO) test -race -count=1 -timeout 20m $(OTHER_PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(RAPID_PKGS) -rapid.seed=$(RAPID_SEED)
 	@test -n "$(PYTHON)" || { echo "make test: no python3 with zmq, msgpack and pytest; apt-get install python3-zmq python3-msgpack python3-pytest (or set PYTHON=...)" >&2; exit 1; }
-	GO=$(GO) $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+	GO=$(GO) $(PYTHON) -m pytest -q -p no:cacheprovider python/tests scripts/tests
 
 # up: build and start a local fleet on embedded defaults.
 up: build

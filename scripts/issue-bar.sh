@@ -6,7 +6,8 @@
 #
 #   scripts/issue-bar.sh [OUTDIR]        # KVROUTER=path/to/kvrouter (default: go run ./cmd/kvrouter)
 #
-# Each grid's JSON and grid-bar.py report go to OUTDIR (default bar-out/). The grids run one
+# Each grid's JSON and grid-bar.py report go to OUTDIR (default bar-out/); the last table
+# (grid-bar.py --fixed) holds each kv setting, round-robin and kv-time fixed across every scenario. The grids run one
 # simulation at a time (--parallel 1; PARALLEL=n to change): the whole bar takes about half an hour
 # on a 2-core machine, 14 minutes with PARALLEL=2, most of it the conversation grids. It exits 1
 # when any check fails.
@@ -38,4 +39,5 @@ pass=$(cat "$out"/*.txt | grep -c PASS || true)
 fail=$(cat "$out"/*.txt | grep -c FAIL || true)
 echo "kv-time: $pass of $((pass + fail)) checks pass"
 grep -h FAIL "$out"/*.txt || true
+python3 "$here/grid-bar.py" --fixed "$out"/*.json | tee "$out/fixed.txt"
 [[ $fail -eq 0 ]]

@@ -164,6 +164,9 @@ type GridSummary struct {
 	// Best is the best kv setting: lowest TTFT p50, then p90; of settings
 	// that tie on both, the default one, else the first in grid order.
 	Best string `json:"best_kv"`
+	// Default is the label of kv's default setting (DefaultKVSetting),
+	// so that a reader of the JSON can hold it fixed across scenarios.
+	Default string `json:"default_kv"`
 	// Compared are the labels of the comparison table, in order: the best
 	// kv setting, kv's default setting, round-robin, the other policies.
 	Compared []string `json:"compared"`
@@ -234,6 +237,7 @@ func Summarize(scenarios []Scenario, runs []GridRun, outs []Outcome) ([]GridSumm
 			r.TTFTP90VsBest = ratio(r.Result.TTFTP90Ms, b.TTFTP90Ms)
 			r.ITLP99VsBest = ratio(r.Result.ITLP99Ms, b.ITLP99Ms)
 		}
+		s.Default = DefaultKVSetting.Label()
 		s.Compared = []string{s.Best}
 		if d := DefaultKVSetting.Label(); d != s.Best {
 			s.Compared = append(s.Compared, d)

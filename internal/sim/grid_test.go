@@ -62,7 +62,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := sums[0]
-	if s.Best != DefaultKVSetting.Label() || !slices.Equal(s.Compared, []string{s.Best, "round-robin", "least-loaded"}) {
+	if s.Best != DefaultKVSetting.Label() || s.Default != "kv c=1 s=1 clamp=on" || !slices.Equal(s.Compared, []string{s.Best, "round-robin", "least-loaded"}) {
 		t.Fatalf("best %q, compared %v", s.Best, s.Compared)
 	}
 	rr, _ := s.Row("round-robin")
