@@ -7,10 +7,10 @@
 #   scripts/issue-bar.sh [OUTDIR]        # KVROUTER=path/to/kvrouter (default: go run ./cmd/kvrouter)
 #
 # Each grid's JSON and grid-bar.py report go to OUTDIR (default bar-out/); the last table
-# (grid-bar.py --fixed) holds each kv setting, round-robin and kv-time fixed across every scenario. The grids run one
-# simulation at a time (--parallel 1; PARALLEL=n to change): the whole bar takes about half an hour
-# on a 2-core machine, 14 minutes with PARALLEL=2, most of it the conversation grids. It exits 1
-# when any check fails.
+# (grid-bar.py --fixed, also in OUTDIR/fixed.txt) holds each kv setting, round-robin and kv-time
+# fixed across every scenario. The grids run one simulation at a time (--parallel 1; PARALLEL=n to
+# change): the whole bar takes about half an hour on a 2-core machine, 14 minutes with PARALLEL=2,
+# most of it the conversation grids. It exits 1 when any check fails.
 set -euo pipefail
 out=${1:-bar-out}
 mkdir -p "$out"
