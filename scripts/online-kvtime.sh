@@ -12,6 +12,9 @@
 #   RATIO   [2]   the mock engines' --speedup-ratio
 #   ROUNDS  [2]   runs of each policy, the order alternating per round
 #   PORT    [18463] the front door's port
+#   POLICIES [kv-time kv round-robin] the runs' policies, in order: kv-time,
+#                 kv (its defaults), round-robin, or kv:CREDIT:SCALE:CLAMP for a
+#                 kv setting of the grid (e.g. kv:2:4:off, kv:16:16:off)
 #
 # SPEEDUP 8 with RATIO 2 is the load of a ×4 replay at full engine speed
 # in half the wall time (every engine duration halved, so latencies are
@@ -48,7 +51,16 @@ trap stop_up EXIT
 mode_flags() {
 	case $1 in
 	kv) ;; # the defaults
-	*) echo "--router-mode $1" ;;
+	kv:*:*:on | kv:*:*:off)
+		IFS=: read -r _ credit scale clamp <<<"$1"
+		[[ $clamp == on ]] && clamp=true || clamp=false
+		echo "--kv-overlap-score-credit $credit --router-prefill-load-scale $scale --router-prefill-clamp=$clamp"
+		;;
+	kv-time | round-robin | random | least-loaded) echo "--router-mode $1" ;;
+	*)
+		echo "online-kvtime.sh: unknown policy $1 (kv-time, kv, round-robin, random, least-loaded or kv:CREDIT:SCALE:on|off)" >&2
+		exit 2
+		;;
 	esac
 }
 rows() { # label prefix, JSON file of results: one line per result
@@ -61,13 +73,15 @@ for r in json.load(open(sys.argv[2])):
           f"  busiest {r.get('max_worker_share', 0):.3f}  n {r['requests']} failed {r['failed']}")
 PY
 }
-policies=(kv-time kv round-robin)
+read -r -a policies <<<"${POLICIES:-kv-time kv round-robin}"
+for p in "${policies[@]}"; do mode_flags "$p" >/dev/null; done
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $workers mock workers, --speedup-ratio $ratio; bench $wl --bound-workers $workers"
 for ((r = 1; r <= rounds; r++)); do
 	order=("${policies[@]}")
-	if ((r % 2 == 0)); then
-		order=(round-robin kv kv-time)
+	if ((r % 2 == 0)); then # the other order
+		order=()
+		for ((i = ${#policies[@]} - 1; i >= 0; i--)); do order+=("${policies[i]}"); done
 	fi
 	for p in "${order[@]}"; do
 		# shellcheck disable=SC2046

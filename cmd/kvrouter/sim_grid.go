@@ -214,8 +214,8 @@ func writeGridTables(w io.Writer, sums []sim.GridSummary) error {
 		}
 		fmt.Fprintf(w, "best kv setting (lowest TTFT p50, then p90): %s\n", s.Best)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "policy\treqs\tfail\tttft p50\tp90\titl p99\thit/bound\tbusiest\tfast/slow\tp50÷best\tp90÷best\titl p99÷best\t")
-		fmt.Fprintln(tw, "\t\t\tms\tms\tms\t\tshare\tper worker\t\t\t\t")
+		fmt.Fprintln(tw, "policy\treqs\tfail\tttft p50\tp90\titl p99\thit/bound\tbusiest\tfast/slow\tfast/slow\tp50÷best\tp90÷best\titl p99÷best\t")
+		fmt.Fprintln(tw, "\t\t\tms\tms\tms\t\tshare\trequests\tprefill tokens\t\t\t\t")
 		for _, label := range s.Compared {
 			r, _ := s.Row(label)
 			name := label
@@ -225,13 +225,16 @@ func writeGridTables(w io.Writer, sums []sim.GridSummary) error {
 			case label == sim.DefaultKVSetting.Label():
 				name += " (default)"
 			}
-			fs := "n/a"
+			fs, fw := "n/a", "n/a"
 			if r.FastPerSlow > 0 {
 				fs = fmt.Sprintf("%.2f", r.FastPerSlow)
 			}
+			if r.FastWorkPerSlow > 0 {
+				fw = fmt.Sprintf("%.2f", r.FastWorkPerSlow)
+			}
 			res := r.Result
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.3f\t\n", name, res.Requests, res.Failed,
-				res.TTFTP50Ms, res.TTFTP90Ms, res.ITLP99Ms, res.HitRatioOverBound, res.MaxWorkerShare, fs,
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.3f\t%.3f\t%s\t%s\t%.3f\t%.3f\t%.3f\t\n", name, res.Requests, res.Failed,
+				res.TTFTP50Ms, res.TTFTP90Ms, res.ITLP99Ms, res.HitRatioOverBound, res.MaxWorkerShare, fs, fw,
 				r.TTFTP50VsBest, r.TTFTP90VsBest, r.ITLP99VsBest)
 		}
 		if err := tw.Flush(); err != nil {

@@ -106,6 +106,11 @@ func TestRecorderWorked(t *testing.T) {
 	if !slices.Equal(r.WorkerRequests(), []int{2, 1, 0}) || len(r.TTFTs()) != 3 {
 		t.Fatalf("workers %v ttfts %v", r.WorkerRequests(), r.TTFTs())
 	}
+	// Worker 0 computed 500 + 0 of its two prompts, worker 1 all 2,000 of
+	// its one; the failed request on worker 2 computed nothing.
+	if got := r.WorkerPrefillTokens(); !slices.Equal(got, []int64{500, 2000, 0}) {
+		t.Fatalf("prefill tokens per worker %v, want [500 2000 0]", got)
+	}
 	if e := NewRecorder(2).Result("empty", 0); e != (Result{Policy: "empty", Workers: 2}) {
 		t.Fatalf("empty result %+v", e)
 	}

@@ -76,6 +76,7 @@ type Recorder struct {
 	workers             int
 	ttft, itl, e2e      []float64
 	perWorker           []int
+	perWorkerPrefill    []int64 // uncached prompt tokens of the requests each worker served
 	prompt, cached, out int64
 	first, last         time.Duration
 	any                 bool
@@ -85,7 +86,7 @@ type Recorder struct {
 
 // NewRecorder returns a recorder for a fleet of workers workers.
 func NewRecorder(workers int) *Recorder {
-	return &Recorder{workers: workers, perWorker: make([]int, max(workers, 0))}
+	return &Recorder{workers: workers, perWorker: make([]int, max(workers, 0)), perWorkerPrefill: make([]int64, max(workers, 0))}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -103,6 +104,7 @@ func (r *Recorder) Add(rec Record) {
 	}
 	if rec.Worker >= 0 && rec.Worker < len(r.perWorker) {
 		r.perWorker[rec.Worker]++
+		r.perWorkerPrefill[rec.Worker] += int64(max(rec.PromptTokens-rec.CachedTokens, 0))
 	}
 	r.ttft = append(r.ttft, ms(rec.TTFT))
 	r.e2e = append(r.e2e, ms(rec.E2E))
@@ -124,6 +126,12 @@ func (r *Recorder) TTFTs() []float64 { return r.ttft }
 
 // WorkerRequests returns the number of requests each worker served.
 func (r *Recorder) WorkerRequests() []int { return append([]int(nil), r.perWorker...) }
+
+// WorkerPrefillTokens returns, per worker, the prompt tokens it computed:
+// the uncached prompt tokens (prompt less cached) of the requests it
+// served. Requests differ in size, so this is the work each worker did
+// where WorkerRequests counts the requests.
+func (r *Recorder) WorkerPrefillTokens() []int64 { return append([]int64(nil), r.perWorkerPrefill...) }
 
 // Result summarises everything recorded, with the given bound hit ratio.
 // Workers is the recorder's fleet size; Workload is left empty.

@@ -55,6 +55,9 @@ func TestSummarize(t *testing.T) {
 		if r.Policy == "round-robin" {
 			outs[i].Result = report.Result{TTFTP50Ms: 75, TTFTP90Ms: 600, ITLP99Ms: 0}
 			outs[i].WorkerRequests = []int{2, 6, 12, 20} // slow 8 of 40 over 2 workers, fast 20 over 1
+			// By work the other way round: the slow pair computed 9,000
+			// tokens (4,500 each), the fast one 1,500.
+			outs[i].WorkerPrefillTokens = []int64{4000, 5000, 100, 1500}
 		}
 	}
 	sums, err := Summarize(scs, runs, outs)
@@ -72,6 +75,12 @@ func TestSummarize(t *testing.T) {
 	if rr.FastShare != 0.5 || rr.SlowShare != 0.2 || math.Abs(rr.FastPerSlow-5) > 1e-12 {
 		t.Fatalf("round-robin fast %v slow %v per slow %v, want 0.5, 0.2, 5", rr.FastShare, rr.SlowShare, rr.FastPerSlow)
 	}
+	if math.Abs(rr.FastWorkPerSlow-1500.0/4500) > 1e-12 {
+		t.Fatalf("round-robin fast work per slow %v, want 1/3", rr.FastWorkPerSlow)
+	}
+	if k, _ := s.Row(DefaultKVSetting.Label()); k.FastWorkPerSlow != 0 {
+		t.Fatalf("no work recorded, fast work per slow %v, want 0", k.FastWorkPerSlow)
+	}
 	k, _ := s.Row("kv c=4 s=16 clamp=off")
 	if k.TTFTP90VsBest != 200.0/150 || k.ITLP99VsBest != 4 || k.Result.Policy != k.Label {
 		t.Fatalf("kv row %+v", k)
@@ -79,7 +88,7 @@ func TestSummarize(t *testing.T) {
 	// A homogeneous fleet has no fast or slow workers.
 	scs[0].Config.Fleet.Speeds = []float64{2}
 	sums, _ = Summarize(scs, runs, outs)
-	if r, _ := sums[0].Row("round-robin"); r.FastShare != 0 || r.FastPerSlow != 0 {
+	if r, _ := sums[0].Row("round-robin"); r.FastShare != 0 || r.FastPerSlow != 0 || r.FastWorkPerSlow != 0 {
 		t.Fatalf("homogeneous: %+v", r)
 	}
 	if _, err := Summarize(scs, runs, outs[1:]); err == nil {

@@ -94,6 +94,9 @@ type Outcome struct {
 	Load report.WorkerLoad
 	// WorkerRequests is how many requests each worker served.
 	WorkerRequests []int
+	// WorkerPrefillTokens is the uncached prompt tokens each worker
+	// computed for the requests it served (report.Recorder.WorkerPrefillTokens).
+	WorkerPrefillTokens []int64
 	// Duration is the virtual time from the first arrival to the last
 	// completion.
 	Duration time.Duration
@@ -269,7 +272,7 @@ func Run(cfg Config, policy string, src workload.Source, boundHitRatio float64, 
 	r.rec.AddPreemptions(pre)
 	res := r.rec.Result(policy, boundHitRatio)
 	o := Outcome{Result: res, TTFTs: r.rec.TTFTs(), Load: r.load.WorkerLoad(), Duration: r.now - r.first,
-		WorkerRequests: r.rec.WorkerRequests(), TimeModels: r.rt.TimeModels(), Queue: r.wait.stats(),
+		WorkerRequests: r.rec.WorkerRequests(), WorkerPrefillTokens: r.rec.WorkerPrefillTokens(), TimeModels: r.rt.TimeModels(), Queue: r.wait.stats(),
 		Bypassed: r.bypassed, TransferredBlocks: r.transferred}
 	if r.ratios > 0 {
 		o.PredictionRatio = math.Exp(r.logRatio / float64(r.ratios))

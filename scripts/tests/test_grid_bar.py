@@ -49,7 +49,7 @@ HETERO = {
         row("kv a", 55, 95, 20, fast_per_slow=2),
         row("kv b", 50, 100, 20, fast_per_slow=1.2),
         row("round-robin", 60, 90, 20, fast_per_slow=0.9, kv=False),
-        row("x", 40, 80, 22, fast_per_slow=1.5, kv=False),
+        dict(row("x", 40, 80, 22, fast_per_slow=1.5, kv=False), fast_work_per_slow=4.25),
     ],
 }
 
@@ -76,6 +76,9 @@ def test_fixed_counts_each_row_over_every_scenario(tmp_path):
 def test_policy_mode_exit_codes(tmp_path):
     res = run(["x"], stdin=json.dumps({"scenarios": [HETERO]}))
     assert res.returncode == 0 and "x: every check passed" in res.stdout
+    # Six checks, and the ratio by work beside the fast workers' one, as information.
+    assert res.stdout.count("PASS") == 6 and "FAIL" not in res.stdout
+    assert "by prefill tokens computed" in res.stdout and "4.250" in res.stdout
     res = run(["x"], stdin=json.dumps({"scenarios": [UNIFORM, HETERO]}))
     assert res.returncode == 1 and "x: 3 check(s) failed" in res.stdout
     assert run(["x"], stdin="not json").returncode == 2
