@@ -74,10 +74,10 @@ def check_policy(policy: str) -> int:
             print(f"grid-bar: scenario {sc['name']!r} has no {policy!r} or round-robin row", file=sys.stderr)
             return 2
         print(f"{sc['name']} (best kv: {sc['best_kv']})")
+        row = next(r for r in sc["rows"] if r["label"] == policy)
         for name, got, limit, ok in checks(sc, policy):
             failed += not ok
             print(f"  {'PASS' if ok else 'FAIL'}  {name:38s} {got:10.3f}  vs {limit:10.3f}")
-            row = next(r for r in sc["rows"] if r["label"] == policy)
             if name.startswith("fast workers") and "fast_work_per_slow" in row:
                 # Information, not a check: the same ratio by prefill work.
                 print(f"        {'by prefill tokens computed':38s} {row['fast_work_per_slow']:10.3f}")
