@@ -149,6 +149,12 @@ type GridRow struct {
 	// slowest worker (above 1: the fast workers carry more); 0 on a
 	// homogeneous fleet or when the slow ones served nothing.
 	FastPerSlow float64 `json:"fast_per_slow"`
+	// FastWorkPerSlow is the same ratio by work: uncached prompt tokens
+	// computed per fastest worker over those per slowest worker (0 on a
+	// homogeneous fleet or when the slow ones computed none). A policy
+	// that gives the fast workers the long prefills and the slow ones the
+	// cache hits has FastWorkPerSlow above FastPerSlow.
+	FastWorkPerSlow float64 `json:"fast_work_per_slow"`
 	// TTFTP50VsBest, TTFTP90VsBest and ITLP99VsBest are the row's TTFT
 	// p50, p90 and ITL p99 over the best kv setting's (0 where that is 0).
 	TTFTP50VsBest float64 `json:"ttft_p50_vs_best"`
@@ -206,6 +212,7 @@ func Summarize(scenarios []Scenario, runs []GridRun, outs []Outcome) ([]GridSumm
 		res.Policy = run.Label()
 		row := GridRow{Label: run.Label(), KV: run.KV, Result: res}
 		row.FastShare, row.SlowShare, row.FastPerSlow = fastSlow(s.Config, outs[i].WorkerRequests)
+		_, _, row.FastWorkPerSlow = fastSlow(s.Config, outs[i].WorkerPrefillTokens)
 		s.Rows = append(s.Rows, row)
 		s.TTFTs = append(s.TTFTs, outs[i].TTFTs)
 	}
@@ -258,29 +265,31 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// fastSlow returns the shares of requests served by the fastest and the
-// slowest workers and the per-worker ratio of the two.
-func fastSlow(cfg Config, perWorker []int) (fast, slow, perSlow float64) {
+// fastSlow returns the shares of perWorker's total (requests, or tokens)
+// on the fastest and on the slowest workers and the per-worker ratio of
+// the two.
+func fastSlow[N int | int64](cfg Config, perWorker []N) (fast, slow, perSlow float64) {
 	if !cfg.Fleet.Heterogeneous() || len(perWorker) != cfg.Workers {
 		return 0, 0, 0
 	}
 	lo, hi := slices.Min(cfg.Fleet.Speeds), slices.Max(cfg.Fleet.Speeds)
-	var nf, ns, rf, rs, total int
+	var nf, ns int
+	var rf, rs, total float64
 	for i, n := range perWorker {
-		total += n
+		total += float64(n)
 		switch cfg.Fleet.Speed(i) {
 		case hi:
-			nf, rf = nf+1, rf+n
+			nf, rf = nf+1, rf+float64(n)
 		case lo:
-			ns, rs = ns+1, rs+n
+			ns, rs = ns+1, rs+float64(n)
 		}
 	}
 	if total == 0 {
 		return 0, 0, 0
 	}
-	fast, slow = float64(rf)/float64(total), float64(rs)/float64(total)
+	fast, slow = rf/total, rs/total
 	if rs > 0 {
-		perSlow = (float64(rf) / float64(nf)) / (float64(rs) / float64(ns))
+		perSlow = (rf / float64(nf)) / (rs / float64(ns))
 	}
 	return fast, slow, perSlow
 }
