@@ -120,12 +120,24 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 	stored := func(h uint64) []kvevent.Event {
 		return x.Apply([]kvevent.Event{{Kind: kvevent.Stored, Blocks: []kvevent.Block{{EngineHash: h, LocalHash: h + 7}}}})
 	}
+	// followed publishes one event a call until the view holds every
+	// event published after the first since: it looks before it
+	// publishes, so the event it waits for is one published a poll
+	// interval ago (comparing right after a Publish raced the consumer's
+	// delivery and could fail every time on an idle machine).
 	h := uint64(0)
-	poll.Until(t, 15*time.Second, func() bool { // the first dial and handshake, on a loaded machine
-		h++
-		_ = p.Publish(stored(h))
-		return maps.Equal(v.Get(w), truth(x))
-	}, "the worker followed")
+	followed := func(since uint64) func() bool {
+		return func() bool {
+			if h > since && maps.Equal(v.Get(w), truth(x)) {
+				return true
+			}
+			h++
+			_ = p.Publish(stored(h))
+			return false
+		}
+	}
+	// The first dial and handshake, on a loaded machine.
+	poll.Until(t, 15*time.Second, followed(0), "the worker followed")
 
 	_ = p.Close()
 	ln, err := net.Listen("tcp", strings.TrimPrefix(ep, "tcp://"))
@@ -152,9 +164,5 @@ func TestConsumerRedialsAfterHostileTakeover(t *testing.T) {
 
 	p = newPub(ep, qep)
 	_ = p.Serve(w, x)
-	poll.Until(t, 15*time.Second, func() bool {
-		h++
-		_ = p.Publish(stored(h))
-		return maps.Equal(v.Get(w), truth(x))
-	}, "the worker followed again")
+	poll.Until(t, 15*time.Second, followed(h), "the worker followed again")
 }
