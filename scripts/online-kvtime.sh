@@ -50,11 +50,11 @@ stop_up() {
 trap stop_up EXIT
 mode_flags() {
 	case $1 in
-	kv) ;; # the defaults
+	kv) echo "--router-mode kv" ;; # kv's defaults
 	kv:*:*:on | kv:*:*:off)
 		IFS=: read -r _ credit scale clamp <<<"$1"
 		[[ $clamp == on ]] && clamp=true || clamp=false
-		echo "--kv-overlap-score-credit $credit --router-prefill-load-scale $scale --router-prefill-clamp=$clamp"
+		echo "--router-mode kv --kv-overlap-score-credit $credit --router-prefill-load-scale $scale --router-prefill-clamp=$clamp"
 		;;
 	kv-time | round-robin | random | least-loaded) echo "--router-mode $1" ;;
 	*)
