@@ -68,11 +68,12 @@ browser-test: build
 .PHONY: chaos soak
 
 # chaos: the fault suite (internal/chaos, build tag chaos): CHAOS_SCHEDULES
-# seeded random fault schedules (default 12) against an in-process fleet.
+# fault schedules (default 12) drawn from fresh seeds (-chaos.fresh) against an
+# in-process fleet; make test runs the short suites on fixed seeds instead.
 # A failure prints its seed; replay with
 #   go test -tags chaos -race -run '^TestChaosLong$$' ./internal/chaos/ -chaos.seed=N
 chaos:
-	$(GO) test -tags chaos -race -count=1 -timeout 60m -run '^TestChaos' -v ./internal/chaos/ -chaos.schedules=$${CHAOS_SCHEDULES:-12} 2>&1 | grep -v '^        time='
+	$(GO) test -tags chaos -race -count=1 -timeout 60m -run '^TestChaos' -v ./internal/chaos/ -chaos.fresh -chaos.schedules=$${CHAOS_SCHEDULES:-12} 2>&1 | grep -v '^        time='
 
 # soak: 1,000 concurrent streaming clients for SOAK_SECONDS (default 60)
 # through one router to 8 mock workers on loopback; reports errors, p99
