@@ -51,9 +51,10 @@ type Consumer struct {
 	recv    prometheus.Counter
 	log     *slog.Logger
 
-	mu  sync.Mutex
-	sub *nats.Subscription
-	wg  sync.WaitGroup
+	mu     sync.Mutex
+	sub    *nats.Subscription
+	closed bool           // Close has begun: Reconnected starts nothing more
+	wg     sync.WaitGroup // Reconnected's resyncs; Add under mu while !closed
 }
 
 // NewConsumer returns a consumer applying to a. onState (may be nil) hears
@@ -123,6 +124,14 @@ func (c *Consumer) Notify(n fleet.Notification) {
 // Reconnected asks every worker rank for what it missed while the
 // connection was down. It returns at once (safe in a reconnect hook).
 func (c *Consumer) Reconnected() {
+	// A reconnect hook can fire while Close runs: adding to wg after
+	// Close began waiting on it would race the Wait (and start a resync
+	// of a closed tracker).
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -138,7 +147,7 @@ func (c *Consumer) Workers() []kvevent.WorkerRank { return c.tracker.Workers() }
 func (c *Consumer) Close() error {
 	c.mu.Lock()
 	sub := c.sub
-	c.sub = nil
+	c.sub, c.closed = nil, true
 	c.mu.Unlock()
 	var err error
 	if sub != nil && !c.conn.IsClosed() {
