@@ -571,13 +571,25 @@ class KvEventPublisher:
                 for seq, payload in batches:
                     self._router.send_multipart(_wire.replay_frames(ident, self._topic_b, seq, payload), zmq.NOBLOCK)
                     sent += 1
-                self._router.send_multipart(_wire.replay_end_frames(ident), zmq.NOBLOCK)
             except zmq.ZMQError as e:  # the requester is gone (EHOSTUNREACH) or its queue is full
-                log.info("KV event replay from %d abandoned after %d batches: %s", start, sent, e)
-                with self._lock:
-                    self._replay_aborted += 1
-                    self._replayed += sent
+                self._replay_abandoned(start, sent, e, counted=False)
                 continue
+            # Counted before the END frame goes out, so a requester that has
+            # read END finds its request in stats().
             with self._lock:
                 self._replay_requests += 1
+                self._replayed += sent
+            try:
+                self._router.send_multipart(_wire.replay_end_frames(ident), zmq.NOBLOCK)
+            except zmq.ZMQError as e:
+                self._replay_abandoned(start, sent, e, counted=True)
+
+    def _replay_abandoned(self, start: int, sent: int, err: zmq.ZMQError, counted: bool) -> None:
+        """Counts a replay whose requester went away after sent batches (counted: already as answered)."""
+        log.info("KV event replay from %d abandoned after %d batches: %s", start, sent, err)
+        with self._lock:
+            self._replay_aborted += 1
+            if counted:
+                self._replay_requests -= 1
+            else:
                 self._replayed += sent
