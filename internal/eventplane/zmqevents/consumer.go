@@ -49,6 +49,7 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	workers map[kvevent.WorkerID]*sub
+	closed  bool // Close has begun: start follows nothing more
 	wg      sync.WaitGroup
 }
 
@@ -110,7 +111,10 @@ func (c *Consumer) Notify(n fleet.Notification) {
 // stop (its context).
 func (c *Consumer) start(rec fleet.WorkerRecord) {
 	c.mu.Lock()
-	if _, ok := c.workers[rec.ID]; ok {
+	if _, ok := c.workers[rec.ID]; ok || c.closed {
+		// A notification racing Close must not start a follower Close
+		// would neither stop nor wait for (nor add to the wait group
+		// Close is waiting on).
 		c.mu.Unlock()
 		return
 	}
@@ -295,6 +299,7 @@ func (c *Consumer) Resync() { c.tracker.Resync() }
 // Close stops every subscription and follower.
 func (c *Consumer) Close() error {
 	c.mu.Lock()
+	c.closed = true
 	ids := make([]kvevent.WorkerID, 0, len(c.workers))
 	for id := range c.workers {
 		ids = append(ids, id)
