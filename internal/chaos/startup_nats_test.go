@@ -27,8 +27,8 @@ import (
 // None exits on its own: each becomes ready, discovers the registered mock
 // workers and serves requests; Run returns nil on shutdown.
 func TestStartupSurvivesNATSRestart(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := seeds(1)[0] // fixed in the gate; -chaos.fresh or -chaos.seed=N otherwise
+	t.Logf("seed %d (replay: -chaos.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 10))
 	logs := &logBuf{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
