@@ -222,7 +222,7 @@ func writeGridTables(w io.Writer, sums []sim.GridSummary) error {
 			switch {
 			case label == s.Best:
 				name += " (best)"
-			case label == sim.DefaultKVSetting.Label():
+			case label == s.Default:
 				name += " (default)"
 			}
 			fs, fw := "n/a", "n/a"

@@ -246,8 +246,8 @@ func Summarize(scenarios []Scenario, runs []GridRun, outs []Outcome) ([]GridSumm
 		}
 		s.Default = DefaultKVSetting.Label()
 		s.Compared = []string{s.Best}
-		if d := DefaultKVSetting.Label(); d != s.Best {
-			s.Compared = append(s.Compared, d)
+		if s.Default != s.Best {
+			s.Compared = append(s.Compared, s.Default)
 		}
 		for _, r := range s.Rows {
 			if r.KV == nil {
