@@ -54,7 +54,9 @@ class PublisherStats:
     #: Batches kept out of the live stream because the send queue was full;
     #: they stay in the replay buffer, so a subscriber recovers them by replay.
     live_dropped: int
-    #: Replay requests answered (END marker sent).
+    #: Replay requests answered: counted just before the END marker goes out, so a
+    #: requester that has read END sees its request here (one whose END cannot be
+    #: sent moves to replay_aborted).
     replay_requests: int
     #: Batches sent in replay replies.
     replayed_batches: int
